@@ -1,0 +1,135 @@
+"""Protocols between the session and a model: token counting, generation, chat.
+
+A :class:`PreparedPrompt` carries the exact token ids a backend consumes and the text those ids
+decode to; budgets are charged on those ids, never on an estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from picocontext.cancel import CancelToken
+from picocontext.records import Record, Snapshot
+from pydantic import BaseModel, ConfigDict, Field
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Phase(StrEnum):
+    EDIT = "edit"
+    COMPLETION = "completion"
+
+
+class EditStyle(StrEnum):
+    TARGETED = "targeted"
+    SUMMARIZE = "summarize"
+
+
+class ModelInput(BaseModel):
+    """What a counter renders: the working snapshot, the phase and runtime control records."""
+
+    model_config = _FROZEN
+
+    context: Snapshot
+    phase: Phase
+    control_records: tuple[Record, ...] = ()
+    edit_style: EditStyle = EditStyle.TARGETED
+
+    @property
+    def instructions(self) -> str:
+        from picocontext.prompts import system_instructions
+
+        return system_instructions(self)
+
+
+class PreparedPrompt(BaseModel):
+    """Exact token ids plus the decode of those ids. ``notes`` says how it was rendered
+    (for example that a tool block was rendered by us because the template cannot)."""
+
+    model_config = _FROZEN
+
+    input: ModelInput
+    token_ids: tuple[int, ...]
+    rendered: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def token_count(self) -> int:
+        return len(self.token_ids)
+
+
+class ModelToolCall(BaseModel):
+    model_config = _FROZEN
+    name: str
+    arguments: str
+
+
+class ModelResponse(BaseModel):
+    """One generation. ``prefill_tokens`` is how many prompt tokens were actually computed
+    (fewer than the prompt when a prefix KV cache was reused); ``None`` if unknown."""
+
+    model_config = _FROZEN
+
+    text: str = ""
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    generated_tokens: int = 0
+    reached_token_limit: bool = False
+    prefill_tokens: int | None = None
+    seconds: float = 0.0
+
+
+class ChatMessage(BaseModel):
+    """A plain chat message for non-session users of a model (summarizers, navigators)."""
+
+    model_config = _FROZEN
+    role: str
+    content: str
+    tool_calls: tuple[ModelToolCall, ...] = ()
+
+
+class ToolSpec(BaseModel):
+    """A function tool offered to a chat model (OpenAI-style JSON schema parameters)."""
+
+    model_config = _FROZEN
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Renders a ModelInput into the exact prompt a backend will consume."""
+
+    def prepare(self, model_input: ModelInput) -> PreparedPrompt: ...
+
+
+@runtime_checkable
+class ModelBackend(Protocol):
+    """Generates from a prepared prompt, greedily, up to ``max_tokens``.
+
+    Must check ``cancel`` while generating and raise :class:`picocontext.errors.Cancelled`.
+    """
+
+    def generate(
+        self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
+    ) -> ModelResponse: ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A model used directly with chat messages: summarizers, navigators, descriptor engines."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+    ) -> ModelResponse: ...

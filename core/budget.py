@@ -1,0 +1,65 @@
+"""RunBudget and usage accounting: every prompt is checked before it is sent, never truncated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from picocontext.cancel import CancelToken, check
+from picocontext.errors import BudgetExceeded, InvalidContext
+from pydantic import BaseModel, ConfigDict
+
+MAX_OUTPUT_CAP = 1_000_000
+MAX_CONTEXT_WINDOW = 1_000_000
+MAX_TOTAL_TOKENS = 10_000_000
+
+
+class RunBudget(BaseModel):
+    """Token limits for one run (one caller turn)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context_window: int = 8_192
+    total_tokens: int = 24_000
+    edit_output_tokens: int = 1_024
+    completion_output_tokens: int = 512
+    max_edit_attempts: int = 2
+
+    def validate_ranges(self) -> None:
+        ok = (
+            0 < self.context_window <= MAX_CONTEXT_WINDOW
+            and 0 < self.total_tokens <= MAX_TOTAL_TOKENS
+            and 0 < self.edit_output_tokens <= MAX_OUTPUT_CAP
+            and 0 < self.completion_output_tokens <= MAX_OUTPUT_CAP
+            and 1 <= self.max_edit_attempts <= 4
+        )
+        if not ok:
+            raise InvalidContext("invalid run budget; edit attempts must be 1...4")
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens charged so far in one run: dispatched prompts plus generated output."""
+
+    input_tokens: int = 0
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+
+    @property
+    def used(self) -> int:
+        return self.input_tokens + self.generated_tokens
+
+
+def check_prompt(
+    budget: RunBudget,
+    usage: Usage,
+    prompt_tokens: int,
+    output_tokens: int,
+    reserve: int = 0,
+    cancel: CancelToken | None = None,
+) -> None:
+    """Window check then total check, exactly as the reference orders them."""
+    check(cancel)
+    if prompt_tokens > budget.context_window - output_tokens:
+        raise BudgetExceeded("input plus reserved output exceeds the context window")
+    if usage.used > budget.total_tokens - prompt_tokens - output_tokens - reserve:
+        raise BudgetExceeded("total input/output allowance cannot reserve the next completion")

@@ -1,0 +1,208 @@
+"""Instruction texts, runtime guidance, tool schemas and control-record texts.
+
+The wording is ours; the facts the protocol depends on are fixed: the revision lines, the
+accepted/kept receipt details and the retry feedback (which never quotes model output).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from picocontext.edits import EDIT_TOOL, KEEP_TOOL, MAX_EDIT_OPERATIONS
+from picocontext.records import Snapshot
+
+if TYPE_CHECKING:
+    from picocontext.backend import ModelInput
+
+DECISION_INSTRUCTIONS = "\n".join(
+    [
+        "Before the next answer you may tidy the working history that your next call will see.",
+        f"Call {EDIT_TOOL} to make a useful change, or {KEEP_TOOL} with baseRevision to leave "
+        "it as it is.",
+        "Shorten long record bodies into brief factual notes that keep every exact task fact.",
+        "Delete an old record only together with its whole assistant/tool-result group.",
+        "Record IDs, roles, protection and tool links are fixed; protected records are "
+        "never edited.",
+        "Send one atomic call: baseRevision plus operations, each with action (replace or "
+        "delete), recordID, and body for replace.",
+        "Never include scope, roles or new records, and do not answer the user yet.",
+    ]
+)
+
+SUMMARIZE_INSTRUCTIONS = "\n".join(
+    [
+        "Policy: summarize the whole history rather than trimming one record.",
+        "Read every unprotected record and fold the task-relevant current state into short notes.",
+        "Write that summary into an existing unprotected record body, with exact values.",
+        "In the same atomic edit, clear or delete what the summary supersedes (whole groups only).",
+        "Keep removals removed and the order of updates; never bring back stale facts.",
+        "Protected records, roles, IDs and tool links stay as they are; do not create records.",
+        f"If no legal summary helps, call {KEEP_TOOL}. Do not answer in this phase.",
+    ]
+)
+
+COMPLETION_INSTRUCTIONS = (
+    "Answer the latest user request from the caller using the working history. "
+    "Obey the protected instructions and the initial task. Context editing is over."
+)
+
+COMPLETION_GUIDANCE = "\n".join(
+    [
+        "Context decisions are done. Answer the latest caller user request in the working "
+        "history now.",
+        "Use exactly the output format it asks for. Do not repeat record headers or tool receipts.",
+        "Context tools are off. Reply with the answer only.",
+    ]
+)
+
+
+def system_instructions(model_input: ModelInput) -> str:
+    from picocontext.backend import EditStyle, Phase
+
+    if model_input.phase is Phase.COMPLETION:
+        return COMPLETION_INSTRUCTIONS
+    parts = [DECISION_INSTRUCTIONS]
+    if model_input.edit_style is EditStyle.SUMMARIZE:
+        parts.append(SUMMARIZE_INSTRUCTIONS)
+    parts.append(f"Current baseRevision: {model_input.context.revision}.")
+    return "\n".join(parts)
+
+
+def destination_id(snapshot: Snapshot) -> str:
+    """The record a model should prefer to rewrite: last unprotected record with a body and no
+    calls, else the last unprotected record, else ``none``."""
+    unprotected = [r for r in snapshot.records if not r.protected]
+    for record in reversed(unprotected):
+        if record.body and not record.tool_calls:
+            return record.id
+    return unprotected[-1].id if unprotected else "none"
+
+
+def decision_guidance(model_input: ModelInput) -> str:
+    """Trailing user message of the decision phase."""
+    from picocontext.backend import EditStyle
+
+    snapshot = model_input.context
+    editable = ", ".join(snapshot.unprotected_ids) or "none"
+    destination = destination_id(snapshot)
+    lines = [
+        "This turn is only for the context decision: call exactly one tool, then stop.",
+    ]
+    if model_input.edit_style is EditStyle.SUMMARIZE:
+        lines += [
+            "Fold all task-relevant unprotected history into the complete current state.",
+            f"Suggested existing destination: {destination}.",
+            "Carry exact current values over from earlier records; clear or delete what is "
+            "superseded in the same edit; keep removals effective.",
+        ]
+    else:
+        lines += [
+            "Shorten the newest verbose body into factual notes.",
+            f"Prefer record {destination} if it contains verbose noise.",
+            "Leave earlier concise notes alone; one replacement is usually enough; copy "
+            "operation lines exactly.",
+        ]
+    lines += [
+        f"Editable record IDs: {editable}. Never target protected instructions or task.",
+        "A replacement uses action, recordID and body, and never repeats the same text.",
+        "Delete assistant/tool groups only as a whole; never create records or change metadata.",
+        f"If no useful legal change exists, call {KEEP_TOOL} with only baseRevision.",
+        f"Use baseRevision {snapshot.revision}.",
+        "Put the call between <tool_call> and </tool_call> as JSON with name and arguments.",
+    ]
+    return "\n".join(lines)
+
+
+def accepted_detail(revision: int) -> str:
+    return f"Accepted revision {revision}. Answer the latest user request now."
+
+
+def kept_detail(revision: int) -> str:
+    return f"Kept revision {revision}. Answer the latest user request now."
+
+
+def retry_feedback(revision: int) -> str:
+    return (
+        f"Rejected: choose one valid {EDIT_TOOL} or {KEEP_TOOL} call. Edits need existing "
+        "unprotected IDs and complete tool groups. "
+        f"Retry against revision {revision}."
+    )
+
+
+def edit_tool_schema(snapshot: Snapshot) -> dict[str, Any]:
+    """OpenAI-style function schema; recordID is an enum of the current unprotected ids."""
+    ids = snapshot.unprotected_ids
+    record_id: dict[str, Any] = {"type": "string", "enum": ids}
+    replace = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["action", "recordID", "body"],
+        "properties": {
+            "action": {"type": "string", "enum": ["replace"]},
+            "recordID": record_id,
+            "body": {"type": "string"},
+        },
+    }
+    delete = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["action", "recordID"],
+        "properties": {
+            "action": {"type": "string", "enum": ["delete"]},
+            "recordID": record_id,
+        },
+    }
+    return {
+        "type": "function",
+        "function": {
+            "name": EDIT_TOOL,
+            "description": "Atomically shorten unprotected working history by stable record "
+            "IDs, keeping every required fact.",
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["baseRevision", "operations"],
+                "properties": {
+                    "baseRevision": {
+                        "type": "integer",
+                        "description": "Current working-context revision.",
+                    },
+                    "operations": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": MAX_EDIT_OPERATIONS,
+                        "items": {"oneOf": [replace, delete]},
+                    },
+                },
+            },
+        },
+    }
+
+
+def keep_tool_schema() -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": KEEP_TOOL,
+            "description": "Keep the working context unchanged; answer on the next call.",
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["baseRevision"],
+                "properties": {"baseRevision": {"type": "integer"}},
+            },
+        },
+    }
+
+
+def decision_tools(snapshot: Snapshot) -> list[dict[str, Any]]:
+    return [edit_tool_schema(snapshot), keep_tool_schema()]
+
+
+def record_header(
+    record_id: str, protected: bool, call_ids: list[str], result_for: str | None
+) -> str:
+    return (
+        f"[recordID={record_id}; protected={'true' if protected else 'false'}; "
+        f"callIDs={','.join(call_ids)}; resultFor={result_for or 'none'}]"
+    )

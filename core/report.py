@@ -1,0 +1,99 @@
+"""RunReport, EditAttempt and the transcript diff."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from picocontext.backend import EditStyle, PreparedPrompt
+from picocontext.records import Snapshot
+from pydantic import BaseModel, ConfigDict
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+MINUS = "\u2212"
+
+
+class RunMode(StrEnum):
+    APPEND_ONLY = "appendOnly"
+    EDITABLE = "editable"
+
+
+class Outcome(StrEnum):
+    EDITED = "edited"
+    KEPT = "kept"
+    REJECTED = "rejected"
+
+
+class EditAttempt(BaseModel):
+    """One decision generation: what the model said and what the runtime made of it."""
+
+    model_config = _FROZEN
+
+    arguments: str
+    model_text: str
+    outcome: Outcome
+    detail: str
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome is not Outcome.REJECTED
+
+
+class RunReport(BaseModel):
+    """Everything one run did, including partial usage when it failed."""
+
+    model_config = _FROZEN
+
+    mode: RunMode
+    edit_style: EditStyle
+    original: Snapshot
+    run_start: Snapshot
+    revised: Snapshot
+    original_prompt_tokens: int | None
+    original_prompt_failure: str | None
+    run_start_prompt_tokens: int
+    final_prompt: PreparedPrompt | None
+    calls: tuple[PreparedPrompt, ...]
+    attempts: tuple[EditAttempt, ...]
+    answer: str
+    failure: str | None
+    total_input_tokens: int
+    total_generated_tokens: int
+    total_prefill_tokens: int
+    edit_call_count: int
+    keep_call_count: int
+    elapsed_seconds: float
+
+    @property
+    def succeeded(self) -> bool:
+        return self.failure is None
+
+    @property
+    def diff(self) -> str:
+        return diff_snapshots(self.original, self.revised)
+
+
+def _first_line_marked(marker: str, body: str) -> str:
+    return f"{marker} {body}"
+
+
+def diff_snapshots(original: Snapshot, revised: Snapshot) -> str:
+    """Deleted/Replaced entries against the transcript, blank-line separated; only the first
+    line of a multi-line body carries the U+2212 / ``+`` marker."""
+    live = {r.id: r for r in revised.records}
+    entries: list[str] = []
+    for record in original.records:
+        now = live.get(record.id)
+        if now is None:
+            entries.append(
+                f"Deleted {record.id} ({record.role.value})\n"
+                + _first_line_marked(MINUS, record.body)
+            )
+        elif now.body != record.body:
+            entries.append(
+                f"Replaced {record.id} ({record.role.value})\n"
+                + _first_line_marked(MINUS, record.body)
+                + "\n"
+                + _first_line_marked("+", now.body)
+            )
+    return "\n\n".join(entries)

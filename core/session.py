@@ -1,0 +1,464 @@
+"""ContextSession: run / append / apply over one caller-owned branch.
+
+The session is synchronous and thread-safe: a busy guard makes ``run``, ``append`` and ``apply``
+mutually exclusive (a second caller gets :class:`Busy`, never a lost update). Every mutation is
+validated on a copy, saved if a store exists, and only then published.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+
+from picocontext.backend import (
+    EditStyle,
+    ModelBackend,
+    ModelInput,
+    ModelResponse,
+    ModelToolCall,
+    Phase,
+    PreparedPrompt,
+    TokenCounter,
+)
+from picocontext.budget import RunBudget, Usage, check_prompt
+from picocontext.cancel import CancelToken, check
+from picocontext.edits import (
+    EDIT_TOOL,
+    KEEP_TOOL,
+    AppendTransaction,
+    Edit,
+    decode_edit_payload,
+    decode_keep_payload,
+)
+from picocontext.errors import (
+    BudgetExceeded,
+    Busy,
+    Cancelled,
+    EditLimit,
+    InvalidContext,
+    ModelDidNotEdit,
+    PicoContextError,
+    StorageError,
+)
+from picocontext.persistence import ContextStore
+from picocontext.prompts import accepted_detail, kept_detail, retry_feedback
+from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
+from picocontext.report import EditAttempt, Outcome, RunMode, RunReport
+from picocontext.working import WorkingContext, validate_snapshot
+
+
+class _Commit(Exception):
+    """Internal: a storage failure that must end the run without another attempt."""
+
+    def __init__(self, error: PicoContextError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def reserved_ids(*groups: Iterable[Record]) -> set[str]:
+    """Every record id, tool-call id and result link in the given record groups."""
+    used: set[str] = set()
+    for records in groups:
+        for record in records:
+            used.add(record.id)
+            if record.tool_call_id is not None:
+                used.add(record.tool_call_id)
+            for call in record.tool_calls:
+                used.add(call.id)
+    return used
+
+
+class FreshIds:
+    """Runtime ids that never collide with caller ids, including deleted history."""
+
+    def __init__(self, used: set[str]) -> None:
+        self._used = used
+
+    def __call__(self, preferred: str) -> str:
+        candidate = preferred
+        n = 0
+        while candidate in self._used:
+            n += 1
+            candidate = f"{preferred}-{n}"
+        self._used.add(candidate)
+        return candidate
+
+
+def _store_error(exc: Exception) -> StorageError:
+    return exc if isinstance(exc, StorageError) else StorageError(f"{type(exc).__name__}: {exc}")
+
+
+class ContextSession:
+    """One session per caller-owned branch (scope)."""
+
+    def __init__(
+        self,
+        context: Snapshot | WorkingContext,
+        counter: TokenCounter,
+        backend: ModelBackend,
+        store: ContextStore | None = None,
+    ) -> None:
+        state = context if isinstance(context, WorkingContext) else WorkingContext.start(context)
+        if isinstance(context, WorkingContext):
+            validate_snapshot(state.original)
+            validate_snapshot(state.snapshot)
+        self._state = state
+        self._counter = counter
+        self._backend = backend
+        self._store = store
+        self._busy = threading.Lock()
+        if store is not None and store.load(state.snapshot.scope) is None:
+            try:
+                store.save(state)
+            except Exception as exc:
+                raise _store_error(exc) from exc
+
+    @classmethod
+    def open(
+        cls,
+        store: ContextStore,
+        scope: Scope,
+        counter: TokenCounter,
+        backend: ModelBackend,
+        initial: Snapshot | None = None,
+    ) -> ContextSession:
+        """Reopen ``scope`` from ``store`` exactly where it was, or start it from ``initial``."""
+        loaded = store.load(scope)
+        if loaded is not None:
+            return cls(loaded, counter, backend, store)
+        if initial is None:
+            raise StorageError(f"No stored session for {scope} and no initial history given")
+        if initial.scope != scope:
+            raise InvalidContext("initial history belongs to another scope")
+        return cls(initial, counter, backend, store)
+
+    # -- views --------------------------------------------------------------------------
+    @property
+    def state(self) -> WorkingContext:
+        return self._state
+
+    @property
+    def context(self) -> Snapshot:
+        """The working snapshot the next call will see."""
+        return self._state.snapshot
+
+    @property
+    def original_context(self) -> Snapshot:
+        """The preserved transcript: every caller record with its original body."""
+        return self._state.original
+
+    @property
+    def scope(self) -> Scope:
+        return self._state.snapshot.scope
+
+    @property
+    def backend(self) -> ModelBackend:
+        return self._backend
+
+    @property
+    def counter(self) -> TokenCounter:
+        return self._counter
+
+    def _acquire(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise Busy()
+
+    def _publish(self, candidate: WorkingContext, cancel: CancelToken | None) -> None:
+        check(cancel)
+        if self._store is not None:
+            try:
+                self._store.save(candidate)
+            except Exception as exc:
+                raise _store_error(exc) from exc
+        self._state = candidate
+
+    # -- caller mutations ---------------------------------------------------------------
+    def apply(self, edit: Edit, cancel: CancelToken | None = None) -> Snapshot:
+        """A caller edit: same validation and persistence boundary as model edits."""
+        self._acquire()
+        try:
+            candidate = self._state.apply(edit)
+            self._publish(candidate, cancel)
+            return candidate.snapshot
+        finally:
+            self._busy.release()
+
+    def append(self, transaction: AppendTransaction, cancel: CancelToken | None = None) -> Snapshot:
+        """Caller records extend both views together; no token budget is checked here."""
+        self._acquire()
+        try:
+            candidate = self._state.append(transaction)
+            self._publish(candidate, cancel)
+            return candidate.snapshot
+        finally:
+            self._busy.release()
+
+    def append_records(
+        self, records: Iterable[Record], cancel: CancelToken | None = None
+    ) -> Snapshot:
+        """Append at the revision current *now* (convenience for single-writer callers)."""
+        return self.append(
+            AppendTransaction(
+                scope=self.scope, base_revision=self.context.revision, records=tuple(records)
+            ),
+            cancel,
+        )
+
+    # -- the model loop -----------------------------------------------------------------
+    def run(
+        self,
+        mode: RunMode = RunMode.EDITABLE,
+        budget: RunBudget | None = None,
+        edit_style: EditStyle = EditStyle.TARGETED,
+        cancel: CancelToken | None = None,
+    ) -> RunReport:
+        """One turn: optional bounded decision loop, then the completion. Failures other than
+        cancellation become ``report.failure``; the run never appends the answer."""
+        self._acquire()
+        try:
+            return _Run(self, mode, budget or RunBudget(), edit_style, cancel).execute()
+        finally:
+            self._busy.release()
+
+
+class _Run:
+    """State of one ``ContextSession.run`` call."""
+
+    def __init__(
+        self,
+        session: ContextSession,
+        mode: RunMode,
+        budget: RunBudget,
+        edit_style: EditStyle,
+        cancel: CancelToken | None,
+    ) -> None:
+        self.s = session
+        self.mode = mode
+        self.budget = budget
+        self.style = edit_style
+        self.cancel = cancel
+        self.usage = Usage()
+        self.calls: list[PreparedPrompt] = []
+        self.attempts: list[EditAttempt] = []
+        self.answer = ""
+        self.final_prompt: PreparedPrompt | None = None
+        self.edit_calls = 0
+        self.keep_calls = 0
+
+    def prepare(
+        self, snapshot: Snapshot, phase: Phase, control: tuple[Record, ...] = ()
+    ) -> PreparedPrompt:
+        return self.s._counter.prepare(
+            ModelInput(
+                context=snapshot, phase=phase, control_records=control, edit_style=self.style
+            )
+        )
+
+    def dispatch(self, prompt: PreparedPrompt, cap: int) -> ModelResponse:
+        self.calls.append(prompt)
+        self.usage.input_tokens += prompt.token_count
+        response = self.s._backend.generate(prompt, cap, self.cancel)
+        check(self.cancel)
+        if not 0 <= response.generated_tokens <= cap:
+            raise InvalidContext("backend reported invalid token usage")
+        self.usage.generated_tokens += response.generated_tokens
+        prefill = response.prefill_tokens
+        self.usage.prefill_tokens += prompt.token_count if prefill is None else prefill
+        return response
+
+    def execute(self) -> RunReport:
+        started = time.perf_counter()
+        original = self.s._state.original
+        run_start = self.s._state.snapshot
+        original_tokens: int | None = None
+        original_failure: str | None = None
+        run_start_tokens = 0
+        failure: str | None = None
+        try:
+            self.budget.validate_ranges()
+            run_start_tokens = self.prepare(run_start, Phase.COMPLETION).token_count
+            if original == run_start:
+                original_tokens = run_start_tokens
+            else:
+                try:
+                    original_tokens = self.prepare(original, Phase.COMPLETION).token_count
+                except Cancelled:
+                    raise
+                except PicoContextError as exc:
+                    original_failure = exc.message
+            if self.mode is RunMode.EDITABLE:
+                self.decide()
+            self.complete()
+        except Cancelled:
+            raise
+        except _Commit as exc:
+            failure = exc.error.message
+        except PicoContextError as exc:
+            failure = exc.message
+        return RunReport(
+            mode=self.mode,
+            edit_style=self.style,
+            original=self.s._state.original,
+            run_start=run_start,
+            revised=self.s._state.snapshot,
+            original_prompt_tokens=original_tokens,
+            original_prompt_failure=original_failure,
+            run_start_prompt_tokens=run_start_tokens,
+            final_prompt=self.final_prompt,
+            calls=tuple(self.calls),
+            attempts=tuple(self.attempts),
+            answer=self.answer,
+            failure=failure,
+            total_input_tokens=self.usage.input_tokens,
+            total_generated_tokens=self.usage.generated_tokens,
+            total_prefill_tokens=self.usage.prefill_tokens,
+            edit_call_count=self.edit_calls,
+            keep_call_count=self.keep_calls,
+            elapsed_seconds=time.perf_counter() - started,
+        )
+
+    # -- decision loop ------------------------------------------------------------------
+    def decide(self) -> None:
+        budget = self.budget
+        control: tuple[Record, ...] = ()
+        for attempt in range(budget.max_edit_attempts):
+            check(self.cancel)
+            current = self.s._state
+            prompt = self.prepare(current.snapshot, Phase.EDIT, control)
+            check_prompt(
+                budget,
+                self.usage,
+                prompt.token_count,
+                budget.edit_output_tokens,
+                reserve=budget.completion_output_tokens,
+                cancel=self.cancel,
+            )
+            response = self.dispatch(prompt, budget.edit_output_tokens)
+            arguments = "\n".join(c.arguments for c in response.tool_calls)
+            try:
+                candidate, outcome, detail = self.judge(response, current)
+                receipt = self.receipt(attempt, response.tool_calls, detail, current, control)
+                completion = self.prepare(candidate.snapshot, Phase.COMPLETION, receipt)
+                check_prompt(
+                    budget,
+                    self.usage,
+                    completion.token_count,
+                    budget.completion_output_tokens,
+                    cancel=self.cancel,
+                )
+            except Cancelled:
+                raise
+            except PicoContextError as exc:
+                self.attempts.append(
+                    EditAttempt(
+                        arguments=arguments,
+                        model_text=response.text,
+                        outcome=Outcome.REJECTED,
+                        detail=exc.message,
+                    )
+                )
+                control = (self.feedback(attempt, current, control),)
+                continue
+            check(self.cancel)
+            if outcome is Outcome.EDITED:
+                try:
+                    self.s._publish(candidate, self.cancel)
+                except StorageError as exc:
+                    self.attempts.append(
+                        EditAttempt(
+                            arguments=arguments,
+                            model_text=response.text,
+                            outcome=Outcome.REJECTED,
+                            detail=f"Commit failed: {exc.message}",
+                        )
+                    )
+                    raise _Commit(exc) from exc
+            self.final_prompt = completion
+            self.attempts.append(
+                EditAttempt(
+                    arguments=arguments, model_text=response.text, outcome=outcome, detail=detail
+                )
+            )
+            return
+        raise EditLimit()
+
+    def judge(
+        self, response: ModelResponse, current: WorkingContext
+    ) -> tuple[WorkingContext, Outcome, str]:
+        if response.reached_token_limit:
+            raise BudgetExceeded("edit generation hit its output limit")
+        if not response.tool_calls:
+            raise ModelDidNotEdit()
+        if len(response.tool_calls) > 1:
+            raise InvalidContext("one context decision call is allowed per attempt")
+        call = response.tool_calls[0]
+        if call.name == EDIT_TOOL:
+            self.edit_calls += 1
+            candidate = current.apply(decode_edit_payload(call.arguments, current.snapshot.scope))
+            return candidate, Outcome.EDITED, accepted_detail(candidate.revision)
+        if call.name == KEEP_TOOL:
+            self.keep_calls += 1
+            decode_keep_payload(call.arguments, current.revision)
+            return current, Outcome.KEPT, kept_detail(current.revision)
+        raise InvalidContext("unknown context tool")
+
+    def _fresh(self, current: WorkingContext, control: tuple[Record, ...]) -> FreshIds:
+        return FreshIds(reserved_ids(current.original.records, current.snapshot.records, control))
+
+    def feedback(
+        self, attempt: int, current: WorkingContext, control: tuple[Record, ...]
+    ) -> Record:
+        fresh = self._fresh(current, control)
+        return Record(
+            id=fresh(f"runtime-feedback-{attempt}"),
+            role=Role.USER,
+            body=retry_feedback(current.revision),
+            protected=True,
+        )
+
+    def receipt(
+        self,
+        attempt: int,
+        calls: tuple[ModelToolCall, ...],
+        detail: str,
+        current: WorkingContext,
+        control: tuple[Record, ...],
+    ) -> tuple[Record, ...]:
+        fresh = self._fresh(current, control)
+        links = [fresh(f"runtime-edit-{attempt}-{i}") for i in range(len(calls))]
+        assistant = Record(
+            id=fresh(f"runtime-call-{attempt}"),
+            role=Role.ASSISTANT,
+            body="",
+            protected=True,
+            tool_calls=tuple(
+                ToolCall(id=link, name=call.name, arguments=call.arguments)
+                for link, call in zip(links, calls, strict=True)
+            ),
+        )
+        results = tuple(
+            Record(
+                id=fresh(f"runtime-result-{link}"),
+                role=Role.TOOL,
+                body=detail,
+                protected=True,
+                tool_call_id=link,
+            )
+            for link in links
+        )
+        return (assistant, *results)
+
+    # -- completion ---------------------------------------------------------------------
+    def complete(self) -> None:
+        check(self.cancel)
+        prompt = self.final_prompt or self.prepare(self.s._state.snapshot, Phase.COMPLETION)
+        cap = self.budget.completion_output_tokens
+        check_prompt(self.budget, self.usage, prompt.token_count, cap, cancel=self.cancel)
+        self.final_prompt = prompt
+        response = self.dispatch(prompt, cap)
+        self.answer = response.text
+        if response.tool_calls:
+            raise InvalidContext("tools are disabled during completion")
+        if response.reached_token_limit:
+            raise BudgetExceeded("completion hit its output limit")

@@ -1,0 +1,190 @@
+"""WorkingContext: the preserved transcript plus the editable working revision.
+
+Pure value logic, no I/O. Every mutation returns a *new* WorkingContext or raises; the old one
+is never touched, which is what makes commits atomic for the session and the stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from picocontext.edits import (
+    MAX_APPEND_PAYLOAD_BYTES,
+    MAX_APPEND_RECORDS,
+    MAX_BODY_BYTES,
+    MAX_EDIT_OPERATIONS,
+    MAX_TOOL_CALLS_PER_GROUP,
+    AppendTransaction,
+    Delete,
+    Edit,
+)
+from picocontext.errors import (
+    DuplicateOperation,
+    IncompleteToolGroup,
+    InvalidContext,
+    ProtectedRecord,
+    ScopeMismatch,
+    StaleRevision,
+    UnknownRecord,
+)
+from picocontext.records import ALWAYS_PROTECTED, Record, Role, Snapshot, records_wire_json
+from picocontext.textrules import require_unicode, utf8_len
+
+MAX_REVISION = 2**63 - 1
+
+
+def _check_text(record: Record) -> None:
+    require_unicode(record.id)
+    require_unicode(record.body)
+    if record.tool_call_id is not None:
+        require_unicode(record.tool_call_id)
+    for call in record.tool_calls:
+        require_unicode(call.id)
+        require_unicode(call.name)
+        require_unicode(call.arguments)
+
+
+def validate_snapshot(snapshot: Snapshot) -> None:
+    """Raise the first rule a snapshot breaks, in the reference's order."""
+    scope = snapshot.scope
+    if not (0 <= snapshot.revision < MAX_REVISION) or not scope.is_complete:
+        raise InvalidContext("empty scope or invalid revision")
+    records = snapshot.records
+    if not records:
+        raise InvalidContext("empty history")
+    first_user = next((r for r in records if r.role is Role.USER), None)
+    if first_user is None or not first_user.protected:
+        raise InvalidContext("the initial user task must be protected")
+    seen_ids: set[str] = set()
+    seen_calls: set[str] = set()
+    pending: set[str] = set()
+    for record in records:
+        _check_text(record)
+        if not record.id or record.id in seen_ids:
+            raise InvalidContext("empty or duplicate record ID")
+        seen_ids.add(record.id)
+        if record.role in ALWAYS_PROTECTED and not record.protected:
+            raise ProtectedRecord(record.id)
+        if record.role is Role.TOOL:
+            if (
+                record.tool_calls
+                or record.tool_call_id is None
+                or record.tool_call_id not in pending
+            ):
+                raise InvalidContext("orphaned or duplicate tool result")
+            pending.discard(record.tool_call_id)
+            continue
+        if pending:
+            raise IncompleteToolGroup()
+        if record.tool_call_id is not None:
+            raise InvalidContext("result ID on a non-tool record")
+        if record.tool_calls:
+            if record.role is not Role.ASSISTANT:
+                raise InvalidContext("only assistants call tools")
+            if len(record.tool_calls) > MAX_TOOL_CALLS_PER_GROUP:
+                raise InvalidContext("a tool group allows at most 31 calls")
+            for call in record.tool_calls:
+                if not call.id or not call.name or call.id in seen_calls:
+                    raise InvalidContext("empty or duplicate tool call ID/name")
+                seen_calls.add(call.id)
+                pending.add(call.id)
+    if pending:
+        raise IncompleteToolGroup()
+
+
+def _next_revision(revision: int) -> int:
+    if revision + 1 >= MAX_REVISION:
+        raise InvalidContext("empty scope or invalid revision")
+    return revision + 1
+
+
+@dataclass(frozen=True, slots=True)
+class WorkingContext:
+    """``original`` is every caller record in arrival order with its original body;
+    ``snapshot`` is the working revision that model and caller edits change."""
+
+    original: Snapshot
+    snapshot: Snapshot
+
+    @classmethod
+    def start(cls, snapshot: Snapshot) -> WorkingContext:
+        validate_snapshot(snapshot)
+        return cls(original=snapshot, snapshot=snapshot)
+
+    @property
+    def revision(self) -> int:
+        return self.snapshot.revision
+
+    def apply(self, edit: Edit) -> WorkingContext:
+        """Validate ``edit`` against the working revision; return the committed candidate."""
+        current = self.snapshot
+        if edit.scope != current.scope:
+            raise ScopeMismatch()
+        if edit.base_revision != current.revision:
+            raise StaleRevision(expected=current.revision, received=edit.base_revision)
+        if not 1 <= len(edit.operations) <= MAX_EDIT_OPERATIONS:
+            raise InvalidContext("an edit needs 1...32 operations")
+        by_id = {r.id: r for r in current.records}
+        targeted: dict[str, str | None] = {}
+        for op in edit.operations:
+            if op.record_id in targeted:
+                raise DuplicateOperation(op.record_id)
+            record = by_id.get(op.record_id)
+            if record is None:
+                raise UnknownRecord(op.record_id)
+            if record.protected:
+                raise ProtectedRecord(op.record_id)
+            if isinstance(op, Delete):
+                targeted[op.record_id] = None
+            else:
+                if utf8_len(op.body) > MAX_BODY_BYTES:
+                    raise InvalidContext("replacement too large")
+                targeted[op.record_id] = op.body
+        records: list[Record] = []
+        changed = False
+        for record in current.records:
+            if record.id not in targeted:
+                records.append(record)
+                continue
+            body = targeted[record.id]
+            changed = True if body is None or body != record.body else changed
+            if body is not None:
+                records.append(record if body == record.body else record.with_body(body))
+        candidate = Snapshot.model_construct(
+            scope=current.scope, revision=_next_revision(current.revision), records=tuple(records)
+        )
+        validate_snapshot(candidate)
+        if not changed:
+            raise InvalidContext("edit changes nothing")
+        return WorkingContext(original=self.original, snapshot=candidate)
+
+    def append(self, transaction: AppendTransaction) -> WorkingContext:
+        """Extend both views with caller records; ids are never reusable, even after deletion."""
+        current = self.snapshot
+        if transaction.scope != current.scope:
+            raise ScopeMismatch()
+        if transaction.base_revision != current.revision:
+            raise StaleRevision(expected=current.revision, received=transaction.base_revision)
+        new = transaction.records
+        too_big = any(utf8_len(r.body) > MAX_BODY_BYTES for r in new)
+        if not 1 <= len(new) <= MAX_APPEND_RECORDS or too_big:
+            raise InvalidContext("append needs 1...64 records with bodies at most 64000 bytes")
+        for record in new:
+            _check_text(record)
+        if utf8_len(records_wire_json(new)) > MAX_APPEND_PAYLOAD_BYTES:
+            raise InvalidContext("append payload too large")
+        revision = _next_revision(current.revision)
+        transcript = Snapshot.model_construct(
+            scope=current.scope, revision=revision, records=self.original.records + new
+        )
+        candidate = Snapshot.model_construct(
+            scope=current.scope, revision=revision, records=current.records + new
+        )
+        validate_snapshot(transcript)
+        validate_snapshot(candidate)
+        return WorkingContext(original=transcript, snapshot=candidate)
+
+    def deleted_ids(self) -> list[str]:
+        """Transcript record ids no longer in the working revision (tombstones)."""
+        live = {r.id for r in self.snapshot.records}
+        return [r.id for r in self.original.records if r.id not in live]

@@ -1,0 +1,1 @@
+"""picocontext_diagnostics — fixtures, graders, runners and benchmarks over the public core API."""

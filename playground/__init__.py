@@ -1,0 +1,1 @@
+"""picocontext_playground — the PySide6 comparison app and its headless smoke mode."""

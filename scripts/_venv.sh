@@ -1,0 +1,39 @@
+# Shared by the project's commands: create or update .venv with the given extras.
+# Sourced, not executed. Installs only when pyproject.toml changed since the last install.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PICOCONTEXT_VENV:-$ROOT/.venv}"
+PYTHON_BIN="${PYTHON:-python3}"
+
+picocontext_system_packages() {
+    # Fonts for Qt text, OpenBLAS for MLX's CPU matmuls. Best effort: only as root with apt.
+    if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+        local need=()
+        for pkg in "$@"; do
+            dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+        done
+        if [ "${#need[@]}" -gt 0 ]; then
+            echo "installing system packages: ${need[*]}" >&2
+            (apt-get install -y -q "${need[@]}" >/dev/null 2>&1 ||
+                (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${need[@]}" >/dev/null 2>&1)) ||
+                echo "warning: could not install ${need[*]}; continuing" >&2
+        fi
+    fi
+}
+
+picocontext_venv() {
+    local extras="$1"
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON_BIN" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
+            { echo "picocontext needs Python >= 3.11 (found $("$PYTHON_BIN" --version 2>&1))" >&2; exit 1; }
+        "$PYTHON_BIN" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+    fi
+    local stamp="$VENV/.picocontext-$extras"
+    local want
+    want="$(cat "$ROOT/pyproject.toml" | "$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "$VENV/bin/python" -m pip install -q -e "$ROOT[$extras]"
+        echo "$want" >"$stamp"
+    fi
+}

@@ -1,0 +1,39 @@
+"""The package layout holds: core imports without the optional extras, layering is kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_core_imports_without_mlx_or_qt() -> None:
+    code = (
+        "import sys, picocontext, picocontext.models;"
+        "bad = [m for m in ('mlx', 'mlx_lm', 'PySide6', 'huggingface_hub') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_core_never_imports_diagnostics_playground_or_qt() -> None:
+    offenders = []
+    for path in (ROOT / "core").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for banned in ("picocontext_diagnostics", "picocontext_playground", "PySide6"):
+            if f"import {banned}" in text or f"from {banned}" in text:
+                offenders.append(f"{path.relative_to(ROOT)}: {banned}")
+    assert offenders == []
+
+
+def test_only_playground_imports_qt() -> None:
+    offenders = [
+        str(p.relative_to(ROOT))
+        for folder in ("core", "diagnostics")
+        for p in (ROOT / folder).rglob("*.py")
+        if "PySide6" in p.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
