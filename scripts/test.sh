@@ -18,7 +18,9 @@ mkdir -p .typecheck
 ln -sfn ../core .typecheck/picocontext
 ln -sfn ../diagnostics .typecheck/picocontext_diagnostics
 ln -sfn ../playground .typecheck/picocontext_playground
-MYPYPATH="$ROOT/.typecheck" "$PY" -m mypy -p picocontext -p picocontext_diagnostics -p picocontext_playground tests
+export MYPYPATH="$ROOT/.typecheck:$ROOT/tests/support"
+"$PY" -m mypy -p picocontext -p picocontext_diagnostics -p picocontext_playground
+"$PY" -m mypy --exclude "^tests/support/" tests
 
 echo "== pytest" >&2
 export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"
