@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kettle import SCOPE
+
 from picocontext import (
     Delete,
     InvalidContext,

@@ -17,6 +17,7 @@ from kettle import (
     kettle_snapshot,
     phased,
 )
+
 from picocontext import (
     AppendTransaction,
     Busy,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kettle import SCOPE, kettle_records, kettle_snapshot
+
 from picocontext import (
     AppendTransaction,
     Delete,
