@@ -1,0 +1,266 @@
+"""The episode runner: one session per episode, the caller owns every append.
+
+For each step, in order: check cancellation; stop with ``episode token allowance exhausted``
+if the whole-episode allowance is used up (no generation happens); append the step's records;
+run one turn with ``total_tokens = min(turn allowance, what is left of the episode
+allowance)``; grade the live context on the run's *revised* snapshot, before the answer is
+appended (so a correct answer cannot hide lost context, while earlier answers — already live
+history — do count); append the answer explicitly as an unprotected assistant record; publish
+exactly one step report to ``on_step``; check cancellation again; stop on any failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from picocontext import (
+    BudgetExceeded,
+    Cancelled,
+    CancelToken,
+    ContextSession,
+    ModelBackend,
+    PicoContextError,
+    Record,
+    Role,
+    RunBudget,
+    RunReport,
+    Snapshot,
+    TokenCounter,
+)
+from pydantic import BaseModel, ConfigDict
+
+from picocontext_diagnostics.episodes import MAX_STEPS, Episode, Step
+from picocontext_diagnostics.errors import InvalidEpisode
+from picocontext_diagnostics.grading import (
+    ContextCheck,
+    answer_matches,
+    explain_answer,
+    explain_state,
+    retained_facts,
+)
+from picocontext_diagnostics.policies import Policy, TurnRunner, session_turn
+
+DEFAULT_EPISODE_TOKENS = 80_000
+MAX_EPISODE_TOKENS = 10_000_000
+EPISODE_EXHAUSTED = BudgetExceeded("episode token allowance exhausted").message
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+def sequential_budget() -> RunBudget:
+    """The budget used for sequential tasks: 4,096 window, 24,000 per turn, 4 decision
+    attempts of 1,024 tokens, 512 for the answer."""
+    return RunBudget(context_window=4_096, max_edit_attempts=4)
+
+
+class StepReport(BaseModel):
+    """What happened in one step. ``run`` is absent when no turn ran (allowance or append)."""
+
+    model_config = _FROZEN
+    step: Step
+    run: RunReport | None
+    check: ContextCheck
+    retained_facts: dict[str, str]
+    retained_correct: bool
+    answer_correct: bool
+    failure: str | None
+    context_problem: str | None = None
+    answer_problem: str | None = None
+
+    @property
+    def input_tokens(self) -> int:
+        return self.run.total_input_tokens if self.run else 0
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.run.total_generated_tokens if self.run else 0
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and self.retained_correct and self.answer_correct
+
+
+class EpisodeReport(BaseModel):
+    """Every step that ran (steps after a failure are absent), and both final views."""
+
+    model_config = _FROZEN
+    title: str
+    policy: Policy
+    planned_steps: int
+    steps: tuple[StepReport, ...]
+    original: Snapshot
+    revised: Snapshot
+    failure: str | None
+    elapsed_seconds: float
+
+    @property
+    def passed(self) -> bool:
+        """No failure, every planned step reached, each retained- and answer-correct."""
+        return (
+            self.failure is None
+            and len(self.steps) == self.planned_steps > 0
+            and all(s.retained_correct and s.answer_correct for s in self.steps)
+        )
+
+    @property
+    def total_input_tokens(self) -> int:
+        return sum(s.input_tokens for s in self.steps)
+
+    @property
+    def total_generated_tokens(self) -> int:
+        return sum(s.generated_tokens for s in self.steps)
+
+    @property
+    def total_prefill_tokens(self) -> int:
+        return sum(s.run.total_prefill_tokens for s in self.steps if s.run)
+
+    @property
+    def retained_correct_steps(self) -> int:
+        return sum(s.retained_correct for s in self.steps)
+
+    @property
+    def answer_correct_steps(self) -> int:
+        return sum(s.answer_correct for s in self.steps)
+
+
+StepCallback = Callable[[StepReport], None]
+
+
+def validate_episode_bounds(episode: Episode, episode_tokens: int) -> None:
+    ids = [step.id for step in episode.steps]
+    ok = (
+        1 <= len(episode.steps) <= MAX_STEPS
+        and all(ids)
+        and len(set(ids)) == len(ids)
+        and 1 <= episode_tokens <= MAX_EPISODE_TOKENS
+    )
+    if not ok:
+        raise InvalidEpisode(
+            f"invalid diagnostic episode bounds: 1...{MAX_STEPS} steps with unique non-empty "
+            f"ids and an episode allowance of 1...{MAX_EPISODE_TOKENS} tokens"
+        )
+
+
+class EpisodeRunner:
+    """Runs episodes against one counter/backend pair (each episode gets a fresh session)."""
+
+    def __init__(
+        self,
+        counter: TokenCounter,
+        backend: ModelBackend,
+        turn: TurnRunner = session_turn,
+    ) -> None:
+        self.counter = counter
+        self.backend = backend
+        self.turn = turn
+
+    def run(
+        self,
+        episode: Episode,
+        policy: Policy,
+        budget: RunBudget | None = None,
+        episode_tokens: int = DEFAULT_EPISODE_TOKENS,
+        on_step: StepCallback | None = None,
+        cancel: CancelToken | None = None,
+    ) -> EpisodeReport:
+        """Run every step of ``episode`` under ``policy``. Bad bounds raise
+        :class:`InvalidEpisode`; cancellation raises :class:`picocontext.Cancelled`; every
+        other problem is a reported step failure."""
+        validate_episode_bounds(episode, episode_tokens)
+        budget = budget or sequential_budget()
+        started = time.perf_counter()
+        session = ContextSession(episode.initial, self.counter, self.backend)
+        used = 0
+        reports: list[StepReport] = []
+        failure: str | None = None
+        for step in episode.steps:
+            _check(cancel)
+            report = self._step(
+                session, episode, step, policy, budget, episode_tokens - used, cancel
+            )
+            if report.run is not None:
+                used += report.run.total_input_tokens + report.run.total_generated_tokens
+            reports.append(report)
+            if on_step is not None:
+                on_step(report)
+            _check(cancel)
+            if report.failure is not None:
+                failure = report.failure
+                break
+        _check(cancel)
+        return EpisodeReport(
+            title=episode.title,
+            policy=policy,
+            planned_steps=len(episode.steps),
+            steps=tuple(reports),
+            original=session.original_context,
+            revised=session.context,
+            failure=failure,
+            elapsed_seconds=time.perf_counter() - started,
+        )
+
+    def _step(
+        self,
+        session: ContextSession,
+        episode: Episode,
+        step: Step,
+        policy: Policy,
+        budget: RunBudget,
+        remaining: int,
+        cancel: CancelToken | None,
+    ) -> StepReport:
+        expected = step.expected_facts
+
+        def no_run(failure: str) -> StepReport:
+            retained = retained_facts(session.context, expected, episode.check)
+            return StepReport(
+                step=step,
+                run=None,
+                check=episode.check,
+                retained_facts=retained,
+                retained_correct=False,
+                answer_correct=False,
+                failure=failure,
+            )
+
+        if remaining <= 0:
+            return no_run(EPISODE_EXHAUSTED)
+        try:
+            session.append_records(step.records, cancel)
+        except Cancelled:
+            raise
+        except PicoContextError as exc:
+            return no_run(exc.message)
+        step_budget = budget.model_copy(
+            update={"total_tokens": min(budget.total_tokens, remaining)}
+        )
+        run = self.turn(session, policy, step_budget, cancel)
+        retained = retained_facts(run.revised, expected, episode.check)
+        failure = run.failure
+        if failure is None:
+            answer = Record(id=step.answer_record_id, role=Role.ASSISTANT, body=run.answer)
+            try:
+                session.append_records((answer,), cancel)
+            except Cancelled:
+                raise
+            except PicoContextError as exc:
+                failure = exc.message
+        retained_ok = retained == expected
+        answer_ok = failure is None and answer_matches(run.answer, expected)
+        return StepReport(
+            step=step,
+            run=run,
+            check=episode.check,
+            retained_facts=retained,
+            retained_correct=retained_ok,
+            answer_correct=answer_ok,
+            failure=failure,
+            context_problem=None if retained_ok else explain_state(retained, expected),
+            answer_problem=None if answer_ok else explain_answer(run.answer, expected),
+        )
+
+
+def _check(cancel: CancelToken | None) -> None:
+    if cancel is not None:
+        cancel.check()
