@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from picocontext.cancel import CancelToken
 from picocontext.records import Record, Snapshot
-from pydantic import BaseModel, ConfigDict, Field
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict
+
 from picocontext.cancel import CancelToken, check
 from picocontext.errors import BudgetExceeded, InvalidContext
-from pydantic import BaseModel, ConfigDict
 
 MAX_OUTPUT_CAP = 1_000_000
 MAX_CONTEXT_WINDOW = 1_000_000

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from picocontext.errors import InvalidContext, StaleRevision
 from picocontext.records import Record, Scope
 from picocontext.textrules import utf8_len
-from pydantic import BaseModel, ConfigDict
 
 EDIT_TOOL = "edit_context"
 KEEP_TOOL = "keep_context"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from pydantic import BaseModel, ConfigDict
+
 from picocontext.backend import EditStyle, PreparedPrompt
 from picocontext.records import Snapshot
-from pydantic import BaseModel, ConfigDict
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
