@@ -1,0 +1,205 @@
+"""The pcx 0.2 manifest format as frozen pydantic models.
+
+The models are the single source of truth: the JSON Schema in ``resources/schemas`` is generated
+from them (:func:`picocontext.manifest.schema.generate_schema`). Field names, optionality and
+limits follow the peer's published format, so a manifest written by either side reads in the
+other. Unlike the peer, nodes carry no free-form ``meta``: the runtime accepts exactly what the
+schema accepts (extension data belongs in ``source``, which is open).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+PCX_VERSION = "0.2"
+DEFAULT_ROOT_ID = "r"
+DESCRIPTOR_MAX_CHARS = 160
+
+_NODE_CONFIG = ConfigDict(frozen=True, extra="forbid")
+
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+DescriptorLine = Annotated[StrictStr, Field(min_length=1, max_length=DESCRIPTOR_MAX_CHARS)]
+
+RenderLevel = Literal["full", "summary"]
+
+
+class Payload(BaseModel):
+    """Pointer to a leaf's verbatim content; the content itself is never inlined."""
+
+    model_config = _NODE_CONFIG
+
+    ref: StrictStr = Field(description="Content reference, e.g. node://<id>.")
+    format: StrictStr | None = Field(default=None, description="md, json, txt, ...")
+    render: tuple[RenderLevel, ...] | None = Field(
+        default=None, description="Available render levels; 'full' is verbatim."
+    )
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return self.render if self.render else ("full",)
+
+
+class Link(BaseModel):
+    """A see-also edge to a node in another branch, with the reason to follow it."""
+
+    model_config = _NODE_CONFIG
+
+    to: StrictStr = Field(description="Target node id; must resolve in this manifest.")
+    why: StrictStr | None = Field(default=None, description="One line: why these relate.")
+
+
+class Node(BaseModel):
+    """A branch (``children``) or a leaf (``payload``), never both, never neither."""
+
+    model_config = _NODE_CONFIG
+
+    id: StrictStr | None = Field(default=None, description="Must equal its key in `nodes`.")
+    tier: NonNegInt | None = None
+    title: StrictStr | None = None
+    what: DescriptorLine = Field(description="One line: what is behind this node.")
+    when: DescriptorLine = Field(description="One line: the goal that makes this the branch.")
+    keywords: tuple[StrictStr, ...] | None = None
+    desc_tokens: NonNegInt | None = Field(default=None, description="Cost of the descriptor.")
+    tokens: NonNegInt | None = Field(default=None, description="Cost of a leaf's full payload.")
+    summary_tokens: NonNegInt | None = None
+    subtree_tokens: NonNegInt | None = None
+    content_hash: StrictStr | None = None
+    children: tuple[StrictStr, ...] | None = Field(default=None, description="Child ids.")
+    payload: Payload | None = None
+    links: tuple[Link, ...] | None = None
+    facets: dict[StrictStr, StrictStr] | None = None
+
+    @model_validator(mode="after")
+    def _branch_xor_leaf(self) -> Node:
+        if (self.children is None) == (self.payload is None):
+            raise ValueError("a node needs exactly one of 'children' (branch) or 'payload' (leaf)")
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.payload is not None
+
+    @property
+    def is_branch(self) -> bool:
+        return self.children is not None
+
+    @property
+    def label(self) -> str:
+        return self.title or self.what[:40]
+
+
+class Source(BaseModel):
+    """Provenance. Open to extra keys (the schema allows them); ``tokenizer`` records which
+    counter produced the costs in this file."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    id: Annotated[StrictStr, Field(min_length=1)]
+    kind: StrictStr
+    generated_at: StrictStr | None = None
+    content_hash: StrictStr | None = None
+    tokenizer: StrictStr | None = Field(
+        default=None, description="Counter behind every cost, e.g. heuristic:4chars."
+    )
+
+
+class Variant(BaseModel):
+    model_config = _NODE_CONFIG
+
+    budget: PositiveInt = Field(description="Target window in tokens for this variant.")
+    manifest_tokens: NonNegInt | None = None
+    siblings: tuple[PositiveInt, ...] | None = None
+
+
+class Manifest(BaseModel):
+    """One budget variant of a source. Structure (ids, parents, cycles, depth) is checked by
+    :func:`picocontext.manifest.validate.check_structure`, not here, so errors can be listed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pcx_version: Literal["0.2"]
+    usage: StrictStr | None = None
+    source: Source
+    variant: Variant
+    full_tokens: NonNegInt | None = None
+    root: Node
+    nodes: dict[StrictStr, Node]
+
+    @property
+    def root_id(self) -> str:
+        return self.root.id or DEFAULT_ROOT_ID
+
+    @property
+    def identity(self) -> str | None:
+        return self.source.content_hash
+
+    @property
+    def tokenizer(self) -> str | None:
+        return self.source.tokenizer
+
+    def get(self, node_id: str) -> Node:
+        from picocontext.manifest.errors import UnknownNode
+
+        if node_id == self.root_id:
+            return self.root
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise UnknownNode(node_id)
+        return node
+
+    def has(self, node_id: str) -> bool:
+        return node_id == self.root_id or node_id in self.nodes
+
+    def children_of(self, node_id: str) -> tuple[str, ...]:
+        return self.get(node_id).children or ()
+
+    @cached_property
+    def parents(self) -> dict[str, str]:
+        """Child id -> parent id (first parent wins; validation rejects a second one)."""
+        out: dict[str, str] = {}
+        for cid in self.root.children or ():
+            out.setdefault(cid, self.root_id)
+        for nid, node in self.nodes.items():
+            for cid in node.children or ():
+                out.setdefault(cid, nid)
+        return out
+
+    def ancestors(self, node_id: str) -> list[str]:
+        """Root first, parent last. Bounded by the node count, so a cycle cannot hang it."""
+        chain: list[str] = []
+        seen = {node_id}
+        cur = self.parents.get(node_id)
+        while cur is not None and cur not in seen and len(chain) <= len(self.nodes) + 1:
+            chain.append(cur)
+            seen.add(cur)
+            cur = self.parents.get(cur)
+        chain.reverse()
+        return chain
+
+    @cached_property
+    def leaf_ids(self) -> tuple[str, ...]:
+        return tuple(nid for nid, n in self.nodes.items() if n.is_leaf)
+
+    def computed_full_tokens(self) -> int:
+        """``full_tokens`` if stated, else the sum of the leaves' declared ``tokens``."""
+        if self.full_tokens is not None:
+            return self.full_tokens
+        return sum(self.nodes[i].tokens or 0 for i in self.leaf_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape both implementations read: absent optionals and empty
+        keywords/links/facets are omitted, ``children: []`` is kept (it marks a branch)."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        for node in [data["root"], *data["nodes"].values()]:
+            for key in ("keywords", "links", "facets"):
+                if key in node and not node[key]:
+                    del node[key]
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)

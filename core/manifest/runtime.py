@@ -1,0 +1,657 @@
+"""The expansion runtime: the budget authority for one model reading one manifest.
+
+Accounting model (the fix for the peer's B5-B10 and B19): the runtime keeps a ledger of every
+piece of text that is resident in the model's window -- the protocol text, the root line, one
+line per visible node at its current view level, and each spliced leaf (context envelope
+included). Every entry is charged with ONE counter on exactly the string that is rendered, so
+``spent`` always equals the sum of the counts of :meth:`Runtime.ledger` entries.
+
+Rules:
+
+* ``effective_budget = budget - reserve``; a runtime whose baseline does not fit is refused.
+* Only nodes on the frontier (visible) can be opened or looked at (:class:`NotOnFrontier`).
+  Lateral disclosures (``disclose``: related links, facet filters) put nodes on the frontier
+  and are charged like any other line.
+* A repeated look or open is free: nothing new becomes resident.
+* ``collapse`` reclaims leaves and branch reveals (a reveal takes its descendants with it).
+* With ``auto_collapse`` the least recently *used* leaves and reveals are reclaimed to make
+  room; the plan is computed first, so a refusal leaves the state untouched.
+* Leaves are verbatim: the resolver's text is spliced unchanged; a summary is served only by a
+  summary resolver and charged on its own text.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from picocontext.manifest.errors import (
+    BudgetTooSmall,
+    DisclosureRefused,
+    LevelUnavailable,
+    ManifestError,
+    NotOnFrontier,
+    ResolveError,
+)
+from picocontext.manifest.model import Manifest, Node
+from picocontext.manifest.text import IdfTable, field_terms, score, terms
+from picocontext.manifest.tokens import HeuristicCounter, TextCounter
+
+ViewLevel = Literal["title", "brief", "full"]
+VIEW_LEVELS: tuple[ViewLevel, ...] = ("title", "brief", "full")
+_RANK = {"title": 0, "brief": 1, "full": 2}
+
+LeafResolver = Callable[[str], str]
+
+
+class SearchBackend(Protocol):
+    def search(self, query: str, k: int) -> list[str]: ...
+
+
+def dict_resolver(leaves: Mapping[str, str]) -> LeafResolver:
+    """Resolve leaves from a resident mapping: an O(1) local splice."""
+
+    def resolve(node_id: str) -> str:
+        try:
+            return leaves[node_id]
+        except KeyError:
+            raise ResolveError(
+                f"No resident content for leaf {node_id!r}; ship it in the local store."
+            ) from None
+
+    return resolve
+
+
+def render_line(node_id: str, node: Node, level: str) -> str:
+    """One frontier line. The id is part of the line because the model needs it to act."""
+    kind = "leaf" if node.is_leaf else f"branch:{len(node.children or ())}"
+    head = f"{node_id} [{kind}] {node.title or node.what[:40]}"
+    if level == "title":
+        return head
+    if level == "brief":
+        return f"{head}: {node.what}"
+    line = f"{head}: {node.what} | when: {node.when}"
+    if node.keywords:
+        line += " | keys: " + ", ".join(node.keywords)
+    if node.links:
+        line += " | see-also: " + ", ".join(link.to for link in node.links)
+    return line
+
+
+class FrontierEntry(BaseModel):
+    """A visible node as a navigator sees it; ``text`` is the exact charged line."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str
+    title: str | None
+    what: str
+    when: str
+    keywords: tuple[str, ...]
+    depth: int
+    is_leaf: bool
+    level: ViewLevel
+    text: str
+    expand_cost: int
+    expanded: bool
+    links: tuple[str, ...]
+    via: str
+
+
+class LedgerEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    text: str
+    tokens: int
+
+
+class _Splice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    level: str
+    text: str
+    cost: int
+
+
+class KeywordSearch:
+    """Default search backend: field-weighted IDF over every node's descriptor."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self._ids: list[str] = []
+        self._fields: list[dict[str, float]] = []
+        for nid, node in manifest.nodes.items():
+            self._ids.append(nid)
+            self._fields.append(node_terms(node))
+        self._idf = IdfTable(f.keys() for f in self._fields)
+
+    def search(self, query: str, k: int) -> list[str]:
+        q = terms(query)
+        scored = [(score(q, f, self._idf), i) for i, f in enumerate(self._fields)]
+        scored = [s for s in scored if s[0] > 0]
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        return [self._ids[i] for _, i in scored[:k]]
+
+
+def node_terms(node: Node, level: str = "full") -> dict[str, float]:
+    fields: dict[str, str | Iterable[str]] = {"title": node.title or ""}
+    if _RANK[level] >= 1:
+        fields["what"] = node.what
+    if _RANK[level] >= 2:
+        fields["when"] = node.when
+        fields["keywords"] = node.keywords or ()
+    return field_terms(fields)
+
+
+class Runtime:
+    """Holds the budget for one reader of one manifest. Not thread-safe: one per agent loop."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        budget: int | None = None,
+        reserve: int = 0,
+        counter: TextCounter | None = None,
+        view_level: ViewLevel = "full",
+        auto_collapse: bool = False,
+        resolver: LeafResolver | None = None,
+        summary_resolver: LeafResolver | None = None,
+        search_backend: SearchBackend | None = None,
+        protocol_text: str | None = None,
+        leaf_context: bool = True,
+    ) -> None:
+        if view_level not in VIEW_LEVELS:
+            raise ManifestError(f"Unknown view level {view_level!r}; use one of {VIEW_LEVELS}.")
+        if reserve < 0:
+            raise ManifestError(f"reserve must be >= 0, got {reserve}.")
+        self.manifest = manifest
+        self.counter: TextCounter = counter or HeuristicCounter()
+        self.view_level: ViewLevel = view_level
+        self.auto_collapse = auto_collapse
+        self.resolver = resolver
+        self.summary_resolver = summary_resolver
+        self.leaf_context = leaf_context
+        self._search = search_backend
+        self.budget = budget if budget is not None else manifest.variant.budget
+        self.reserve = reserve
+        self.effective_budget = self.budget - reserve
+        self.protocol_text = protocol_text or ""
+        self._count_cache: dict[str, int] = {}
+        self._depth_cache: dict[str, int] = {}
+        # visible node -> who disclosed it: a branch id, "@base" or "@lateral"
+        self._visible: dict[str, str] = {}
+        self._level: dict[str, str] = {}
+        self._line_cost: dict[str, int] = {}
+        self._revealed: dict[str, list[str]] = {}
+        self._spliced: dict[str, _Splice] = {}
+        self._lru: OrderedDict[str, None] = OrderedDict()
+        self._note: dict[str, str] = {}
+        self.root_line = render_line(manifest.root_id, manifest.root, "full")
+        self._fixed = self._count(self.protocol_text) + self._count(self.root_line)
+        self._spent = self._fixed
+        for cid in manifest.root.children or ():
+            if cid in self._visible or not manifest.has(cid):
+                continue
+            self._show(cid, "@base", view_level)
+        self.baseline_tokens = self._spent
+        if self.effective_budget < self.baseline_tokens or self.effective_budget <= 0:
+            raise BudgetTooSmall(self.effective_budget, self.baseline_tokens)
+
+    # ----------------------------------------------------------------- accounting
+    def _count(self, text: str) -> int:
+        hit = self._count_cache.get(text)
+        if hit is None:
+            hit = self.counter.count(text)
+            if len(self._count_cache) > 200_000:
+                self._count_cache.clear()
+            self._count_cache[text] = hit
+        return hit
+
+    @property
+    def spent(self) -> int:
+        return self._spent
+
+    @property
+    def budget_remaining(self) -> int:
+        return self.effective_budget - self._spent
+
+    def ledger(self) -> list[LedgerEntry]:
+        """Everything resident, in render order, each with its own count."""
+        out = []
+        if self.protocol_text:
+            out.append(
+                LedgerEntry(
+                    key="@protocol", text=self.protocol_text, tokens=self._count(self.protocol_text)
+                )
+            )
+        out.append(
+            LedgerEntry(key="@root", text=self.root_line, tokens=self._count(self.root_line))
+        )
+        for nid in self._visible:
+            text = self._line(nid)
+            out.append(LedgerEntry(key=nid, text=text, tokens=self._count(text)))
+        for nid, sp in self._spliced.items():
+            out.append(LedgerEntry(key=f"leaf:{nid}", text=sp.text, tokens=self._count(sp.text)))
+        return out
+
+    def render(self) -> str:
+        """The resident context as one text (what a host would put in the window)."""
+        return "\n".join(e.text for e in self.ledger())
+
+    # ----------------------------------------------------------------- visibility
+    def _line(self, nid: str, level: str | None = None) -> str:
+        text = render_line(
+            nid, self.manifest.get(nid), level or self._level.get(nid, self.view_level)
+        )
+        note = self._note.get(nid)
+        return f"{text}  <- {note}" if note else text
+
+    def _show(self, nid: str, owner: str, level: str) -> None:
+        self._visible[nid] = owner
+        self._level[nid] = level
+        cost = self._count(self._line(nid, level))
+        self._line_cost[nid] = cost
+        self._spent += cost
+
+    def is_visible(self, node_id: str) -> bool:
+        return node_id in self._visible
+
+    def is_spliced(self, node_id: str) -> bool:
+        return node_id in self._spliced
+
+    def is_revealed(self, node_id: str) -> bool:
+        return node_id in self._revealed
+
+    def visible_ids(self) -> list[str]:
+        return list(self._visible)
+
+    def depth(self, node_id: str) -> int:
+        d = self._depth_cache.get(node_id)
+        if d is None:
+            d = len(self.manifest.ancestors(node_id))
+            self._depth_cache[node_id] = d
+        return d
+
+    def _require_known(self, node_id: str) -> Node:
+        if node_id == self.manifest.root_id:
+            raise ManifestError(
+                f"{node_id!r} is the root; it is always shown and cannot be opened."
+            )
+        return self.manifest.get(node_id)
+
+    def _require_visible(self, node_id: str) -> Node:
+        node = self._require_known(node_id)
+        if node_id not in self._visible:
+            path = [a for a in self.manifest.ancestors(node_id) if a != self.manifest.root_id]
+            nearest = next(
+                (a for a in path if a in self._visible and a not in self._revealed), None
+            )
+            hint = (
+                f"open {nearest!r} first"
+                if nearest
+                else "open its ancestors first, or reach it through related/filter"
+            )
+            raise NotOnFrontier(node_id, hint)
+        return node
+
+    # ----------------------------------------------------------------- costs
+    def level_cost(self, node_id: str, level: str) -> int:
+        return self._count(self._line(node_id, level))
+
+    def _reveal_cost(self, node: Node) -> int:
+        return sum(
+            self.level_cost(c, self.view_level)
+            for c in node.children or ()
+            if c not in self._visible and self.manifest.has(c)
+        )
+
+    def _splice_text(self, node_id: str, node: Node, level: str) -> str:
+        if level not in ("full", "summary"):
+            raise LevelUnavailable(node_id, level, "leaves render at 'full' or 'summary'")
+        assert node.payload is not None
+        if level == "summary":
+            if "summary" not in node.payload.levels:
+                raise LevelUnavailable(node_id, level, "the payload advertises no summary")
+            if self.summary_resolver is None:
+                raise LevelUnavailable(
+                    node_id, level, "no summary resolver; open it at 'full' instead"
+                )
+            body = self.summary_resolver(node_id)
+        elif self.resolver is not None:
+            body = self.resolver(node_id)
+        else:
+            declared = node.tokens or 0
+            body = f"(content at {node.payload.ref}; {declared} tokens, splice it from your store)"
+        header = f"--- {node_id} ({level}) ---"
+        if not self.leaf_context:
+            return f"{header}\n{body}"
+        return f"{self._envelope(node_id)}\n{header}\n{body}"
+
+    def _envelope(self, node_id: str) -> str:
+        """Where the leaf sits: the path, plus the descriptor of any ancestor the model has not
+        been shown (a lateral jump), because the envelope is charged like everything else."""
+        chain = self.manifest.ancestors(node_id)
+        names = [self.manifest.get(a).label for a in chain] + [self.manifest.get(node_id).label]
+        lines = ["[context] " + " › ".join(names)]
+        for a in chain:
+            if a != self.manifest.root_id and a not in self._visible:
+                lines.append(f"  - {self.manifest.get(a).label}: {self.manifest.get(a).what}")
+        return "\n".join(lines)
+
+    def _leaf_cost(self, node_id: str, node: Node, level: str) -> int:
+        text = self._splice_text(node_id, node, level)
+        cost = self._count(text)
+        if self.resolver is None and level == "full":
+            # Ref mode: the host splices the content itself; charge its declared size.
+            cost += node.tokens or 0
+        return cost
+
+    def expand_cost(self, node_id: str, level: str = "full") -> int:
+        """Tokens opening ``node_id`` would add now (0 when it is already open)."""
+        node = self._require_known(node_id)
+        if node.is_leaf:
+            if node_id in self._spliced:
+                return 0
+            return self._leaf_cost(node_id, node, level)
+        if node_id in self._revealed:
+            return 0
+        return self._reveal_cost(node)
+
+    # ----------------------------------------------------------------- budget
+    def _touch(self, key: str) -> None:
+        self._lru[key] = None
+        self._lru.move_to_end(key)
+
+    def _subtree_items(self, branch: str) -> tuple[int, list[str], list[str], list[str]]:
+        """Tokens reclaimed by collapsing ``branch``'s reveal, with the hidden nodes, reveals
+        and splices it removes (iterative, so a deep tree cannot overflow the stack)."""
+        hidden: list[str] = []
+        reveals: list[str] = []
+        splices: list[str] = []
+        tokens = 0
+        stack = [branch]
+        while stack:
+            b = stack.pop()
+            reveals.append(b)
+            for c in self._revealed.get(b, ()):
+                if self._visible.get(c) != b:
+                    continue
+                hidden.append(c)
+                tokens += self._line_cost[c]
+                if c in self._spliced:
+                    splices.append(c)
+                    tokens += self._spliced[c].cost
+                if c in self._revealed:
+                    stack.append(c)
+        return tokens, hidden, reveals, splices
+
+    def _plan_room(self, target: str, cost: int) -> list[str] | None:
+        """LRU keys to collapse so ``cost`` fits, or None if even that cannot make room."""
+        need = cost - self.budget_remaining
+        if need <= 0:
+            return []
+        if not self.auto_collapse:
+            return None
+        protected = set(self.manifest.ancestors(target)) | {target}
+        gone: set[str] = set()
+        plan: list[str] = []
+        freed = 0
+        for key in self._lru:
+            if freed >= need:
+                break
+            if key in protected or key in gone:
+                continue
+            if key in self._spliced:
+                plan.append(key)
+                gone.add(key)
+                freed += self._spliced[key].cost
+            elif key in self._revealed:
+                tokens, hidden, reveals, splices = self._subtree_items(key)
+                if protected & set(hidden):
+                    continue
+                # Items already planned inside this subtree must not be counted twice.
+                overlap = sum(self._spliced[s].cost for s in splices if s in gone)
+                plan.append(key)
+                gone.update(hidden, reveals, splices)
+                freed += tokens - overlap
+        return plan if freed >= need else None
+
+    def _ensure_room(self, node_id: str, cost: int) -> None:
+        plan = self._plan_room(node_id, cost)
+        if plan is None:
+            remaining = self.budget_remaining
+            if self._spliced or self._revealed:
+                suggestion = (
+                    "collapse an open leaf or branch first (close), or enable auto_collapse"
+                )
+            else:
+                suggestion = "pick a cheaper node or raise the budget"
+            node = self.manifest.get(node_id)
+            if (
+                node.is_leaf
+                and node.payload is not None
+                and "summary" in node.payload.levels
+                and self.summary_resolver is not None
+                and node_id not in self._spliced
+            ):
+                try:
+                    if self._leaf_cost(node_id, node, "summary") <= remaining:
+                        suggestion = "open it at level 'summary', which fits"
+                except ManifestError:
+                    pass
+            raise DisclosureRefused(node_id, cost, remaining, suggestion)
+        for key in plan:
+            self.collapse(key)
+
+    # ----------------------------------------------------------------- operations
+    def peek(self) -> list[FrontierEntry]:
+        """Every visible node, in disclosure order. Charges nothing."""
+        return [self.entry(nid) for nid in self._visible]
+
+    def entry(self, node_id: str) -> FrontierEntry:
+        node = self.manifest.get(node_id)
+        level = self._level.get(node_id, self.view_level)
+        expanded = node_id in self._spliced or node_id in self._revealed
+        try:
+            cost = self.expand_cost(node_id)
+        except ManifestError:
+            cost = 0
+        return FrontierEntry(
+            node_id=node_id,
+            title=node.title,
+            what=node.what,
+            when=node.when,
+            keywords=tuple(node.keywords or ()),
+            depth=self.depth(node_id),
+            is_leaf=node.is_leaf,
+            level=level,  # type: ignore[arg-type]
+            text=self._line(node_id),
+            expand_cost=cost,
+            expanded=expanded,
+            links=tuple(link.to for link in node.links or ()),
+            via=self._visible.get(node_id, ""),
+        )
+
+    def frontier_view(self, include_root: bool = True) -> str:
+        lines = [self.root_line] if include_root else []
+        lines.extend(self._line(nid) for nid in self._visible)
+        return "\n".join(lines)
+
+    def look(self, node_ids: Sequence[str], level: ViewLevel = "full") -> str:
+        """Escalate visible nodes to ``level`` (never down). A node already at that level or
+        above costs nothing; the whole call is checked against the budget before any change."""
+        if level not in VIEW_LEVELS:
+            raise ManifestError(f"Unknown view level {level!r}; use one of {VIEW_LEVELS}.")
+        ids = list(dict.fromkeys(node_ids))
+        delta = 0
+        changes: list[tuple[str, int]] = []
+        for nid in ids:
+            self._require_visible(nid)
+            cur = self._level[nid]
+            if _RANK[level] <= _RANK[cur]:
+                continue
+            new_cost = self.level_cost(nid, level)
+            changes.append((nid, new_cost))
+            delta += new_cost - self._line_cost[nid]
+        if delta > self.budget_remaining:
+            raise DisclosureRefused(
+                ",".join(ids),
+                delta,
+                self.budget_remaining,
+                "look at fewer nodes or collapse something first",
+            )
+        for nid, new_cost in changes:
+            self._spent += new_cost - self._line_cost[nid]
+            self._line_cost[nid] = new_cost
+            self._level[nid] = level
+        for nid in ids:
+            self._touch(nid)
+        return "\n".join(self._line(nid) for nid in ids)
+
+    def expand(self, node_id: str, level: str = "full") -> str:
+        """Open a visible node. A branch puts its children on the frontier and returns their
+        lines; a leaf is spliced verbatim and its text (envelope included) returned."""
+        node = self._require_visible(node_id)
+        if node.is_leaf:
+            held = self._spliced.get(node_id)
+            if held is not None and held.level == level:
+                self._touch(node_id)
+                return held.text
+            text = self._splice_text(node_id, node, level)
+            cost = self._leaf_cost(node_id, node, level)
+            if held is not None:
+                # Switching level: the old rendering is released only if the new one fits.
+                if cost - held.cost > self.budget_remaining:
+                    raise DisclosureRefused(
+                        node_id, cost - held.cost, self.budget_remaining, "close something first"
+                    )
+                self.collapse(node_id)
+            self._ensure_room(node_id, cost)
+            self._spliced[node_id] = _Splice(level=level, text=text, cost=cost)
+            self._spent += cost
+            self._touch(node_id)
+            return text
+        if node_id in self._revealed:
+            self._touch(node_id)
+            return "\n".join(self._line(c) for c in node.children or () if c in self._visible)
+        cost = self._reveal_cost(node)
+        self._ensure_room(node_id, cost)
+        new: list[str] = []
+        for cid in node.children or ():
+            if cid not in self._visible and self.manifest.has(cid):
+                self._show(cid, node_id, self.view_level)
+                new.append(cid)
+        self._revealed[node_id] = new
+        self._touch(node_id)
+        return "\n".join(self._line(c) for c in node.children or () if c in self._visible)
+
+    def disclose(self, node_ids: Sequence[str], notes: Mapping[str, str] | None = None) -> str:
+        """Put nodes on the frontier laterally (followed links, facet hits), charged at the view
+        level with their note (e.g. a link's why) as part of the line; all or nothing."""
+        ids = list(dict.fromkeys(node_ids))
+        for nid in ids:
+            self._require_known(nid)
+        new = [i for i in ids if i not in self._visible]
+        notes = notes or {}
+        old_notes = dict(self._note)
+        for nid in new:
+            if notes.get(nid):
+                self._note[nid] = notes[nid]
+        cost = sum(self.level_cost(i, self.view_level) for i in new)
+        try:
+            if new and cost > self.budget_remaining:
+                self._ensure_room(new[0], cost)
+        except ManifestError:
+            self._note = old_notes
+            raise
+        for nid in new:
+            self._show(nid, "@lateral", self.view_level)
+        return "\n".join(self._line(i) for i in ids)
+
+    def collapse(self, node_id: str) -> int:
+        """Reclaim a spliced leaf, a branch reveal (with everything under it) or a lateral
+        line. Returns the tokens reclaimed; 0 when nothing of it is resident."""
+        self._require_known(node_id)
+        before = self._spent
+        if node_id in self._spliced:
+            self._spent -= self._spliced.pop(node_id).cost
+            self._lru.pop(node_id, None)
+        elif node_id in self._revealed:
+            _, hidden, reveals, splices = self._subtree_items(node_id)
+            for s in splices:
+                self._spent -= self._spliced.pop(s).cost
+                self._lru.pop(s, None)
+            for h in hidden:
+                self._spent -= self._line_cost.pop(h)
+                del self._visible[h]
+                self._level.pop(h, None)
+                self._lru.pop(h, None)
+            for r in reveals:
+                self._revealed.pop(r, None)
+                self._lru.pop(r, None)
+        elif self._visible.get(node_id) == "@lateral":
+            self._spent -= self._line_cost.pop(node_id)
+            del self._visible[node_id]
+            self._level.pop(node_id, None)
+            self._note.pop(node_id, None)
+            self._lru.pop(node_id, None)
+        return before - self._spent
+
+    def ancestors(self, node_id: str) -> list[str]:
+        self.manifest.get(node_id)
+        return self.manifest.ancestors(node_id)
+
+    def related(self, node_id: str) -> list[tuple[str, str]]:
+        """(target id, why) for each see-also link that resolves. Charges nothing."""
+        node = self.manifest.get(node_id)
+        return [
+            (link.to, link.why or "")
+            for link in node.links or ()
+            if self.manifest.has(link.to) and link.to != self.manifest.root_id
+        ]
+
+    def find_by_facets(self, **facets: str) -> list[str]:
+        """Ids (root included) whose facets match every pair; an empty query matches nothing."""
+        if not facets:
+            return []
+        items: list[tuple[str, Node]] = [(self.manifest.root_id, self.manifest.root)]
+        items.extend(self.manifest.nodes.items())
+        out = []
+        for nid, node in items:
+            f = node.facets or {}
+            if all(f.get(k) == v for k, v in facets.items()):
+                out.append(nid)
+        return out
+
+    def search(self, query: str, k: int = 5) -> list[str]:
+        """Ranked ids from the search backend (built-in keyword index when none is given)."""
+        if self._search is None:
+            self._search = KeywordSearch(self.manifest)
+        return self._search.search(query, k)
+
+    def reconcile(
+        self, current_identity: str | None = None, live_ids: Iterable[str] | None = None
+    ) -> list[str]:
+        """Warnings when the manifest may misroute: a changed origin identity, or nodes that no
+        longer exist at the origin. Never changes anything."""
+        warnings: list[str] = []
+        mine = self.manifest.identity
+        if current_identity is not None and current_identity != mine:
+            warnings.append(
+                f"stale manifest: identity {mine!r} but the origin is now {current_identity!r}; "
+                "refetch before trusting its routes"
+            )
+        if live_ids is not None:
+            live = set(live_ids)
+            gone = sorted(n for n in self.manifest.nodes if n not in live)
+            if gone:
+                head = ", ".join(gone[:5])
+                warnings.append(
+                    f"{len(gone)} node(s) no longer exist at the origin (e.g. {head}); "
+                    "routes to them dangle"
+                )
+        return warnings

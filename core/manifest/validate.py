@@ -1,0 +1,291 @@
+"""Validation: size limits, the schema (through the models) and the structure the schema cannot
+express. Every check is iterative and bounded, so a hostile manifest (a 100k-deep chain,
+a 10 MB descriptor, cyclic children, deeply nested JSON) yields a list of errors, never a
+RecursionError or a hang.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from picocontext.manifest.errors import ManifestInvalid
+from picocontext.manifest.model import Manifest, Node
+
+
+class Limits(BaseModel):
+    """Bounds a manifest must respect. Defaults fit any real corpus by a wide margin."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_bytes: int = 64 * 1024 * 1024
+    max_nodes: int = 250_000
+    max_depth: int = 48
+    max_children: int = 10_000
+    max_links: int = 256
+    max_text_chars: int = 4096
+    max_errors: int = 500
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class ValidationReport(BaseModel):
+    """Errors make a manifest unusable; warnings are inconsistencies a reader survives."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    manifest: Manifest | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.manifest is not None
+
+
+class _Errors:
+    """Collects at most ``cap`` messages and counts the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.items: list[str] = []
+        self.dropped = 0
+        self.cap = cap
+
+    def add(self, msg: str) -> None:
+        if len(self.items) < self.cap:
+            self.items.append(msg)
+        else:
+            self.dropped += 1
+
+    def final(self) -> tuple[str, ...]:
+        extra = [f"... {self.dropped} more error(s) not shown"] if self.dropped else []
+        return (*self.items, *extra)
+
+
+def _format_pydantic(exc: ValidationError, cap: int) -> list[str]:
+    out: list[str] = []
+    for err in exc.errors(include_input=False, include_url=False)[:cap]:
+        loc = "/".join(str(p) for p in err["loc"]) or "<document>"
+        out.append(f"{loc}: {err['msg']}")
+    if exc.error_count() > cap:
+        out.append(f"... {exc.error_count() - cap} more error(s) not shown")
+    return out
+
+
+def _text_fields(node: Node) -> list[tuple[str, str]]:
+    fields: list[tuple[str, str]] = []
+    if node.title is not None:
+        fields.append(("title", node.title))
+    for i, kw in enumerate(node.keywords or ()):
+        fields.append((f"keywords[{i}]", kw))
+    for i, link in enumerate(node.links or ()):
+        fields.append((f"links[{i}]/to", link.to))
+        if link.why:
+            fields.append((f"links[{i}]/why", link.why))
+    for key, value in (node.facets or {}).items():
+        fields.append((f"facets/{key[:40]}", key + value))
+    if node.payload is not None:
+        fields.append(("payload/ref", node.payload.ref))
+    return fields
+
+
+def check_structure(
+    manifest: Manifest, limits: Limits = DEFAULT_LIMITS
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Structure checks on a schema-valid manifest: (errors, warnings).
+
+    Errors: id != key, the root id reused as a node key, unknown or duplicate child refs, a node
+    with several parents, the root as a child, cycles, orphans, dangling links and ``node://``
+    payload refs, and the size limits. Warnings: ``tier`` disagreeing with depth, a baseline
+    above the budget, ``subtree_tokens`` that do not add up.
+    """
+    errs = _Errors(limits.max_errors)
+    warns: list[str] = []
+    root_id = manifest.root_id
+    nodes = manifest.nodes
+    if len(nodes) + 1 > limits.max_nodes:
+        errs.add(f"nodes: {len(nodes) + 1} nodes exceed the limit of {limits.max_nodes}")
+        return errs.final(), ()
+    if root_id in nodes:
+        errs.add(f"nodes/{root_id}: the root id {root_id!r} is also used as a node key")
+
+    parent: dict[str, str] = {}
+    every: list[tuple[str, Node]] = [(root_id, manifest.root), *nodes.items()]
+    for nid, node in every:
+        where = "root" if nid == root_id and node is manifest.root else f"nodes/{nid}"
+        if node is not manifest.root and node.id is not None and node.id != nid:
+            errs.add(f"{where}/id: id {node.id!r} does not match its key {nid!r}")
+        for field, text in _text_fields(node):
+            if len(text) > limits.max_text_chars:
+                errs.add(f"{where}/{field}: {len(text)} chars exceed {limits.max_text_chars}")
+        kids = node.children or ()
+        if len(kids) > limits.max_children:
+            errs.add(f"{where}/children: {len(kids)} children exceed {limits.max_children}")
+            continue
+        seen_here: set[str] = set()
+        for i, cid in enumerate(kids):
+            if cid in seen_here:
+                errs.add(f"{where}/children[{i}]: duplicate child ref {cid!r}")
+                continue
+            seen_here.add(cid)
+            if cid == root_id:
+                errs.add(f"{where}/children[{i}]: the root {cid!r} cannot be a child")
+            elif cid not in nodes:
+                errs.add(f"{where}/children[{i}]: unknown child id {cid!r}")
+            elif cid in parent:
+                errs.add(
+                    f"{where}/children[{i}]: {cid!r} already has parent {parent[cid]!r} "
+                    "(a node has a single parent)"
+                )
+            else:
+                parent[cid] = nid
+        links = node.links or ()
+        if len(links) > limits.max_links:
+            errs.add(f"{where}/links: {len(links)} links exceed {limits.max_links}")
+        for i, link in enumerate(links[: limits.max_links]):
+            if not manifest.has(link.to):
+                errs.add(f"{where}/links[{i}]: dangling link to unknown id {link.to!r}")
+        if node.payload is not None and node.payload.ref.startswith("node://"):
+            target = node.payload.ref[len("node://") :]
+            if not manifest.has(target):
+                errs.add(f"{where}/payload/ref: dangling payload ref {node.payload.ref!r}")
+            elif target != nid and not manifest.get(target).is_leaf:
+                errs.add(f"{where}/payload/ref: {node.payload.ref!r} points at a branch")
+
+    # Breadth-first from the root over first-parent edges only: iterative, each node once.
+    depth: dict[str, int] = {root_id: 0}
+    queue: deque[str] = deque([root_id])
+    too_deep = False
+    while queue:
+        nid = queue.popleft()
+        d = depth[nid]
+        for cid in manifest.root.children if nid == root_id else nodes[nid].children or ():
+            if parent.get(cid) != nid or cid in depth:
+                continue
+            depth[cid] = d + 1
+            if d + 1 > limits.max_depth:
+                too_deep = True
+                continue
+            queue.append(cid)
+    if too_deep:
+        errs.add(f"root: the tree is deeper than the limit of {limits.max_depth} levels")
+
+    unreached = [nid for nid in nodes if nid not in depth]
+    if unreached and not too_deep:
+        cycles = _cycles(unreached, parent)
+        for cyc in cycles:
+            shown = " -> ".join(cyc[:8]) + (" -> ..." if len(cyc) > 8 else "")
+            errs.add(f"nodes: cycle in children: {shown} -> {cyc[0]}")
+        in_cycle = {n for c in cycles for n in c}
+        orphans = [n for n in unreached if n not in in_cycle]
+        if orphans:
+            head = ", ".join(repr(o) for o in orphans[:10])
+            more = f" and {len(orphans) - 10} more" if len(orphans) > 10 else ""
+            errs.add(
+                f"nodes: {len(orphans)} orphan node(s) not reachable from the root: {head}{more}"
+            )
+
+    for nid, d in depth.items():
+        if nid == root_id:
+            continue
+        tier = nodes[nid].tier
+        if tier is not None and tier != d:
+            warns.append(f"nodes/{nid}/tier: tier {tier} but depth {d}")
+    baseline = manifest.variant.manifest_tokens
+    if baseline is not None and baseline > manifest.variant.budget:
+        warns.append(
+            f"variant: manifest_tokens {baseline} exceed the budget {manifest.variant.budget}"
+        )
+    for nid, node in nodes.items():
+        if node.children and node.subtree_tokens is not None:
+            kid_sum = sum((nodes[c].subtree_tokens or 0) for c in node.children if c in nodes)
+            if all(c in nodes and nodes[c].subtree_tokens is not None for c in node.children) and (
+                kid_sum != node.subtree_tokens
+            ):
+                warns.append(
+                    f"nodes/{nid}/subtree_tokens: {node.subtree_tokens} but children sum to "
+                    f"{kid_sum}"
+                )
+    return errs.final(), tuple(warns[: limits.max_errors])
+
+
+def _cycles(unreached: list[str], parent: dict[str, str]) -> list[list[str]]:
+    """Cycles among unreachable nodes, following the single recorded parent of each."""
+    state: dict[str, int] = {}
+    found: list[list[str]] = []
+    for start in unreached:
+        if start in state:
+            continue
+        path: list[str] = []
+        pos: dict[str, int] = {}
+        cur: str | None = start
+        while cur is not None and cur not in state:
+            state[cur] = 1
+            pos[cur] = len(path)
+            path.append(cur)
+            cur = parent.get(cur)
+        if cur is not None and cur in pos:
+            found.append(list(reversed(path[pos[cur] :])))
+        for n in path:
+            state[n] = 2
+    return found
+
+
+def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:
+    if isinstance(data, Mapping):
+        return Manifest.model_validate(data)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if len(raw) > limits.max_bytes:
+        raise ManifestInvalid(
+            [f"<document>: {len(raw)} bytes exceed the limit of {limits.max_bytes}"]
+        )
+    return Manifest.model_validate_json(raw)
+
+
+def validate_manifest(
+    data: bytes | str | Mapping[str, Any] | Manifest, limits: Limits = DEFAULT_LIMITS
+) -> ValidationReport:
+    """Parse and check everything; never raises for bad input, returns the errors instead."""
+    try:
+        manifest = data if isinstance(data, Manifest) else _parse(data, limits)
+    except ManifestInvalid as exc:
+        return ValidationReport(errors=exc.errors)
+    except ValidationError as exc:
+        return ValidationReport(errors=tuple(_format_pydantic(exc, limits.max_errors)))
+    except RecursionError:
+        return ValidationReport(errors=("<document>: JSON nested too deeply",))
+    errors, warnings = check_structure(manifest, limits)
+    return ValidationReport(errors=errors, warnings=warnings, manifest=manifest)
+
+
+def load_manifest(
+    data: bytes | str | Mapping[str, Any] | Path, limits: Limits = DEFAULT_LIMITS
+) -> Manifest:
+    """A fully validated manifest, or :class:`ManifestInvalid` listing every problem.
+
+    ``str`` is JSON text; pass a :class:`~pathlib.Path` to read a file.
+    """
+    source = "manifest"
+    if isinstance(data, Path):
+        source = str(data)
+        try:
+            size = data.stat().st_size
+        except OSError as exc:
+            raise ManifestInvalid([f"cannot read {data}: {exc.strerror or exc}"], source) from exc
+        if size > limits.max_bytes:
+            raise ManifestInvalid([f"<document>: {size} bytes exceed {limits.max_bytes}"], source)
+        data = data.read_bytes()
+    report = validate_manifest(data, limits)
+    if not report.ok or report.manifest is None:
+        raise ManifestInvalid(report.errors, source)
+    return report.manifest
+
+
+def dump_json(manifest: Manifest) -> str:
+    return json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n"
