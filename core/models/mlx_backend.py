@@ -1,0 +1,525 @@
+"""The MLX model: one object that is TokenCounter, ModelBackend and ChatModel.
+
+Why one dedicated thread: MLX streams are thread-affine and an unevaluated array must never
+cross threads, so every MLX call (load, prefill, decode, cache trimming) runs on a single
+worker thread owned by the model. Callers on any thread submit work and wait; only Python
+ints and strings come back.
+
+Why a kept KV cache: consecutive prompts of one session share long prefixes (append-only and
+navigation prompts grow by appending; editable prompts share everything before the first
+edited record). The cache of the previous call is trimmed to the longest common token prefix
+and only the rest is prefilled. Greedy outputs are the same with and without reuse (tested on
+a real tiny model); ``ModelResponse.prefill_tokens`` reports the tokens actually computed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from picocontext.backend import (
+    ChatMessage,
+    ModelInput,
+    ModelResponse,
+    ModelToolCall,
+    Phase,
+    PreparedPrompt,
+    ToolSpec,
+)
+from picocontext.cancel import CancelToken
+from picocontext.edits import EDIT_TOOL, KEEP_TOOL
+from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
+from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
+from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
+
+T = TypeVar("T")
+
+EMPTY_REQUEST = "empty prompt or output allowance"
+NO_ACCOUNTING = "MLX generation ended without token accounting"
+
+# A logits processor as mlx_lm calls it: (tokens so far, logits) -> logits.
+LogitsProcessor = Callable[[Any, Any], Any]
+ProcessorFactory = Callable[[], list[LogitsProcessor]]
+
+
+class MLXWorker:
+    """A daemon thread that runs submitted callables in order; the only thread touching MLX."""
+
+    def __init__(self, name: str = "picocontext-mlx") -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._closed = False
+        self._thread.start()
+        _WORKERS.add(self)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def call(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise ModelError("The MLX model was closed")
+        if threading.current_thread() is self._thread:
+            return fn()
+        future: Future[T] = Future()
+        self._queue.put((fn, future))
+        return future.result()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread and wait for it: MLX's per-thread streams must be torn down by a
+        thread that exits normally, not by interpreter shutdown killing a daemon thread."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+
+_WORKERS: weakref.WeakSet[MLXWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_workers() -> None:
+    for worker in list(_WORKERS):
+        worker.close()
+
+
+@dataclass
+class _KVState:
+    """The kept cache and the exact token ids it holds (prompt + fed generated tokens)."""
+
+    cache: Any = None
+    tokens: list[int] = field(default_factory=list)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def reusable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many leading prompt tokens a cache holding ``cached`` can serve; at least one
+    prompt token must still be computed to get the next-token logits."""
+    return min(common_prefix(cached, prompt), len(prompt) - 1) if prompt else 0
+
+
+def forced_tokens(script: Sequence[int]) -> LogitsProcessor:
+    """A logits processor that makes greedy decoding emit ``script`` exactly, then lets the
+    model continue. Tests use it to drive real tool-call parsing through a random model."""
+    import mlx.core as mx
+
+    steps = list(script)
+    calls = {"n": 0}
+
+    def processor(tokens: Any, logits: Any) -> Any:
+        k = calls["n"]
+        calls["n"] += 1
+        if k >= len(steps):
+            return logits
+        vocab = logits.shape[-1]
+        mask = mx.full((vocab,), -float("inf"), dtype=logits.dtype)
+        mask[steps[k]] = 0.0
+        return logits + mask
+
+    return processor
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Raw result of one generation (worker-side), turned into a ModelResponse by callers."""
+
+    tokens: tuple[int, ...]
+    finish: str
+    prefill_tokens: int
+    seconds: float
+
+
+class MLXModel:
+    """A loaded MLX model. Construct with :meth:`load` (or via :mod:`picocontext.models.registry`).
+
+    ``prefix_cache`` keeps and trims the KV cache across calls; ``constrained`` makes the
+    decision call grammar-constrained (see :mod:`picocontext.models.constrained`). Both
+    settings are written into every prepared prompt's notes, so reports record them.
+    """
+
+    def __init__(
+        self,
+        worker: MLXWorker,
+        model: Any,
+        tokenizer: Any,
+        path: Path,
+        *,
+        model_id: str,
+        revision: str | None = None,
+        prefix_cache: bool = True,
+        constrained: bool = False,
+        load_seconds: float = 0.0,
+        prefill_step_size: int = 512,
+    ) -> None:
+        self._worker = worker
+        self._model = model
+        self._tokenizer = tokenizer
+        self._path = path
+        self._model_id = model_id
+        self._revision = revision
+        self._prefix_cache = prefix_cache
+        self._constrained = constrained
+        self.load_seconds = load_seconds
+        self.prefill_step_size = prefill_step_size
+        self._format = ChatFormat(HFChatTokenizer(tokenizer))
+        self._kv = _KVState()
+        self._busy = threading.Lock()
+        self._decision_grammar: Any = None
+        self.extra_processors: ProcessorFactory | None = None
+        self._update_notes()
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        model_id: str | None = None,
+        revision: str | None = None,
+        prefix_cache: bool = True,
+        constrained: bool = False,
+    ) -> MLXModel:
+        """Load a standard MLX model directory on a fresh worker thread (loading is timed
+        separately and never counted in run times)."""
+        from picocontext.models.blas import preload_openblas
+
+        directory = Path(path)
+        if not (directory / "config.json").is_file():
+            raise ModelError(
+                f"{directory} is not an MLX model directory (config.json is missing). Pass a "
+                "directory written by mlx_lm.convert or by picocontext's model import."
+            )
+        preload_openblas()
+        worker = MLXWorker()
+
+        def _load() -> tuple[Any, Any, float]:
+            from mlx_lm import load as mlx_load
+
+            started = time.perf_counter()
+            loaded = mlx_load(str(directory))
+            return loaded[0], loaded[1], time.perf_counter() - started
+
+        try:
+            model, tokenizer, seconds = worker.call(_load)
+        except ModelError:
+            worker.close()
+            raise
+        except Exception as exc:
+            worker.close()
+            raise ModelError(f"Could not load the MLX model at {directory}: {exc}") from exc
+        return cls(
+            worker,
+            model,
+            tokenizer,
+            directory,
+            model_id=model_id or directory.name,
+            revision=revision,
+            prefix_cache=prefix_cache,
+            constrained=constrained,
+            load_seconds=seconds,
+        )
+
+    def close(self) -> None:
+        """Release the cache and stop the worker thread."""
+        try:
+            self._worker.call(self._drop_cache)
+        finally:
+            self._worker.close()
+
+    def __enter__(self) -> MLXModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- settings -------------------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def revision(self) -> str | None:
+        return self._revision
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def chat_format(self) -> ChatFormat:
+        return self._format
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def worker(self) -> MLXWorker:
+        return self._worker
+
+    @property
+    def prefix_cache(self) -> bool:
+        return self._prefix_cache
+
+    @prefix_cache.setter
+    def prefix_cache(self, on: bool) -> None:
+        self._prefix_cache = on
+        if not on:
+            self._worker.call(self._drop_cache)
+        self._update_notes()
+
+    @property
+    def constrained(self) -> bool:
+        return self._constrained
+
+    @constrained.setter
+    def constrained(self, on: bool) -> None:
+        self._constrained = on
+        self._update_notes()
+
+    def settings_notes(self) -> tuple[str, ...]:
+        return (
+            f"model: {self._model_id}" + (f"@{self._revision}" if self._revision else ""),
+            f"prefix cache: {'on' if self._prefix_cache else 'off'}",
+            f"constrained decisions: {'on' if self._constrained else 'off'}",
+        )
+
+    def _update_notes(self) -> None:
+        self._format.set_settings_notes(self.settings_notes())
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance for reports."""
+        from picocontext.models.blas import blas_status
+
+        return {
+            "backend": "mlx",
+            "model": self._model_id,
+            "modelRevision": self._revision,
+            "path": str(self._path),
+            "sampling": "greedy",
+            "prefixCache": self._prefix_cache,
+            "constrainedDecisions": self._constrained,
+            "blas": blas_status(),
+            "loadSeconds": round(self.load_seconds, 3),
+        }
+
+    # -- TokenCounter ---------------------------------------------------------------------
+    def prepare(self, model_input: ModelInput) -> PreparedPrompt:
+        return self._format.prepare(model_input)
+
+    def count_tokens(self, text: str) -> int:
+        return self._format.count_tokens(text)
+
+    # -- ModelBackend ---------------------------------------------------------------------
+    def generate(
+        self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
+    ) -> ModelResponse:
+        decision = prompt.input.phase is Phase.EDIT
+        grammar_input = prompt.input if decision and self._constrained else None
+        tools = [_named_tool(EDIT_TOOL), _named_tool(KEEP_TOOL)] if decision else None
+        return self._respond(
+            list(prompt.token_ids),
+            max_tokens,
+            cancel,
+            tools=tools,
+            fallback=decision,
+            grammar_input=grammar_input,
+        )
+
+    # -- ChatModel ------------------------------------------------------------------------
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+    ) -> ModelResponse:
+        ids, _rendered, _notes = self._format.prepare_chat(messages, tools)
+        specs = [{"type": "function", "function": {"name": t.name}} for t in tools]
+        return self._respond(ids, max_tokens, cancel, tools=specs or None, fallback=bool(tools))
+
+    def render_chat(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+    ) -> tuple[list[int], str, tuple[str, ...]]:
+        """The exact ids/text/notes :meth:`chat` would consume (for budgets and reports)."""
+        return self._format.prepare_chat(messages, tools)
+
+    # -- generation core ------------------------------------------------------------------
+    def _respond(
+        self,
+        ids: list[int],
+        max_tokens: int,
+        cancel: CancelToken | None,
+        *,
+        tools: list[dict[str, Any]] | None,
+        fallback: bool,
+        grammar_input: ModelInput | None = None,
+    ) -> ModelResponse:
+        if not ids or max_tokens <= 0:
+            raise InvalidContext(EMPTY_REQUEST)
+        if not self._busy.acquire(blocking=False):
+            raise Busy()
+        try:
+            if cancel is not None:
+                cancel.check()
+            result = self._worker.call(
+                lambda: self._generate_on_worker(ids, max_tokens, cancel, grammar_input)
+            )
+        finally:
+            self._busy.release()
+        if result.finish == "cancelled":
+            raise Cancelled()
+        return self._response(result, tools, fallback)
+
+    def _response(
+        self, result: Generation, tools: list[dict[str, Any]] | None, fallback: bool
+    ) -> ModelResponse:
+        body = list(result.tokens[:-1] if result.finish == "stop" else result.tokens)
+        text = self._format.tokenizer.decode(body)
+        calls: tuple[ModelToolCall, ...] = ()
+        wrapper = self._tokenizer
+        if tools and getattr(wrapper, "has_tool_calling", False):
+            calls = parse_native_tool_calls(
+                body,
+                wrapper.tool_call_start_tokens,
+                wrapper.tool_call_end_tokens,
+                self._format.tokenizer.decode,
+                wrapper.tool_parser,
+                tools,
+            )
+        if not calls and fallback:
+            calls = parse_text_tool_calls(text)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            generated_tokens=len(result.tokens),
+            reached_token_limit=result.finish == "length",
+            prefill_tokens=result.prefill_tokens,
+            seconds=result.seconds,
+        )
+
+    def _drop_cache(self) -> None:
+        self._kv = _KVState()
+
+    def _generate_on_worker(
+        self,
+        ids: list[int],
+        max_tokens: int,
+        cancel: CancelToken | None,
+        grammar_input: ModelInput | None,
+    ) -> Generation:
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
+        started = time.perf_counter()
+        reuse = 0
+        cache = None
+        if self._prefix_cache and self._kv.cache is not None:
+            reuse = reusable_prefix(self._kv.tokens, ids)
+            if reuse > 0 and can_trim_prompt_cache(self._kv.cache):
+                cache = self._kv.cache
+                excess = len(self._kv.tokens) - reuse
+                if excess:
+                    for layer in cache:
+                        layer.trim(excess)
+            else:
+                reuse = 0
+        if cache is None:
+            cache = make_prompt_cache(self._model)
+        # The cache is in flux until this generation ends cleanly.
+        self._kv = _KVState()
+
+        processors: list[LogitsProcessor] = []
+        if grammar_input is not None:
+            from picocontext.models.constrained import decision_processor
+
+            processors.append(decision_processor(self, grammar_input))
+        if self.extra_processors is not None:
+            processors.extend(self.extra_processors())
+
+        def progress(done: int, total: int) -> None:
+            if cancel is not None and cancel.cancelled:
+                raise _Abort()
+
+        tokens: list[int] = []
+        eos = self._tokenizer.eos_token_ids
+        finish: str | None = None
+        steps = generate_step(
+            mx.array(ids[reuse:]),
+            self._model,
+            max_tokens=max_tokens,
+            prompt_cache=cache,
+            logits_processors=processors or None,
+            prefill_step_size=self.prefill_step_size,
+            prompt_progress_callback=progress,
+        )
+        try:
+            for token, _logprobs in steps:
+                tokens.append(int(token))
+                if token in eos:
+                    finish = "stop"
+                    break
+                if cancel is not None and cancel.cancelled:
+                    finish = "cancelled"
+                    break
+                if len(tokens) >= max_tokens:
+                    finish = "length"
+                    break
+        except _Abort:
+            finish = "cancelled"
+        finally:
+            steps.close()
+        if finish is None:
+            raise InvalidContext(NO_ACCOUNTING)
+        if finish != "cancelled" and self._prefix_cache:
+            mx.eval([c.state for c in cache])
+            held = cache[0].offset if cache and hasattr(cache[0], "offset") else -1
+            known = ids + tokens
+            if 0 < held <= len(known) and all(getattr(c, "offset", held) == held for c in cache):
+                self._kv = _KVState(cache=cache, tokens=known[:held])
+        return Generation(
+            tokens=tuple(tokens),
+            finish=finish,
+            prefill_tokens=len(ids) - reuse,
+            seconds=time.perf_counter() - started,
+        )
+
+
+def _named_tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+class _Abort(Exception):
+    """Raised from the prefill progress callback to stop a cancelled prefill."""
