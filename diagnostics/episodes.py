@@ -13,6 +13,8 @@ the notebook fold and requires agreement with each step's expected state.
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from picocontext import (
     PicoContextError,
     Record,
@@ -22,8 +24,6 @@ from picocontext import (
     ToolCall,
     validate_snapshot,
 )
-from pydantic import BaseModel, ConfigDict, Field
-
 from picocontext_diagnostics.errors import InvalidEpisode
 from picocontext_diagnostics.fixtures import (
     MAX_NOISE_LINES,
@@ -240,7 +240,7 @@ def generated_episode(
         user_id="diagnostics-user", conversation_id=f"{scenario.value}-{seed}", branch_id="main"
     )
     episode = Episode(
-        title=f"{scenario.title}, seed {seed}",
+        title=f"{scenario.label}, seed {seed}",
         scenario=scenario,
         check=scenario.check,
         initial=initial_snapshot(scope, texts),

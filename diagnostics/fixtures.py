@@ -20,6 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from picocontext import (
     PicoContextError,
     Record,
@@ -29,8 +31,6 @@ from picocontext import (
     ToolCall,
     validate_snapshot,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
 from picocontext_diagnostics.errors import FixtureError
 from picocontext_diagnostics.grading import ContextCheck, fold_lines
 
@@ -183,7 +183,7 @@ class Scenario(StrEnum):
         return "exact_retention.json" if self is Scenario.RETENTION else "state_updates.json"
 
     @property
-    def title(self) -> str:
+    def label(self) -> str:
         return "Exact retention" if self is Scenario.RETENTION else "State updates"
 
 

@@ -34,7 +34,6 @@ from picocontext import (
     Role,
     Snapshot,
 )
-
 from picocontext_diagnostics.fixtures import dumps_sorted
 from picocontext_diagnostics.grading import FACT_PREFIX, REMOVE_PREFIX, notebook_state
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from picocontext import CancelToken, ContextSession, EditStyle, RunBudget, RunMode, RunReport
 from pydantic import BaseModel, ConfigDict, Field
 
+from picocontext import CancelToken, ContextSession, EditStyle, RunBudget, RunMode, RunReport
 from picocontext_diagnostics.errors import InvalidConfiguration
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")

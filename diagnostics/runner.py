@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pydantic import BaseModel, ConfigDict
+
 from picocontext import (
     BudgetExceeded,
     Cancelled,
@@ -28,8 +30,6 @@ from picocontext import (
     Snapshot,
     TokenCounter,
 )
-from pydantic import BaseModel, ConfigDict
-
 from picocontext_diagnostics.episodes import MAX_STEPS, Episode, Step
 from picocontext_diagnostics.errors import InvalidEpisode
 from picocontext_diagnostics.grading import (

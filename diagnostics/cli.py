@@ -1,0 +1,208 @@
+"""``picocontext-eval``: run an evaluation and write its versioned JSON report.
+
+Exit codes: 0 every result passed; 2 some result failed (the report is still written);
+1 a setup, configuration or export problem (message on stderr, prefixed ``picocontext-eval:``);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from picocontext import Cancelled, CancelToken, PicoContextError
+from picocontext_diagnostics.errors import DiagnosticsError
+from picocontext_diagnostics.evaluation import (
+    EvaluationConfig,
+    EvaluationLimits,
+    EvaluationReport,
+    EvaluationResult,
+    EvaluationRunner,
+    load_config,
+)
+from picocontext_diagnostics.fixtures import fixtures_dir
+
+PROG = "picocontext-eval"
+PROFILES = ("retention", "state", "pressure")
+
+USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
+                        [--model NAME_OR_DIR] [--output PATH] [--quiet]
+
+Run context policies side by side on seeded notebook episodes and write a JSON report.
+
+options:
+  --backend NAME     deterministic (default; a rule-based notebook model, byte counts) or
+                     mlx (a real local model through picocontext.models)
+  --config PATH      evaluation configuration JSON (at most 1 MB; see docs/diagnostics.md)
+  --profile NAME     a bundled configuration: {", ".join(PROFILES)}
+  --model VALUE      mlx only: model name, hub id or local model directory (default model
+                     when omitted)
+  --output PATH      where to write the report (default: a timestamped file in the user
+                     data folder)
+  --quiet            print only the summary and the report path
+  -h, --help         show this help
+
+Without --config or --profile the deterministic backend uses wide byte limits
+(window 32,768, turn 500,000, episode 2,000,000) and the mlx backend the app budget.
+Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."""
+
+_VALUED = ("--backend", "--config", "--profile", "--model", "--output")
+_FLAGS = ("--quiet",)
+
+
+class UsageError(DiagnosticsError):
+    """Bad command line."""
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, str]:
+    """Strict flags: unknown, repeated or value-less flags and stray words are errors."""
+    out: dict[str, str] = {}
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item in ("-h", "--help"):
+            out["help"] = "1"
+            i += 1
+            continue
+        name, eq, value = item.partition("=")
+        if name in _FLAGS:
+            if eq:
+                raise UsageError(f"{name} takes no value")
+            key = name[2:]
+        elif name in _VALUED:
+            key = name[2:]
+            if not eq:
+                if i + 1 >= len(items) or items[i + 1].startswith("--"):
+                    raise UsageError(f"{name} needs a value")
+                i += 1
+                value = items[i]
+            if not value:
+                raise UsageError(f"{name} needs a non-empty value")
+        elif item.startswith("-"):
+            raise UsageError(f"unknown option {name}")
+        else:
+            raise UsageError(f"unexpected argument {item!r}")
+        if key in out:
+            raise UsageError(f"{name} given more than once")
+        out[key] = value if name in _VALUED else "1"
+        i += 1
+    if "config" in out and "profile" in out:
+        raise UsageError("use either --config or --profile, not both")
+    if out.get("backend", "deterministic") not in ("deterministic", "mlx"):
+        raise UsageError("--backend must be deterministic or mlx")
+    if "profile" in out and out["profile"] not in PROFILES:
+        raise UsageError(f"--profile must be one of {', '.join(PROFILES)}")
+    if "model" in out and out.get("backend", "deterministic") != "mlx":
+        raise UsageError("--model applies only to --backend mlx")
+    return out
+
+
+def choose_config(args: dict[str, str]) -> EvaluationConfig:
+    if "config" in args:
+        return load_config(args["config"])
+    if "profile" in args:
+        return load_config(str(fixtures_dir() / "evaluation" / f"{args['profile']}.json"))
+    if args.get("backend", "deterministic") == "deterministic":
+        return EvaluationConfig(
+            limits=EvaluationLimits(
+                context_window=32_768, turn_tokens=500_000, episode_tokens=2_000_000
+            )
+        )
+    return EvaluationConfig()
+
+
+def default_output() -> Path:
+    from platformdirs import user_data_path
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return user_data_path("picocontext") / "evaluations" / f"evaluation-{stamp}.json"
+
+
+def write_report(report: EvaluationReport, path: Path) -> None:
+    """Write atomically: a crash never leaves half a report under the final name."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(report.to_json(), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        raise DiagnosticsError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def result_line(result: EvaluationResult) -> str:
+    line = (
+        f"{result.order}: seed {result.seed}, repetition {result.repetition}, "
+        f"{result.policy.name}: context {result.retained_correct_steps}/{result.planned_steps}, "
+        f"answer {result.answer_correct_steps}/{result.planned_steps}, "
+        f"input {result.input_tokens}, output {result.generated_tokens}"
+    )
+    return line + (f", failure: {result.failure}" if result.failure else "")
+
+
+def summary_lines(report: EvaluationReport) -> list[str]:
+    unit = report.provenance.token_unit
+    lines = [f"Summary ({report.provenance.backend}, {report.provenance.model}; tokens: {unit})"]
+    for s in report.summary.policies:
+        lines.append(
+            f"  {s.policy}: episodes {s.episodes.text()}; context steps "
+            f"{s.retained_steps.text()}; answer steps {s.answer_steps.text()}; "
+            f"mean input {s.mean_input_tokens:.0f}, output {s.mean_generated_tokens:.0f}"
+        )
+    for c in report.summary.comparisons:
+        diff = "n/a" if c.difference is None else f"{c.difference:+.0%}"
+        lines.append(
+            f"  {c.policy_a} vs {c.policy_b}: {c.pairs} paired episodes, "
+            f"only {c.policy_a} passed {c.only_a_passed}, only {c.policy_b} passed "
+            f"{c.only_b_passed}; difference {diff} [95% CI {c.difference_ci95_low:+.0%}–"
+            f"{c.difference_ci95_high:+.0%}], exact McNemar p = {c.mcnemar_exact_p:.3g}"
+        )
+    return lines
+
+
+def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | None = None) -> int:
+    """The whole command; returns the exit code (testable without a subprocess)."""
+    from picocontext_diagnostics.backends import provenance, resolve_backend
+
+    try:
+        args = parse_args(argv)
+        if "help" in args:
+            print(USAGE, file=out)
+            return 0
+        config = choose_config(args)
+        handle = resolve_backend(args.get("backend", "deterministic"), args.get("model"))
+        runner = EvaluationRunner(config, handle.counter, handle.backend, provenance(handle))
+        output = Path(args["output"]) if "output" in args else default_output()
+        quiet = "quiet" in args
+
+        def on_result(result: EvaluationResult) -> None:
+            if not quiet:
+                print(result_line(result), file=out, flush=True)
+
+        report = runner.run(on_result=on_result, cancel=cancel)
+        for line in summary_lines(report):
+            print(line, file=out)
+        write_report(report, output)
+        print(f"Saved {output}", file=out)
+        return 0 if report.passed else 2
+    except (Cancelled, KeyboardInterrupt):
+        print(f"{PROG}: interrupted; no report written", file=err)
+        return 130
+    except PicoContextError as exc:
+        print(f"{PROG}: {exc.message}", file=err)
+        if isinstance(exc, UsageError):
+            print(f"Run {PROG} --help for usage.", file=err)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; the return value is the exit code."""
+    return run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
