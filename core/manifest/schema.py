@@ -3,6 +3,7 @@ what the code accepts (a test compares the shipped file with :func:`generate_sch
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def shipped_schema_path() -> Path | None:
 def schema_errors(document: Any) -> list[str]:
     """Validate raw JSON against the generated schema with ``jsonschema`` (optional extra)."""
     try:
-        import jsonschema
+        jsonschema: Any = importlib.import_module("jsonschema")
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError(
             "`--schema` needs the jsonschema package: pip install jsonschema"

@@ -83,6 +83,7 @@ class NavSession:
             leaf_context=config.leaf_context,
         )
         self._shown = 0
+        self.filter_limit = 20
         self._protocol_shown = False
 
     @property
@@ -117,7 +118,15 @@ class NavSession:
         return self._show(self.runtime.look(ids, "full"))
 
     def open(self, node_id: str, level: str = "full") -> str:
-        return self._show(self.runtime.expand(node_id, level))
+        was_spliced = self.runtime.is_spliced(node_id)
+        before = self.runtime.spent
+        text = self.runtime.expand(node_id, level)
+        node = self.runtime.manifest.get(node_id)
+        if node.is_leaf and not was_spliced and self.runtime.resolver is None:
+            # Ref mode: the host splices the declared content, so the model sees that too.
+            self._shown += max(self.runtime.spent - before, 0)
+            return text
+        return self._show(text)
 
     def close(self, node_id: str) -> int:
         return self.runtime.collapse(node_id)
@@ -131,7 +140,7 @@ class NavSession:
         notes = {t: f"see also from {node_id}: {why or 'related'}" for t, why in pairs}
         return self._show(self.runtime.disclose([t for t, _ in pairs], notes))
 
-    def filter(self, limit: int = 20, **facets: str) -> str:
+    def filter(self, **facets: str) -> str:
         """Nodes whose facets match every pair, disclosed (charged) up to ``limit``."""
         if not facets:
             raise ManifestError("filter needs at least one facet, e.g. filter(kind='template').")
@@ -141,6 +150,7 @@ class NavSession:
             return self._show(
                 "(no node matches " + ", ".join(f"{k}={v}" for k, v in facets.items()) + ")"
             )
+        limit = self.filter_limit
         shown = ids[:limit]
         text = self.runtime.disclose(shown)
         more = f"\n(+{len(ids) - limit} more; narrow the filter)" if len(ids) > limit else ""

@@ -165,7 +165,8 @@ def check_structure(
     while queue:
         nid = queue.popleft()
         d = depth[nid]
-        for cid in manifest.root.children if nid == root_id else nodes[nid].children or ():
+        kids = manifest.root.children if nid == root_id else nodes[nid].children
+        for cid in kids or ():
             if parent.get(cid) != nid or cid in depth:
                 continue
             depth[cid] = d + 1
