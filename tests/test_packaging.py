@@ -9,6 +9,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_BLOCK_EXTRAS = """
+import importlib.abc, sys
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'mlx', 'mlx_lm', 'PySide6', 'huggingface_hub', 'tokenizers',
+                                  'transformers', 'llguidance', 'xgrammar', 'outlines_core'}:
+            raise ImportError(f'{name} is not installed (simulated venv without extras)')
+        return None
+sys.meta_path.insert(0, _Absent())
+"""
+
+
+def test_core_works_in_an_environment_without_the_mlx_and_gui_extras() -> None:
+    # Simulate a venv without the extras: any import of an extra's module fails.
+    code = _BLOCK_EXTRAS + (
+        "import pkgutil, picocontext\n"
+        "names = [m.name for m in pkgutil.walk_packages(picocontext.__path__, 'picocontext.')]\n"
+        "import importlib\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "print(len(names))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_core_imports_without_mlx_or_qt() -> None:
     code = (
         "import sys, picocontext, picocontext.models;"
