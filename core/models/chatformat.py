@@ -93,7 +93,10 @@ class HFChatTokenizer:
     """
 
     def __init__(self, tokenizer: Any) -> None:
-        inner = getattr(tokenizer, "_tokenizer", tokenizer)
+        # mlx_lm's TokenizerWrapper keeps the transformers tokenizer in ``_tokenizer``; a bare
+        # transformers tokenizer uses that name for its Rust backend, so unwrap only the former.
+        wrapped = type(tokenizer).__name__ == "TokenizerWrapper"
+        inner = tokenizer._tokenizer if wrapped else tokenizer
         template = getattr(inner, "chat_template", None)
         if not isinstance(template, str) or not template.strip():
             raise ModelError(
