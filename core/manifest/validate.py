@@ -165,8 +165,8 @@ def check_structure(
     while queue:
         nid = queue.popleft()
         d = depth[nid]
-        kids = manifest.root.children if nid == root_id else nodes[nid].children
-        for cid in kids or ():
+        level_kids = manifest.root.children if nid == root_id else nodes[nid].children
+        for cid in level_kids or ():
             if parent.get(cid) != nid or cid in depth:
                 continue
             depth[cid] = d + 1
