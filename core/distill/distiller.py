@@ -1,0 +1,922 @@
+"""The distiller: L0 pipeline, rollup with adaptive depth, deletes, reconcile and sweeps.
+
+One :class:`Distiller` owns one corpus (a directory with ``nodes.sqlite`` and ``cas/``). All
+writes of a corpus go through :meth:`Distiller.sweep`, which is single-flight per corpus (a
+thread lock plus an OS file lock, so two processes never sweep the same corpus at once).
+
+Where we differ from the reference (all recorded in the recipe, see ``hashing.FIXES``):
+
+* A — leaves in no scope and no cluster roll up into ``digest:1:unclustered``, so the root
+  covers every leaf.
+* B — cleanup runs after the root is built and the root's children are top-level L1 nodes
+  only; intermediates are never rebuilt when nothing changed.
+* C — a leaf's scope membership has its own hash; a scope move refreshes links, no LLM call.
+* E — a negative cache keyed by (node, candidate ContentHash, guard version) stops a blocked
+  node from calling the summarizer again.
+* H — marks are persisted (at-least-once) and a restart resumes them.
+* I — a reconcile deletes leaves whose source unit disappeared.
+* J — a unit whose text became blank deletes its leaf.
+* L — sweeps process refs in sorted order, so the dedup donor is deterministic.
+* M — recall inlines summaries (see ``agent.py``).
+* Splits partition on the next ``sub_bits`` bits *that actually separate the children*
+  (scope and root groups start at bit 0, clusters at ``cluster_bits``), and a partition of one
+  child attaches directly to its parent instead of wrapping it in a one-child intermediate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from picocontext.distill.cas import BlobStore, GCReport
+from picocontext.distill.clusterer import SimHashClusterer
+from picocontext.distill.embedder import Embedder, check_embeddings
+from picocontext.distill.errors import ConfigError, DistillError
+from picocontext.distill.guard import Guard, apply_guard, guard_version
+from picocontext.distill.hashing import (
+    Recipe,
+    SemanticRecipe,
+    l0_content_hash,
+    membership_hash,
+    rollup_content_hash,
+    source_field_hash,
+)
+from picocontext.distill.ids import (
+    KIND_CLUSTER,
+    KIND_ENTITY,
+    KIND_SCOPE,
+    KIND_TENANT,
+    L0_PREFIX,
+    LEVEL_ENTITY,
+    LEVEL_SCOPE,
+    LEVEL_TENANT,
+    ROOT_ID,
+    UNCLUSTERED_ID,
+    intermediate_id,
+    is_intermediate,
+    is_scope_id,
+    l0_id,
+    parse_scope_id,
+)
+from picocontext.distill.models import (
+    ChildDigest,
+    DigestNode,
+    DigestSnapshot,
+    GuardInput,
+    GuardStage,
+    RollupReport,
+    ScopeRef,
+    SummaryInput,
+    SweepReport,
+    SyncReport,
+    Unit,
+)
+from picocontext.distill.semhash import (
+    cluster_prefix,
+    format_sem_hash,
+    parse_sem_hash_or_zero,
+    sem_hashes,
+)
+from picocontext.distill.store import DirtyRef, NodeStore
+from picocontext.distill.summarizer import Summarizer
+from picocontext.errors import Cancelled
+
+if TYPE_CHECKING:
+    from picocontext.distill.agent import DigestTools
+    from picocontext.distill.sources import SourceAdapter
+
+Tokenizer = Callable[[str], int]
+
+METRIC_NAMES = {
+    "summaries": "fabriq_distill_summaries_total",
+    "shortcircuit": "fabriq_distill_shortcircuit_total",
+    "nodes": "fabriq_distill_nodes_total",
+    "guard_blocked": "fabriq_distill_guard_blocked_total",
+    "failures": "fabriq_distill_failures_total",
+    "splits": "fabriq_distill_splits_total",
+    "dedup": "fabriq_distill_dedup_total",
+    "intermediate_gc": "fabriq_distill_intermediate_gc_total",
+}
+
+
+def whitespace_tokens(text: str) -> int:
+    """The default distiller tokenizer: whitespace-separated words."""
+    return len(text.split())
+
+
+class DistillConfig(BaseModel):
+    """Knobs of one corpus; defaults are the reference's (spec §6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    recipe_version: str = Field(
+        default="", description="Explicit salt (e.g. 'v1'); empty = computed from the Recipe."
+    )
+    recipe_salt: str = ""
+    sem_seed: int = 1
+    cluster_bits: int = Field(default=12, ge=1, le=64)
+    noise_floor: int = Field(default=2, ge=1)
+    probe_radius: int = Field(default=0, ge=0)
+    budget: int = Field(default=256, gt=0)
+    input_budget: int = Field(default=6000, gt=0)
+    max_fan_in: int = Field(default=32, ge=2)
+    sub_bits: int = Field(default=4, ge=1, le=16)
+    fail_open_guard: bool = False
+    embed_batch: int = Field(default=200, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    corpus: str = "default"
+
+
+class Counters:
+    """In-process counters: the reference's 8 (``METRIC_NAMES``) plus I/O oracles."""
+
+    FIELDS = (
+        *METRIC_NAMES,
+        "embed_calls",
+        "embedded_texts",
+        "negative_cache_hits",
+        "links_refreshed",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            self._values[name] += amount
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._values[name]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+    def prometheus(self) -> str:
+        """Text exposition of the 8 reference counters."""
+        snap = self.snapshot()
+        lines = []
+        for key, name in METRIC_NAMES.items():
+            lines += [f"# TYPE {name} counter", f"{name} {snap[key]}"]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class _Pending:
+    node: DigestNode
+    summary: str
+    source_text: str = ""
+    vector: npt.NDArray[np.float32] | None = None
+
+
+@dataclass
+class _Pass:
+    """State of one rollup pass."""
+
+    index: dict[str, DigestNode]
+    existing: dict[str, DigestNode]
+    built: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+
+_GATES: dict[str, threading.Lock] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _gate_for(key: str) -> threading.Lock:
+    with _GATES_LOCK:
+        return _GATES.setdefault(key, threading.Lock())
+
+
+class Distiller:
+    """Builds and maintains the digest tree of one corpus."""
+
+    def __init__(
+        self,
+        store: NodeStore,
+        cas: BlobStore,
+        summarizer: Summarizer,
+        embedder: Embedder,
+        guard: Guard | None = None,
+        config: DistillConfig | None = None,
+        tokenizer: Tokenizer | None = None,
+        tokenizer_id: str = "whitespace-words",
+        adapter_versions: Sequence[str] = (),
+    ) -> None:
+        self.store = store
+        self.cas = cas
+        self.summarizer = summarizer
+        self.embedder = embedder
+        self.guard = guard
+        self.config = config or DistillConfig()
+        self.tokenizer: Tokenizer = tokenizer or whitespace_tokens
+        self.counters = Counters()
+        self.clusterer = SimHashClusterer(
+            self.config.cluster_bits, self.config.noise_floor, self.config.probe_radius
+        )
+        if embedder.dims <= 0:
+            raise ConfigError(f"Embedder {embedder.embedder_id} reports dims {embedder.dims}.")
+        self.recipe_model = Recipe(
+            summarizer_id=summarizer.summarizer_id,
+            prompt_digest=summarizer.prompt_digest,
+            budget=self.config.budget,
+            input_budget=self.config.input_budget,
+            tokenizer=tokenizer_id,
+            guard_version=guard_version(guard),
+            fail_open_guard=self.config.fail_open_guard,
+            adapter_versions=tuple(sorted(adapter_versions)),
+            salt=self.config.recipe_salt,
+        )
+        self.recipe = self.config.recipe_version or self.recipe_model.version
+        self.semantic_recipe = SemanticRecipe(
+            embedder_id=embedder.embedder_id, dims=embedder.dims, seed=self.config.sem_seed
+        )
+        self.guard_version = guard_version(guard)
+        self._gate = _gate_for(str(Path(store.path).resolve()))
+        self.sweeps_in_flight = 0
+        self.max_sweeps_in_flight = 0
+        self._record_recipes()
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        summarizer: Summarizer,
+        embedder: Embedder,
+        guard: Guard | None = None,
+        config: DistillConfig | None = None,
+        tokenizer: Tokenizer | None = None,
+        tokenizer_id: str = "whitespace-words",
+        adapter_versions: Sequence[str] = (),
+    ) -> Distiller:
+        """Open (or create) the corpus at ``directory``: ``nodes.sqlite`` plus ``cas/``."""
+        root = Path(directory)
+        return cls(
+            NodeStore(root / "nodes.sqlite"),
+            BlobStore(root / "cas"),
+            summarizer,
+            embedder,
+            guard=guard,
+            config=config,
+            tokenizer=tokenizer,
+            tokenizer_id=tokenizer_id,
+            adapter_versions=adapter_versions,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- recipes -----------------------------------------------------------------------------
+    def _record_recipes(self) -> None:
+        """Remember the recipes; a new semantic recipe re-embeds (no summarizer calls)."""
+        with self.store.transaction():
+            self.store.meta_set("recipe", self.recipe)
+            self.store.meta_set("recipe_json", self.recipe_model.model_dump_json())
+            old_sem = self.store.meta_get("semantic_recipe")
+            self.store.meta_set("semantic_recipe", self.semantic_recipe.version)
+            self.store.meta_set("semantic_recipe_json", self.semantic_recipe.model_dump_json())
+            if old_sem and old_sem != self.semantic_recipe.version:
+                self.store.meta_set("reembed_needed", "1")
+
+    def _reembed_if_needed(self) -> None:
+        if self.store.meta_get("reembed_needed") != "1":
+            return
+        nodes = [n for n in self.store.nodes() if n.summary_hash]
+        for start in range(0, len(nodes), self.config.embed_batch):
+            batch = nodes[start : start + self.config.embed_batch]
+            texts = [self.cas.retrieve_text(n.summary_hash) for n in batch]
+            vectors = self._embed(texts)
+            hashes = sem_hashes(vectors, self.config.sem_seed)
+            with self.store.transaction():
+                for node, vec, sem in zip(batch, vectors, hashes, strict=True):
+                    self.store.put_vector(node.id, vec)
+                    if node.sem_hash != format_sem_hash(sem):
+                        self.store.upsert(
+                            node.model_copy(update={"sem_hash": format_sem_hash(sem)})
+                        )
+        with self.store.transaction():
+            self.store.meta_set("reembed_needed", "0")
+            self.store.meta_set("rollup_needed", "1")
+
+    # -- single flight -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def gate(self) -> Iterator[None]:
+        """Serialise sweeps of this corpus across threads and processes."""
+        with self._gate:
+            lock_path = Path(self.store.path).with_suffix(".sweep.lock")
+            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                try:
+                    import fcntl
+
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except ImportError:  # pragma: no cover - non-POSIX: thread lock only
+                    pass
+                self.sweeps_in_flight += 1
+                self.max_sweeps_in_flight = max(self.max_sweeps_in_flight, self.sweeps_in_flight)
+                try:
+                    yield
+                finally:
+                    self.sweeps_in_flight -= 1
+            finally:
+                os.close(fd)
+
+    # -- intake ------------------------------------------------------------------------------
+    def mark(self, unit: Unit) -> int:
+        """Persist a pending upsert (a blank text becomes a delete, fix J)."""
+        if not unit.text.strip():
+            return self.mark_delete(unit.source_kind, unit.unit_id)
+        return self.store.mark(unit.node_id, "upsert", unit, unit.source_kind, unit.unit_id)
+
+    def mark_delete(self, source_kind: str, unit_id: str) -> int:
+        node_id = l0_id(source_kind, unit_id)
+        return self.store.mark(node_id, "delete", None, source_kind, unit_id)
+
+    def hashes_of(self, unit: Unit) -> tuple[str, str]:
+        """(ContentHash, membership hash) the unit would get."""
+        ch = l0_content_hash(self.recipe, source_field_hash(unit.text))
+        mh = membership_hash(self.recipe, [*unit.scope_ids, "title=" + unit.title])
+        return ch, mh
+
+    # -- sweep -----------------------------------------------------------------------------
+    def sweep(self) -> SweepReport:
+        """Process every pending ref (sorted), then exactly one rollup if anything changed."""
+        started = time.perf_counter()
+        with self.gate():
+            self._reembed_if_needed()
+            refs = self.store.pending()
+            if not refs and self.store.meta_get("rollup_needed") != "1":
+                return SweepReport(seconds=time.perf_counter() - started)
+            failures = 0
+            errors: list[str] = []
+            for start in range(0, len(refs), self.config.embed_batch):
+                f, e = self._process_batch(refs[start : start + self.config.embed_batch])
+                failures += f
+                errors += e
+            rollup: RollupReport | None = None
+            try:
+                rollup = self._rollup()
+            except Cancelled:
+                raise
+            except Exception as exc:  # the sweep reports, the next sweep retries the rollup
+                self.counters.add("failures")
+                failures += 1
+                errors.append(f"rollup: {exc}")
+            return SweepReport(
+                processed=len(refs),
+                failures=failures,
+                errors=tuple(errors),
+                rollup=rollup,
+                seconds=time.perf_counter() - started,
+            )
+
+    def _process_batch(self, refs: Sequence[DirtyRef]) -> tuple[int, list[str]]:
+        pending: list[tuple[DirtyRef, _Pending]] = []
+        done: list[DirtyRef] = []
+        failures = 0
+        errors: list[str] = []
+        batch_donors: dict[str, _Pending] = {}
+        for ref in refs:
+            try:
+                if ref.op == "delete" or ref.unit is None:
+                    with self.store.transaction():
+                        self._delete(ref.source_kind, ref.unit_id)
+                        self.store.clear_dirty(ref.ref, ref.seq)
+                        self.store.meta_set("rollup_needed", "1")
+                    continue
+                built = self._prepare_l0(ref.unit, batch_donors)
+                if built is None:
+                    done.append(ref)
+                else:
+                    pending.append((ref, built))
+                    batch_donors.setdefault(built.node.content_hash, built)
+            except Cancelled:
+                raise
+            except Exception as exc:  # one bad unit never stops the sweep
+                failures += 1
+                self.counters.add("failures")
+                errors.append(f"{ref.ref}: {exc}")
+                with self.store.transaction():
+                    self.store.fail_dirty(ref.ref, ref.seq, self.config.max_attempts)
+        try:
+            self._persist_many([p for _, p in pending])
+        except Cancelled:
+            raise
+        except Exception as exc:
+            failures += len(pending)
+            self.counters.add("failures", len(pending))
+            errors.append(f"persist: {exc}")
+            with self.store.transaction():
+                for ref, _ in pending:
+                    self.store.fail_dirty(ref.ref, ref.seq, self.config.max_attempts)
+            pending = []
+        with self.store.transaction():
+            for ref in done:
+                self.store.clear_dirty(ref.ref, ref.seq)
+            for ref, _ in pending:
+                self.store.clear_dirty(ref.ref, ref.seq)
+        return failures, errors
+
+    # -- L0 ----------------------------------------------------------------------------------
+    def _prepare_l0(self, unit: Unit, batch_donors: dict[str, _Pending]) -> _Pending | None:
+        """Short-circuit, dedup, guard and summarise one unit. None means nothing to persist
+        (unchanged, links refreshed in place, or blocked)."""
+        node_id = unit.node_id
+        ch, mh = self.hashes_of(unit)
+        scope_parents = unit.scope_ids
+        existing = self.store.get(node_id)
+        if existing is not None and existing.content_hash == ch:
+            self.counters.add("shortcircuit")
+            if existing.membership_hash != mh:
+                self._refresh_membership(existing, scope_parents, mh, unit.title)
+            return None
+        if self.store.is_blocked(node_id, ch, self.guard_version):
+            self.counters.add("negative_cache_hits")
+            return None
+        base = DigestNode(
+            id=node_id,
+            level=LEVEL_ENTITY,
+            kind=KIND_ENTITY,
+            source_kind=unit.source_kind,
+            source_id=unit.unit_id,
+            content_hash=ch,
+            membership_hash=mh,
+            parent_ids=scope_parents,
+            title=unit.title,
+        )
+        donor_pending = batch_donors.get(ch)
+        if donor_pending is not None:
+            self.counters.add("dedup")
+            return _Pending(
+                node=base,
+                summary=donor_pending.summary,
+                source_text=donor_pending.source_text,
+                vector=donor_pending.vector,
+            )
+        donor = self.store.find_donor(ch, node_id)
+        if donor is not None:
+            self.counters.add("dedup")
+            summary = self.cas.retrieve_text(donor.summary_hash)
+            source = self.cas.retrieve_text(donor.source_hash) if donor.source_hash else ""
+            return _Pending(
+                node=base.model_copy(
+                    update={"summary_hash": donor.summary_hash, "source_hash": donor.source_hash}
+                ),
+                summary=summary,
+                source_text=source,
+                vector=self.store.get_vector(donor.id),
+            )
+        ingest = apply_guard(
+            self.guard,
+            GuardInput(stage=GuardStage.INGEST, corpus=self.config.corpus, level=0, text=unit.text),
+            self.config.fail_open_guard,
+        )
+        if ingest.blocked:
+            self._blocked(node_id, ch, ingest.reason)
+            return None
+        self.counters.add("summaries")
+        summary = self.summarizer.summarize(
+            SummaryInput(
+                level=LEVEL_ENTITY,
+                kind=KIND_ENTITY,
+                raw=ingest.text,
+                budget=unit.budget or self.config.budget,
+            )
+        )
+        emit = apply_guard(
+            self.guard,
+            GuardInput(stage=GuardStage.EMIT, corpus=self.config.corpus, level=0, text=summary),
+            self.config.fail_open_guard,
+        )
+        if emit.blocked:
+            self._blocked(node_id, ch, emit.reason)
+            return None
+        return _Pending(node=base, summary=emit.text, source_text=ingest.text)
+
+    def _blocked(self, node_id: str, content_hash: str, reason: str) -> None:
+        self.counters.add("guard_blocked")
+        with self.store.transaction():
+            self.store.add_blocked(node_id, content_hash, self.guard_version, reason)
+
+    def _refresh_membership(
+        self, node: DigestNode, scope_parents: tuple[str, ...], mh: str, title: str
+    ) -> None:
+        """Fix C: new scope parents (and title) without touching content, CAS or vectors."""
+        others = tuple(p for p in node.parent_ids if not is_scope_id(p))
+        with self.store.transaction():
+            for parent_id in node.parent_ids:
+                if is_scope_id(parent_id) and parent_id not in scope_parents:
+                    self._unlink(parent_id, node.id)
+            self.store.upsert(
+                node.model_copy(
+                    update={
+                        "parent_ids": (*scope_parents, *others),
+                        "membership_hash": mh,
+                        "title": title,
+                        "updated_at": time.time_ns(),
+                    }
+                )
+            )
+            self.store.meta_set("rollup_needed", "1")
+        self.counters.add("links_refreshed")
+
+    def _unlink(self, parent_id: str, child_id: str) -> None:
+        parent = self.store.get(parent_id)
+        if parent is not None and child_id in parent.child_ids:
+            self.store.upsert(
+                parent.model_copy(
+                    update={"child_ids": tuple(c for c in parent.child_ids if c != child_id)}
+                )
+            )
+
+    def _embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.counters.add("embed_calls")
+        self.counters.add("embedded_texts", len(texts))
+        return check_embeddings(self.embedder, texts, self.embedder.embed(list(texts)))
+
+    def _persist_many(self, items: Sequence[_Pending]) -> None:
+        """Embed what needs it in one call, store blobs, then write rows in one transaction."""
+        if not items:
+            return
+        need = [p for p in items if p.vector is None]
+        if need:
+            vectors = self._embed([p.summary for p in need])
+            for p, vec in zip(need, vectors, strict=True):
+                p.vector = vec
+        hashes = sem_hashes(
+            np.stack([np.asarray(p.vector, dtype=np.float32) for p in items]),
+            self.config.sem_seed,
+        )
+        rows: list[tuple[DigestNode, npt.NDArray[np.float32]]] = []
+        for p, sem in zip(items, hashes, strict=True):
+            summary_hash = p.node.summary_hash or self.cas.store_text(p.summary)
+            source_hash = p.node.source_hash
+            if not source_hash and p.source_text:
+                source_hash = self.cas.store_text(p.source_text)
+            node = p.node.model_copy(
+                update={
+                    "summary_hash": summary_hash,
+                    "source_hash": source_hash,
+                    "sem_hash": format_sem_hash(sem),
+                    "tokens": self.tokenizer(p.summary),
+                    "updated_at": time.time_ns(),
+                }
+            )
+            assert p.vector is not None
+            rows.append((node, p.vector))
+        with self.store.transaction():
+            for node, vec in rows:
+                old = self.store.get(node.id)
+                if old is not None:
+                    for parent_id in old.parent_ids:
+                        if parent_id not in node.parent_ids:
+                            self._unlink(parent_id, node.id)
+                self.store.upsert(node)
+                self.store.put_vector(node.id, vec)
+                self.store.clear_blocked(node.id)
+            self.store.meta_set("rollup_needed", "1")
+        self.counters.add("nodes", len(rows))
+
+    # -- deletes -----------------------------------------------------------------------------
+    def _delete(self, source_kind: str, unit_id: str) -> bool:
+        """Unlink from parents, delete row and vector; the blob stays for GC. Idempotent."""
+        node_id = l0_id(source_kind, unit_id)
+        node = self.store.get(node_id)
+        if node is None:
+            return False
+        with self.store.transaction():
+            for parent_id in node.parent_ids:
+                self._unlink(parent_id, node_id)
+            self.store.delete(node_id)
+            self.store.clear_blocked(node_id)
+        return True
+
+    def delete_unit(self, source_kind: str, unit_id: str) -> bool:
+        """Delete one leaf right away (the next rollup re-rolls its parents)."""
+        with self.gate(), self.store.transaction():
+            removed = self._delete(source_kind, unit_id)
+            if removed:
+                self.store.meta_set("rollup_needed", "1")
+        return removed
+
+    # -- direct API (marks + sweep) ----------------------------------------------------------
+    def apply(self, units: Iterable[Unit], deletes: Iterable[tuple[str, str]] = ()) -> SweepReport:
+        """Mark units and deletes, then sweep: the synchronous path tests and tools use."""
+        for unit in units:
+            self.mark(unit)
+        for kind, unit_id in deletes:
+            self.mark_delete(kind, unit_id)
+        return self.sweep()
+
+    def rollup(self) -> RollupReport:
+        """One rollup pass outside a sweep (requests it even if nothing is pending)."""
+        with self.gate():
+            return self._rollup()
+
+    def reconcile(self, source_kind: str, units: Sequence[Unit]) -> SyncReport:
+        """Compare a source's complete unit set with the tree and mark only what differs:
+        new or changed units, and leaves of this source kind whose unit is gone (fix I).
+        Then sweep. An unchanged source costs no marks, no writes and no model calls."""
+        prefix = f"{L0_PREFIX}{source_kind}:"
+        stored = {
+            node_id: hashes
+            for node_id, hashes in self.store.l0_hashes().items()
+            if node_id.startswith(prefix)
+        }
+        seen: set[str] = set()
+        marked = unchanged = deletes = 0
+        for unit in units:
+            if unit.source_kind != source_kind:
+                raise DistillError(
+                    f"Unit {unit.unit_id} has source kind {unit.source_kind!r}, expected "
+                    f"{source_kind!r}."
+                )
+            node_id = unit.node_id
+            if node_id in seen:
+                raise DistillError(f"Source {source_kind!r} yielded unit id {unit.unit_id} twice.")
+            seen.add(node_id)
+            if not unit.text.strip():
+                continue
+            ch, mh = self.hashes_of(unit)
+            if stored.get(node_id) == (ch, mh) or self.store.is_blocked(
+                node_id, ch, self.guard_version
+            ):
+                unchanged += 1
+                continue
+            self.mark(unit)
+            marked += 1
+        for node_id in sorted(set(stored) - seen):
+            unit_id = node_id[len(prefix) :]
+            self.mark_delete(source_kind, unit_id)
+            deletes += 1
+        report = self.sweep()
+        return SyncReport(
+            units=len(seen), unchanged=unchanged, marked=marked, deletes=deletes, sweep=report
+        )
+
+    def sync(self, adapter: SourceAdapter) -> SyncReport:
+        """Reconcile one source adapter's current units with the tree, then sweep."""
+        return self.reconcile(adapter.source_kind, adapter.units(self.store))
+
+    # -- rollup ------------------------------------------------------------------------------
+    def _rollup(self) -> RollupReport:
+        leaves = self.store.nodes(LEVEL_ENTITY)
+        internal = {n.id: n for n in self.store.nodes() if n.level > LEVEL_ENTITY}
+        state = _Pass(index={n.id: n for n in leaves}, existing=internal)
+        clusters = self.clusterer.cluster(
+            [(n.id, parse_sem_hash_or_zero(n.sem_hash)) for n in leaves]
+        )
+        clusters_of: dict[str, list[str]] = {}
+        for cid, members in clusters.items():
+            for member in members:
+                clusters_of.setdefault(member, []).append(cid)
+        with self.store.transaction():
+            for leaf in leaves:
+                scopes = [p for p in leaf.parent_ids if is_scope_id(p)]
+                wanted = (*scopes, *sorted(clusters_of.get(leaf.id, [])))
+                if wanted != leaf.parent_ids:
+                    updated = leaf.model_copy(update={"parent_ids": wanted})
+                    self.store.upsert(updated)
+                    state.index[leaf.id] = updated
+        scope_groups: dict[str, list[str]] = {}
+        unclustered: list[str] = []
+        for leaf in leaves:
+            scopes = [p for p in leaf.parent_ids if is_scope_id(p)]
+            for sid in scopes:
+                scope_groups.setdefault(sid, []).append(leaf.id)
+            if not scopes and leaf.id not in clusters_of:
+                unclustered.append(leaf.id)
+        report = {"scope_nodes": 0, "cluster_nodes": 0, "short_circuits": 0}
+        tops: list[str] = []
+
+        def top(node_id: str, kind: str, scope: ScopeRef, members: list[str], bits: int) -> None:
+            rolled = self._rollup_group(
+                state, node_id, LEVEL_SCOPE, kind, scope, (ROOT_ID,), members, bits
+            )
+            if rolled:
+                report["scope_nodes" if kind == KIND_SCOPE else "cluster_nodes"] += 1
+            else:
+                report["short_circuits"] += 1
+            if node_id in state.index:
+                tops.append(node_id)
+
+        for sid in sorted(scope_groups):
+            name, value = parse_scope_id(sid)
+            top(sid, KIND_SCOPE, ScopeRef(name=name, id=value), sorted(scope_groups[sid]), 0)
+        for cid, members in clusters.items():
+            top(cid, KIND_CLUSTER, ScopeRef(), list(members), self.config.cluster_bits)
+        if unclustered:
+            top(UNCLUSTERED_ID, KIND_CLUSTER, ScopeRef(), sorted(unclustered), 0)
+        tenant_rolled = False
+        if leaves:
+            state.built.add(ROOT_ID)
+            tenant_rolled = self._rollup_group(
+                state, ROOT_ID, LEVEL_TENANT, KIND_TENANT, ScopeRef(), (), sorted(tops), 0
+            )
+            if not tenant_rolled and tops:
+                report["short_circuits"] += 1
+        deleted = 0
+        with self.store.transaction():
+            for node_id in sorted(state.existing):
+                if node_id in state.built:
+                    continue
+                if self.store.delete(node_id):
+                    deleted += 1
+                    if is_intermediate(node_id):
+                        self.counters.add("intermediate_gc")
+            if not state.errors:
+                self.store.meta_set("rollup_needed", "0")
+        if state.errors:
+            raise DistillError("; ".join(state.errors))
+        return RollupReport(
+            scope_nodes=report["scope_nodes"],
+            cluster_nodes=report["cluster_nodes"],
+            tenant_rolled=tenant_rolled,
+            short_circuits=report["short_circuits"],
+            deleted=deleted,
+        )
+
+    def _partition(
+        self, children: Sequence[DigestNode], start_bits: int
+    ) -> tuple[int, dict[int, list[DigestNode]]] | None:
+        """The first ``sub_bits`` step past ``start_bits`` that separates the children."""
+        bits = start_bits
+        while bits < 64:
+            nxt = min(bits + self.config.sub_bits, 64)
+            parts: dict[int, list[DigestNode]] = {}
+            for child in children:
+                key = cluster_prefix(parse_sem_hash_or_zero(child.sem_hash), nxt)
+                parts.setdefault(key, []).append(child)
+            if len(parts) >= 2:
+                return nxt, parts
+            bits = nxt
+        return None
+
+    def _rollup_group(
+        self,
+        state: _Pass,
+        node_id: str,
+        level: int,
+        kind: str,
+        scope: ScopeRef,
+        parents: tuple[str, ...],
+        members: Sequence[str],
+        prefix_bits: int,
+    ) -> bool:
+        state.built.add(node_id)
+        children = [state.index[m] for m in members if m in state.index]
+        fits = (
+            len(children) <= self.config.max_fan_in
+            and sum(c.tokens for c in children) <= self.config.input_budget
+        )
+        split = None if (fits or not children) else self._partition(children, prefix_bits)
+        if split is None:
+            return self._rollup_node(state, node_id, level, kind, scope, parents, children)
+        bits, parts = split
+        self.counters.add("splits")
+        direct: list[DigestNode] = []
+        for prefix in sorted(parts):
+            group = parts[prefix]
+            if len(group) == 1:
+                direct.append(group[0])
+                continue
+            sub_id = intermediate_id(node_id, prefix)
+            self._rollup_group(
+                state,
+                sub_id,
+                LEVEL_SCOPE,
+                KIND_CLUSTER,
+                scope,
+                (node_id,),
+                [c.id for c in group],
+                bits,
+            )
+            if sub_id in state.index:
+                direct.append(state.index[sub_id])
+        return self._rollup_node(state, node_id, level, kind, scope, parents, direct)
+
+    def _rollup_node(
+        self,
+        state: _Pass,
+        node_id: str,
+        level: int,
+        kind: str,
+        scope: ScopeRef,
+        parents: tuple[str, ...],
+        children: Sequence[DigestNode],
+    ) -> bool:
+        ch = rollup_content_hash(self.recipe, [c.content_hash for c in children])
+        child_ids = tuple(c.id for c in children)
+        existing = state.existing.get(node_id)
+        if existing is not None and existing.content_hash == ch:
+            self.counters.add("shortcircuit")
+            if existing.child_ids != child_ids or existing.parent_ids != parents:
+                refreshed = existing.model_copy(
+                    update={"child_ids": child_ids, "parent_ids": parents}
+                )
+                with self.store.transaction():
+                    self.store.upsert(refreshed)
+                existing = refreshed
+            state.index[node_id] = existing
+            return False
+        if existing is not None:
+            state.index[node_id] = existing
+        if self.store.is_blocked(node_id, ch, self.guard_version):
+            self.counters.add("negative_cache_hits")
+            return False
+        self.counters.add("summaries")
+        try:
+            digests = tuple(
+                ChildDigest(id=c.id, kind=c.kind, summary=self.cas.retrieve_text(c.summary_hash))
+                for c in children
+            )
+            summary = self.summarizer.summarize(
+                SummaryInput(
+                    level=level, kind=kind, scope=scope, children=digests, budget=self.config.budget
+                )
+            )
+        except Cancelled:
+            raise
+        except Exception as exc:  # keep the old row; the next sweep retries this node
+            self.counters.add("failures")
+            state.errors.append(f"{node_id}: {exc}")
+            return False
+        emit = apply_guard(
+            self.guard,
+            GuardInput(
+                stage=GuardStage.EMIT,
+                corpus=self.config.corpus,
+                scope=scope,
+                level=level,
+                text=summary,
+            ),
+            self.config.fail_open_guard,
+        )
+        if emit.blocked:
+            self._blocked(node_id, ch, emit.reason)
+            return False
+        vector = self._embed([emit.text])[0]
+        sem = sem_hashes(vector.reshape(1, -1), self.config.sem_seed)[0]
+        node = DigestNode(
+            id=node_id,
+            level=level,
+            kind=kind,
+            scope_name=scope.name,
+            scope_id=scope.id,
+            summary_hash=self.cas.store_text(emit.text),
+            content_hash=ch,
+            sem_hash=format_sem_hash(sem),
+            child_ids=child_ids,
+            parent_ids=parents,
+            updated_at=time.time_ns(),
+            tokens=self.tokenizer(emit.text),
+        )
+        with self.store.transaction():
+            self.store.upsert(node)
+            self.store.put_vector(node_id, vector)
+            self.store.clear_blocked(node_id)
+        self.counters.add("nodes")
+        state.index[node_id] = node
+        return True
+
+    # -- maintenance and views ---------------------------------------------------------------
+    def gc(self, grace_seconds: float = 3600.0, now: float | None = None) -> GCReport:
+        """Mark-and-sweep the CAS with the live summary and source hashes as roots."""
+        with self.gate():
+            return self.cas.gc(self.store.live_blob_addresses(), grace_seconds, now)
+
+    def snapshot(self, with_summaries: bool = True) -> DigestSnapshot:
+        """Nodes and (verified) summaries for viewers; unreadable blobs show the error."""
+        nodes = self.store.nodes()
+        summaries: dict[str, str] = {}
+        if with_summaries:
+            for n in nodes:
+                if n.summary_hash:
+                    try:
+                        summaries[n.id] = self.cas.retrieve_text(n.summary_hash)
+                    except DistillError as exc:
+                        summaries[n.id] = f"[unavailable: {exc}]"
+        return DigestSnapshot(nodes=tuple(nodes), summaries=summaries)
+
+    def table(self) -> list[tuple[object, ...]]:
+        """The comparable node table (P7): no timestamps."""
+        return [n.table_key() for n in self.store.nodes()]
+
+    def tools(self) -> DigestTools:
+        from picocontext.distill.agent import DigestTools
+
+        return DigestTools(
+            self.store, self.cas, self.tokenizer, self.embedder, self.config.sem_seed
+        )

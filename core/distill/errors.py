@@ -1,0 +1,72 @@
+"""Errors of :mod:`picocontext.distill`, all under :class:`picocontext.errors.PicoContextError`.
+
+Messages name the node, hash or file involved and what to do about it.
+"""
+
+from __future__ import annotations
+
+from picocontext.errors import PicoContextError
+
+
+class DistillError(PicoContextError):
+    """Base of every distillation error."""
+
+
+class ConfigError(DistillError):
+    """A distillation setting is invalid (the message names the setting and the valid range)."""
+
+
+class CorruptBlob(DistillError):
+    """A CAS blob's bytes do not hash to its address; it is never served."""
+
+    def __init__(self, address: str, detail: str) -> None:
+        super().__init__(
+            f"Summary blob {address} is corrupt ({detail}); it was not served. "
+            "Run `picocontext-distill sync` to re-summarise the node that references it."
+        )
+        self.address = address
+
+
+class MissingBlob(DistillError):
+    """A referenced CAS blob does not exist."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(
+            f"Summary blob {address} is missing from the store. "
+            "Run `picocontext-distill sync` to rebuild it."
+        )
+        self.address = address
+
+
+class NodeNotFound(DistillError):
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f'Digest node "{node_id}" not found; call map to list the node ids.')
+        self.node_id = node_id
+
+
+class InvalidHash(DistillError):
+    """A SemHash, CAS address or ContentHash string is malformed."""
+
+
+class InvalidId(DistillError):
+    """A digest node id does not have the expected shape."""
+
+
+class SourceError(DistillError):
+    """A source adapter could not read its source (file, session store)."""
+
+
+class SummarizerError(DistillError):
+    """The summarizer failed or produced nothing usable for one node."""
+
+
+class EmbedderError(DistillError):
+    """The embedder returned the wrong number or shape of vectors."""
+
+
+class ToolCallError(DistillError):
+    """A model's map/digest/resolve/recall call had invalid arguments."""
+
+
+class StoreError(DistillError):
+    """The node store could not be opened, read or written."""

@@ -1,0 +1,142 @@
+"""ContentHash recipes (spec §1.2–1.5), the canonical value serializer and the two recipes.
+
+ContentHash decides whether the summarizer runs: an L0 hash covers the recipe and the source
+text, an internal hash covers the recipe and the multiset of child hashes. The *recipe* salts
+both, so anything that would change a summary (model, prompts, budgets, guard policy,
+serializer, adapters) must enter it; the *semantic recipe* covers only the embedder and SimHash
+planes, so changing it re-embeds without re-summarising.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+DEFAULT_RECIPE_VERSION = "v1"
+SERIALIZER_VERSION = "canon-1"
+# Our deliberate divergences from the reference (spec §8.3); part of every computed recipe
+# because each changes hashes or tree shape.
+FIXES = "A,B,C,E,H,I,J,L,M"
+
+
+def _sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def source_field_hash(text: str) -> str:
+    """SHA-256 hex of the raw (pre-guard) UTF-8 source text."""
+    return _sha256_hex(text)
+
+
+def l0_content_hash(recipe: str, source_hash: str) -> str:
+    """SHA-256 hex of ``recipe + "\\0" + SourceFieldHash``; nothing else (ids, scopes) enters."""
+    return _sha256_hex(recipe + "\x00" + source_hash)
+
+
+def rollup_content_hash(recipe: str, child_hashes: Iterable[str]) -> str:
+    """SHA-256 hex of the recipe and the *sorted multiset* of child hashes, NUL-joined."""
+    return _sha256_hex("\x00".join([recipe, *sorted(child_hashes)]))
+
+
+def membership_hash(recipe: str, parent_scope_ids: Iterable[str]) -> str:
+    """Fix C: a leaf's declared scope membership, hashed apart from its content so a scope move
+    refreshes links without re-summarising."""
+    return _sha256_hex("\x00".join([recipe, "membership", *sorted(parent_scope_ids)]))
+
+
+def canonical_value(value: Any) -> str:
+    """One serializer for every path (fix G): strings verbatim, ints decimal, floats repr,
+    booleans lowercase, datetimes RFC 3339 UTC, lists and dicts as canonical JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return repr(value)
+        return repr(value)
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.UTC)
+        return value.astimezone(_dt.UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(
+            value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+        )
+    return str(value)
+
+
+def source_text(values: Mapping[str, Any], fields: Iterable[str]) -> str:
+    """Present, non-null fields in declared order joined by one space (spec §1.1)."""
+    parts = [canonical_value(values[name]) for name in fields if values.get(name) is not None]
+    return " ".join(parts)
+
+
+def scope_value(values: Mapping[str, Any], name: str) -> str:
+    """``{name}_id`` first, then ``{name}``; non-string values go through the canonical
+    serializer (fix F) instead of being ignored. Blank means no scope."""
+    for key in (f"{name}_id", name):
+        raw = values.get(key)
+        if raw is None:
+            continue
+        text = canonical_value(raw).strip()
+        if text:
+            return text
+    return ""
+
+
+class Recipe(BaseModel):
+    """Everything that changes a summary. ``version`` is the salt of every ContentHash."""
+
+    model_config = _FROZEN
+
+    summarizer_id: str = "unspecified"
+    quantization: str = ""
+    prompt_digest: str = ""
+    budget: int = 256
+    input_budget: int = 6000
+    tokenizer: str = "whitespace-words"
+    guard_version: str = "none"
+    fail_open_guard: bool = False
+    serializer_version: str = SERIALIZER_VERSION
+    adapter_versions: tuple[str, ...] = ()
+    fixes: str = FIXES
+    salt: str = ""
+
+    @property
+    def version(self) -> str:
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return "r1-" + _sha256_hex(payload)[:16]
+
+
+class SemanticRecipe(BaseModel):
+    """The embedder and the SimHash planes: changing it re-embeds, never re-summarises."""
+
+    model_config = _FROZEN
+
+    embedder_id: str
+    dims: int = Field(gt=0)
+    generator: str = "numpy-pcg64-standard_normal-float32"
+    seed: int = 1
+
+    @property
+    def version(self) -> str:
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return "s1-" + _sha256_hex(payload)[:16]
+
+
+def prompt_digest(*templates: str) -> str:
+    """A short hash of prompt templates, for :attr:`Recipe.prompt_digest`."""
+    return _sha256_hex("\x00".join(templates))[:16]

@@ -1,0 +1,126 @@
+"""Deterministic fakes mirroring the reference's test doubles (spec §5), for tests, benchmarks
+and demos. They are real implementations of the seams, just not language models."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from picocontext.distill.errors import SummarizerError
+from picocontext.distill.models import GuardInput, GuardResult, SummaryInput
+
+
+def truncate_words(text: str, budget: int) -> str:
+    words = text.split()
+    return " ".join(words[:budget]) if budget > 0 and len(words) > budget else text
+
+
+class FakeSummarizer:
+    """``l0(raw)`` for leaves, ``rollup(a|b|...)`` for internal nodes, truncated to ``budget``
+    whitespace words. Counts calls; ``delay`` simulates a slow model; ``fail_on`` raises."""
+
+    def __init__(self, delay: float = 0.0, fail_on: str | None = None, tag: str = "") -> None:
+        self.calls = 0
+        self.inputs: list[SummaryInput] = []
+        self._delay = delay
+        self._fail_on = fail_on
+        self._tag = tag
+        self._lock = threading.Lock()
+
+    @property
+    def summarizer_id(self) -> str:
+        return f"fake-summarizer{self._tag}"
+
+    @property
+    def prompt_digest(self) -> str:
+        return "fake-v1"
+
+    def summarize(self, request: SummaryInput) -> str:
+        with self._lock:
+            self.calls += 1
+            self.inputs.append(request)
+        if self._delay:
+            time.sleep(self._delay)
+        if request.level == 0:
+            text = f"l0({request.raw})"
+        else:
+            text = "rollup(" + "|".join(c.summary for c in request.children) + ")"
+        if self._fail_on is not None and self._fail_on in text:
+            raise SummarizerError(f"fake summarizer refuses {self._fail_on!r}")
+        return truncate_words(text, request.budget)
+
+
+class FakeGuard:
+    """Blocks text containing ``SECRET``; replaces runs of 3+ digits with ``[REDACTED]``."""
+
+    def __init__(self, raise_error: bool = False) -> None:
+        self.calls: list[GuardInput] = []
+        self._raise = raise_error
+
+    @property
+    def version(self) -> str:
+        return "fake-guard-v1"
+
+    def guard(self, request: GuardInput) -> GuardResult:
+        self.calls.append(request)
+        if self._raise:
+            raise RuntimeError("guard service unavailable")
+        if "SECRET" in request.text:
+            return GuardResult(blocked=True, reason="contains SECRET")
+        return GuardResult(text=re.sub(r"\d{3,}", "[REDACTED]", request.text))
+
+
+class ConstantEmbedder:
+    """Always ``[1, 0, 0]``: every SemHash is identical, so all leaves share one cluster."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.batches: list[int] = []
+
+    @property
+    def embedder_id(self) -> str:
+        return "constant-3"
+
+    @property
+    def dims(self) -> int:
+        return 3
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls += 1
+        self.batches.append(len(texts))
+        return np.tile(np.array([1.0, 0.0, 0.0], dtype=np.float32), (len(texts), 1))
+
+
+class VariedEmbedder:
+    """An FNV-1a seed per text fed through an LCG: distinct texts get distinct vectors."""
+
+    def __init__(self, dims: int = 8) -> None:
+        self._dims = dims
+        self.calls = 0
+        self.batches: list[int] = []
+
+    @property
+    def embedder_id(self) -> str:
+        return f"varied-fnv-{self._dims}"
+
+    @property
+    def dims(self) -> int:
+        return self._dims
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls += 1
+        self.batches.append(len(texts))
+        out = np.zeros((len(texts), self._dims), dtype=np.float32)
+        for row, text in enumerate(texts):
+            h = 0xCBF29CE484222325
+            for byte in text.encode("utf-8"):
+                h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+            for col in range(self._dims):
+                h = (h * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+                out[row, col] = ((h >> 11) / float(1 << 53)) * 2.0 - 1.0
+        return out
