@@ -363,6 +363,12 @@ class Runtime:
 
     # ----------------------------------------------------------------- budget
     def _touch(self, key: str) -> None:
+        """Mark ``key`` used. Using a node uses the reveals it hangs from, so they are touched
+        first: a leaf is always evicted before the branch that shows it."""
+        for anc in self.manifest.ancestors(key):
+            if anc in self._revealed:
+                self._lru[anc] = None
+                self._lru.move_to_end(anc)
         self._lru[key] = None
         self._lru.move_to_end(key)
 
