@@ -68,10 +68,13 @@ MAX_CONFIG_BYTES = 1_000_000
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
+_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
 class EvaluationLimits(BaseModel):
     """Token limits shared by every policy (defaults = the sequential app budget)."""
 
-    model_config = _FROZEN
+    model_config = _STRICT
     context_window: int = Field(default=4_096, ge=1, le=32_768)
     turn_tokens: int = Field(default=24_000, ge=1, le=10_000_000)
     episode_tokens: int = Field(default=80_000, ge=1, le=10_000_000)
@@ -92,7 +95,7 @@ class EvaluationLimits(BaseModel):
 class EvaluationConfig(BaseModel):
     """What to run. At most 128 planned steps (seeds × repetitions × policies × steps)."""
 
-    model_config = _FROZEN
+    model_config = _STRICT
     schema_version: Literal[1] = 1
     description: str = ""
     scenario: Scenario = Scenario.RETENTION

@@ -3,8 +3,9 @@
 * :func:`wilson_interval` — the Wilson score interval for a binomial proportion; unlike the
   normal approximation it stays inside [0, 1] and behaves at 0/n and n/n, which is what small
   evaluation batches produce.
-* :func:`paired_difference_interval` — Newcombe's interval (1998, method 10) for the difference
-  of two paired proportions, built from the two Wilson intervals and the phi correlation.
+* :func:`paired_difference_interval` — Newcombe's hybrid score interval (1998) for the
+  difference of two paired proportions, built from the two Wilson intervals and the phi
+  correlation, with the continuity-corrected phi so fully concordant pairs keep a real width.
 * :func:`mcnemar_exact_p` — the exact two-sided McNemar test on the discordant pairs.
 
 Episodes that share a seed are not independent draws of a task distribution; with a
@@ -39,7 +40,7 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
 def paired_difference_interval(
     both: int, only_a: int, only_b: int, neither: int, z: float = Z95
 ) -> tuple[float, float]:
-    """Newcombe's method-10 interval for ``rate(A) - rate(B)`` over paired outcomes."""
+    """Newcombe's hybrid score interval for ``rate(A) - rate(B)`` over paired outcomes."""
     counts = (both, only_a, only_b, neither)
     if any(c < 0 for c in counts):
         raise ValueError("pair counts must be non-negative")
@@ -51,7 +52,12 @@ def paired_difference_interval(
     l1, u1 = wilson_interval(both + only_a, n, z)
     l2, u2 = wilson_interval(both + only_b, n, z)
     product = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
-    phi = 0.0 if product == 0 else (both * neither - only_a * only_b) / math.sqrt(product)
+    concordance = both * neither - only_a * only_b
+    if concordance > 0:
+        # Continuity-corrected phi: without it a perfectly concordant batch (typical of a
+        # deterministic backend) gets a zero-width interval, claiming certainty it lacks.
+        concordance = max(concordance - n / 2.0, 0.0)
+    phi = 0.0 if product == 0 else concordance / math.sqrt(product)
     delta = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2.0 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     epsilon = math.sqrt(
         max(0.0, (u1 - p1) ** 2 - 2.0 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)

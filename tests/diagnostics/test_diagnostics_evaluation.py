@@ -1,0 +1,335 @@
+"""Evaluation runner, configuration, statistics and the versioned JSON report (checklist 92-97)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from picocontext import (
+    CancelToken,
+    Cancelled,
+    ModelResponse,
+    Phase,
+    PreparedPrompt,
+    RunMode,
+)
+from picocontext.models import ByteCounter
+from picocontext_diagnostics.backends import deterministic_backend, provenance
+from picocontext_diagnostics.errors import InvalidConfiguration
+from picocontext_diagnostics.evaluation import (
+    EvaluationConfig,
+    EvaluationLimits,
+    EvaluationReport,
+    EvaluationRunner,
+    pretty_json,
+    rotation,
+    summarize,
+)
+from picocontext_diagnostics.fixtures import Scenario, fixtures_dir, pressure_profile
+from picocontext_diagnostics.notebook import DeterministicNotebookBackend
+from picocontext_diagnostics.policies import (
+    APPEND_ONLY,
+    BUILTIN_POLICIES,
+    EDITABLE,
+    SUMMARIZE,
+    Policy,
+    resolve_policies,
+)
+from picocontext_diagnostics.stats import (
+    mcnemar_exact_p,
+    paired_difference_interval,
+    wilson_interval,
+)
+
+WIDE = EvaluationLimits(context_window=32_768, turn_tokens=500_000, episode_tokens=2_000_000)
+
+
+def runner_for(config: EvaluationConfig, backend: object | None = None) -> EvaluationRunner:
+    handle = deterministic_backend()
+    return EvaluationRunner(
+        config,
+        ByteCounter(),
+        backend or DeterministicNotebookBackend(),  # type: ignore[arg-type]
+        provenance(handle),
+    )
+
+
+# -- configuration (92) -----------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    config = EvaluationConfig()
+    assert config.scenario is Scenario.RETENTION
+    assert config.seeds == (17, 29) and config.repetitions == 3
+    assert (config.step_count, config.noise_lines) == (4, 12)
+    assert config.policies == ("append-only", "editable")
+    limits = config.limits
+    assert (
+        limits.context_window,
+        limits.turn_tokens,
+        limits.episode_tokens,
+        limits.decision_output_tokens,
+        limits.completion_output_tokens,
+        limits.decision_attempts,
+    ) == (4_096, 24_000, 80_000, 1_024, 512, 4)
+    budget = limits.run_budget()
+    assert (budget.context_window, budget.total_tokens, budget.max_edit_attempts) == (4_096, 24_000, 4)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seeds": []}, "seeds"),
+        ({"seeds": [1, 1]}, "seeds must be unique"),
+        ({"seeds": list(range(17))}, "seeds"),
+        ({"seeds": [-1]}, "0...2^64-1"),
+        ({"seeds": [2**64]}, "0...2^64-1"),
+        ({"repetitions": 0}, "repetitions"),
+        ({"repetitions": 5}, "repetitions"),
+        ({"step_count": 0}, "step_count"),
+        ({"step_count": -1}, "step_count"),
+        ({"step_count": 2**63}, "step_count"),
+        ({"noise_lines": 129}, "noise_lines"),
+        ({"policies": []}, "policies"),
+        ({"policies": ["editable", "editable"]}, "policies must be unique"),
+        ({"seeds": [1, 2], "repetitions": 4, "step_count": 9}, "at most 128"),
+        ({"limits": {"context_window": 32_769}}, "limits.context_window"),
+        ({"limits": {"decision_attempts": 5}}, "limits.decision_attempts"),
+        ({"limits": {"turn_tokens": 0}}, "limits.turn_tokens"),
+        ({"limits": {"completion_output_tokens": 4_097}}, "limits.completion_output_tokens"),
+        ({"colour": "teal"}, "colour"),
+        ({"schema_version": 2}, "schema_version"),
+        ({"repetitions": "3"}, "repetitions"),
+    ],
+)
+def test_configuration_bounds_are_validated_with_clear_messages(change: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidConfiguration, match=re.escape(message)):
+        EvaluationConfig.parse(json.dumps(change), "test.json")
+
+
+def test_plan_of_exactly_128_steps_is_allowed() -> None:
+    config = EvaluationConfig(seeds=(1, 2), repetitions=4, step_count=8, policies=("append-only", "editable"))
+    assert config.planned_steps == 128
+
+
+def test_oversized_and_malformed_configuration_text() -> None:
+    with pytest.raises(InvalidConfiguration, match="larger than"):
+        EvaluationConfig.parse(" " * 1_000_001)
+    with pytest.raises(InvalidConfiguration, match="test.json"):
+        EvaluationConfig.parse("{not json", "test.json")
+
+
+def test_unknown_policies_are_rejected_before_any_call() -> None:
+    backend = DeterministicNotebookBackend()
+    with pytest.raises(InvalidConfiguration, match="unknown policy 'navigated'"):
+        runner_for(EvaluationConfig(policies=("editable", "navigated")), backend)
+    assert backend.calls == 0
+    assert resolve_policies(["summarize"]) == (SUMMARIZE,)
+
+
+def test_policies_are_data() -> None:
+    assert set(BUILTIN_POLICIES) == {"append-only", "editable", "summarize"}
+    assert APPEND_ONLY.mode is RunMode.APPEND_ONLY and EDITABLE.mode is RunMode.EDITABLE
+    with pytest.raises(ValueError):
+        Policy(name="Bad Name", mode=RunMode.EDITABLE)
+    custom = Policy(name="editable-twin", mode=RunMode.EDITABLE)
+    registry = {**BUILTIN_POLICIES, custom.name: custom}
+    config = EvaluationConfig(seeds=(3,), repetitions=1, policies=("editable", "editable-twin"), limits=WIDE)
+    report = EvaluationRunner(
+        config, ByteCounter(), DeterministicNotebookBackend(), provenance(deterministic_backend()), registry
+    ).run()
+    assert [r.policy.name for r in report.results] == ["editable", "editable-twin"]
+    assert report.passed
+
+
+@pytest.mark.parametrize("name", ["retention", "state", "pressure"])
+def test_bundled_profiles(name: str) -> None:
+    from picocontext_diagnostics.evaluation import load_config
+
+    config = load_config(str(fixtures_dir() / "evaluation" / f"{name}.json"))
+    assert config.policies == ("append-only", "editable", "summarize")
+    assert config.seeds == (17,) and config.repetitions == 3
+    assert config.limits == EvaluationLimits()
+    expected = {
+        "retention": (Scenario.RETENTION, 4, 12),
+        "state": (Scenario.STATE_UPDATES, 5, 12),
+        "pressure": (Scenario.RETENTION, 8, pressure_profile().noise_lines),
+    }[name]
+    assert (config.scenario, config.step_count, config.noise_lines) == expected
+
+
+# -- rotation, isolation and the report (93-95) -----------------------------------------------
+
+
+def test_rotation_balances_order_and_results_follow_execution_order() -> None:
+    config = EvaluationConfig(seeds=(17, 29), repetitions=2, step_count=1, limits=WIDE)
+    report = runner_for(config).run()
+    letters = ["A" if r.policy is APPEND_ONLY or r.policy.name == "append-only" else "E" for r in report.results]
+    assert letters == ["A", "E", "E", "A", "E", "A", "A", "E"]
+    assert [r.order for r in report.results] == list(range(1, 9))
+    assert [(r.seed, r.repetition) for r in report.results[:4]] == [(17, 0), (17, 0), (17, 1), (17, 1)]
+    assert rotation([APPEND_ONLY, EDITABLE, SUMMARIZE], 1, 1) == [SUMMARIZE, APPEND_ONLY, EDITABLE]
+
+
+class Recording(DeterministicNotebookBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[PreparedPrompt] = []
+
+    def generate(self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None) -> ModelResponse:
+        self.seen.append(prompt)
+        return super().generate(prompt, max_tokens, cancel)
+
+
+def test_report_exports_exactly_the_dispatched_calls_and_round_trips(tmp_path: Path) -> None:
+    backend = Recording()
+    config = EvaluationConfig(seeds=(17,), repetitions=2, step_count=3, limits=WIDE)
+    report = runner_for(config, backend).run()
+    exported = [c for r in report.results for s in r.steps for c in s.calls]
+    assert len(exported) == len(backend.seen)
+    for call, sent in zip(exported, backend.seen, strict=True):
+        assert call.token_ids == sent.token_ids
+        assert call.rendered_prompt == sent.rendered
+        assert call.context == sent.input.context
+        assert call.control_records == sent.input.control_records
+        assert call.phase is sent.input.phase and call.edit_style is sent.input.edit_style
+    text = report.to_json()
+    data = json.loads(text)
+    assert data["kind"] == "picocontext-evaluation" and data["schema_version"] == 1
+    assert list(data) == sorted(data)
+    assert EvaluationReport.from_json(text) == report
+    assert "\\/" not in text
+    step = data["results"][0]["steps"][0]
+    assert isinstance(step["calls"][0]["token_ids"], list)
+    assert step["incoming"][0]["id"] == "step-1-call"
+    assert step["expected_facts"] == step["retained_facts"]
+    # each token-id array sits on one line
+    assert all("token_ids" not in line or line.rstrip().endswith(("],", "]")) for line in text.splitlines())
+
+
+def test_pretty_json_is_collision_free() -> None:
+    data = {"token_ids": [1, 2], "other": {"token_ids": [3]}, "text": '"token_ids"'}
+    assert json.loads(pretty_json(data)) == data
+
+
+def test_results_are_isolated_and_policies_see_the_same_episode() -> None:
+    config = EvaluationConfig(seeds=(5,), repetitions=2, step_count=2, limits=WIDE)
+    report = runner_for(config).run()
+    first = report.results[0]
+    for result in report.results:
+        assert result.original.records[:2] == first.original.records[:2]
+        assert [s.incoming for s in result.steps] == [s.incoming for s in first.steps]
+        assert result.steps[0].run_start is not None and result.steps[0].run_start.revision == 1
+    assert all(r.context_window == 32_768 for r in report.results)
+
+
+def test_environment_prompt_tokens_and_pressure() -> None:
+    config = EvaluationConfig(seeds=(5,), repetitions=1, step_count=3, limits=WIDE)
+    runner = runner_for(config)
+    (episode,) = runner.episodes()
+    expected = runner.environment_tokens(episode)[0]
+    report = runner.run()
+    for result in report.results:
+        assert result.environment_prompt_tokens == expected
+        assert result.environment_pressure == pytest.approx(expected / 32_768)
+    total_dispatched = sum(c.token_count for r in report.results for s in r.steps for c in s.calls)
+    assert total_dispatched == sum(r.input_tokens for r in report.results)
+
+
+def test_budget_failure_keeps_incoming_records_and_the_other_policy_continues() -> None:
+    limits = EvaluationLimits(context_window=10_000, turn_tokens=500_000, episode_tokens=2_000_000)
+    config = EvaluationConfig(seeds=(17,), repetitions=1, step_count=4, noise_lines=50, limits=limits)
+    report = runner_for(config).run()
+    append, editable = report.results
+    assert append.policy.name == "append-only" and not append.passed
+    assert append.failure is not None and "context window" in append.failure
+    failed = append.steps[-1]
+    assert failed.calls == () and failed.revised is not None
+    assert all(record in failed.revised.records for record in failed.incoming)
+    assert len(append.steps) < append.planned_steps
+    assert editable.passed and len(editable.steps) == 4
+    assert not report.passed
+    (comparison,) = report.summary.comparisons
+    assert (comparison.only_a_passed, comparison.only_b_passed) == (0, 1)
+
+
+def test_summarize_policy_consolidates_and_charges_every_decision() -> None:
+    config = EvaluationConfig(
+        seeds=(17,), repetitions=3, step_count=3, policies=("append-only", "editable", "summarize"), limits=WIDE
+    )
+    report = runner_for(config).run()
+    assert len(report.results) == 9 and report.passed
+    assert [r.policy.name for r in report.results[:3]] == ["append-only", "editable", "summarize"]
+    assert [r.policy.name for r in report.results[3:6]] == ["editable", "summarize", "append-only"]
+    for result in report.results:
+        if result.policy.name != "summarize":
+            continue
+        for step in result.steps:
+            decisions = [c for c in step.calls if c.phase is Phase.EDIT]
+            assert len(decisions) == 1 and step.edit_calls + step.keep_calls == 1
+            completion = step.calls[-1]
+            bodies = [r for r in completion.context.records if not r.protected and r.body]
+            assert len(bodies) == 1
+            assert step.input_tokens == sum(c.token_count for c in step.calls)
+        assert result.revised.ids == result.original.ids  # metadata and records unchanged
+
+
+def test_cancellation_stops_the_batch() -> None:
+    token = CancelToken()
+    config = EvaluationConfig(seeds=(1,), repetitions=2, step_count=1, limits=WIDE)
+    seen: list[object] = []
+
+    def on_result(result: object) -> None:
+        seen.append(result)
+        token.cancel()
+
+    with pytest.raises(Cancelled):
+        runner_for(config).run(on_result=on_result, cancel=token)
+    assert len(seen) == 1
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def test_wilson_interval_known_values() -> None:
+    low, high = wilson_interval(8, 10)
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+    assert wilson_interval(0, 10)[0] == 0.0 and round(wilson_interval(0, 10)[1], 4) == 0.2775
+    assert wilson_interval(10, 10)[1] == 1.0 and round(wilson_interval(10, 10)[0], 4) == 0.7225
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+def test_mcnemar_exact() -> None:
+    assert mcnemar_exact_p(0, 0) == 1.0
+    assert mcnemar_exact_p(0, 6) == pytest.approx(2 / 64)
+    assert mcnemar_exact_p(1, 5) == pytest.approx(2 * 7 / 64)
+    assert mcnemar_exact_p(5, 5) == 1.0
+
+
+def test_paired_difference_interval() -> None:
+    low, high = paired_difference_interval(5, 0, 0, 5)
+    assert low < 0 < high and math.isclose(low, -high)
+    low, high = paired_difference_interval(0, 20, 0, 0)
+    assert 0 < low <= 1 == high
+    a = paired_difference_interval(3, 4, 1, 2)
+    b = paired_difference_interval(3, 1, 4, 2)
+    assert a[0] == pytest.approx(-b[1]) and a[1] == pytest.approx(-b[0])
+    assert a[0] <= (4 - 1) / 10 <= a[1]
+    assert paired_difference_interval(0, 0, 0, 0) == (-1.0, 1.0)
+
+
+def test_summary_counts_unreached_steps_as_failures() -> None:
+    limits = EvaluationLimits(context_window=10_000, turn_tokens=500_000, episode_tokens=2_000_000)
+    config = EvaluationConfig(seeds=(17,), repetitions=1, step_count=4, noise_lines=50, limits=limits)
+    report = runner_for(config).run()
+    append = report.summary.policies[0]
+    assert append.policy == "append-only"
+    assert append.retained_steps.trials == 4 and append.retained_steps.successes < 4
+    assert append.episodes.successes == 0 and append.episodes.rate == 0.0
+    again = summarize(report.results, ["append-only", "editable"])
+    assert again == report.summary
