@@ -179,6 +179,7 @@ class _Pending:
     summary: str
     source_text: str = ""
     vector: npt.NDArray[np.float32] | None = None
+    donor: _Pending | None = None
 
 
 @dataclass
@@ -464,6 +465,7 @@ class Distiller:
                 summary=donor_pending.summary,
                 source_text=donor_pending.source_text,
                 vector=donor_pending.vector,
+                donor=donor_pending,
             )
         donor = self.store.find_donor(ch, node_id)
         if donor is not None:
@@ -550,11 +552,14 @@ class Distiller:
         """Embed what needs it in one call, store blobs, then write rows in one transaction."""
         if not items:
             return
-        need = [p for p in items if p.vector is None]
+        need = [p for p in items if p.vector is None and p.donor is None]
         if need:
             vectors = self._embed([p.summary for p in need])
             for p, vec in zip(need, vectors, strict=True):
                 p.vector = vec
+        for p in items:
+            if p.vector is None and p.donor is not None:
+                p.vector = p.donor.vector  # an in-batch duplicate shares its donor's vector
         hashes = sem_hashes(
             np.stack([np.asarray(p.vector, dtype=np.float32) for p in items]),
             self.config.sem_seed,

@@ -53,7 +53,9 @@ _KEYS = (
     r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\bhf_[A-Za-z0-9]{30,}\b",
-    r"(?i)(?<=\b(?:api[_-]?key|secret|token|password|passwd)[\s]?[:=][\s]?)[^\s,;'\"]{6,}",
+)
+_ASSIGNED_SECRET = (
+    r"(?i)\b(api[_-]?key|secret|token|password|passwd)(\s*[:=]\s*)[^\s,;'\"]{6,}"
 )
 _PHONE = r"(?<![\w+])\+?\(?\d[\d\s().-]{6,}\d(?!\w)"
 
@@ -61,6 +63,15 @@ _PHONE = r"(?<![\w+])\+?\(?\d[\d\s().-]{6,}\d(?!\w)"
 def _phone_like(match: re.Match[str]) -> bool:
     digits = sum(ch.isdigit() for ch in match.group(0))
     return 9 <= digits <= 15
+
+
+def _conditional(
+    label: str, accept: Callable[[re.Match[str]], bool]
+) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        return label if accept(match) else match.group(0)
+
+    return replace
 
 
 class RegexGuard:
@@ -71,11 +82,12 @@ class RegexGuard:
         self._block = [re.compile(p) for p in block]
         self._rules: list[tuple[re.Pattern[str], str, Callable[[re.Match[str]], bool] | None]] = [
             *((re.compile(p), "[KEY]", None) for p in _KEYS),
+            (re.compile(_ASSIGNED_SECRET), r"\1\2[KEY]", None),
             (re.compile(_EMAIL), "[EMAIL]", None),
             (re.compile(_PHONE), "[PHONE]", _phone_like),
             *((re.compile(p), "[REDACTED]", None) for p in extra_redactions),
         ]
-        spec = "\x00".join([*block, "|", *_KEYS, _EMAIL, _PHONE, "|", *extra_redactions])
+        spec = "\x00".join([*block, "|", *_KEYS, _ASSIGNED_SECRET, _EMAIL, _PHONE, "|", *extra_redactions])
         self._version = "regex-1:" + hashlib.sha256(spec.encode()).hexdigest()[:12]
 
     @property
@@ -87,7 +99,7 @@ class RegexGuard:
             if accept is None:
                 text = pattern.sub(label, text)
             else:
-                text = pattern.sub(lambda m, a=accept, lb=label: lb if a(m) else m.group(0), text)
+                text = pattern.sub(_conditional(label, accept), text)
         return text
 
     def guard(self, request: GuardInput) -> GuardResult:

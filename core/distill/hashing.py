@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -62,19 +61,17 @@ def canonical_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return repr(value)
         return repr(value)
     if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.UTC)
-        return value.astimezone(_dt.UTC).isoformat().replace("+00:00", "Z")
+        moment: _dt.datetime = value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
+        return moment.astimezone(_dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, _dt.date):
         return value.isoformat()
     if isinstance(value, (list, tuple, dict)):
-        return json.dumps(
+        encoded: str = json.dumps(
             value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
         )
+        return encoded
     return str(value)
 
 

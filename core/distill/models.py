@@ -159,8 +159,8 @@ class MapLine(BaseModel):
     level: int
     kind: str
     scope: str = ""
-    content_hash: str = Field(default="", alias="contentHash")
-    sem_hash: str = Field(default="", alias="semHash")
+    content_hash: str = ""
+    sem_hash: str = ""
     unchanged: bool = False
     summary: str = ""
 
@@ -206,8 +206,8 @@ class DigestChild(BaseModel):
     id: str
     kind: str
     summary: str = ""
-    content_hash: str = Field(default="", alias="contentHash")
-    sem_hash: str = Field(default="", alias="semHash")
+    content_hash: str = ""
+    sem_hash: str = ""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -238,7 +238,7 @@ class DigestView(BaseModel):
 class ResolveMatch(BaseModel):
     model_config = _FROZEN
     node: MapLine
-    hamming_bits: int = Field(alias="hammingBits")
+    hamming_bits: int
 
     def wire(self) -> dict[str, Any]:
         return {"node": self.node.wire(), "hammingBits": self.hamming_bits}

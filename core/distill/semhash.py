@@ -44,7 +44,8 @@ def _bits_from_dots(dots: npt.NDArray[np.float64]) -> npt.NDArray[np.uint64]:
     """Rows of 64 dot products -> uint64 hashes (NaN compares False, so it gives 0)."""
     set_bits = (dots >= 0).astype(np.uint64)
     weights = np.left_shift(np.uint64(1), np.arange(BITS, dtype=np.uint64))
-    return (set_bits * weights).sum(axis=-1, dtype=np.uint64)
+    out: npt.NDArray[np.uint64] = (set_bits * weights).sum(axis=-1, dtype=np.uint64)
+    return out
 
 
 def sem_hash(embedding: Sequence[float] | npt.NDArray[np.floating], seed: int = 1) -> int:

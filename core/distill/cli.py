@@ -1,0 +1,319 @@
+"""``picocontext-distill``: build, sync and query a digest tree from the command line.
+
+A corpus is a directory (default: the platform data dir ``picocontext/distill/default``). The
+first ``sync`` records its sources and settings there, so later commands need no options.
+
+    picocontext-distill --corpus DIR sync --docs docs/            # build or update
+    picocontext-distill --corpus DIR map --prune-unchanged --known known.json
+    picocontext-distill --corpus DIR digest digest:2:tenant
+    picocontext-distill --corpus DIR resolve <hash>
+    picocontext-distill --corpus DIR recall "what was decided" --budget 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
+from picocontext.distill.distiller import DistillConfig, Distiller, whitespace_tokens
+from picocontext.distill.embedder import Embedder, LexicalEmbedder
+from picocontext.distill.errors import ConfigError, DistillError
+from picocontext.distill.guard import Guard, RegexGuard
+from picocontext.distill.models import Altitude
+from picocontext.distill.sources import ConversationSource, DocumentFolderSource, SourceAdapter
+from picocontext.distill.store import NodeStore
+from picocontext.distill.summarizer import ChatSummarizer, Summarizer
+from picocontext.errors import PicoContextError
+
+CONFIG_KEY = "cli_config"
+
+
+def default_corpus() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("picocontext")) / "distill" / "default"
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="picocontext-distill",
+        description="Distil documents and conversations into a Merkle tree of summaries.",
+    )
+    parser.add_argument("--corpus", type=Path, default=None, help="corpus directory")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sync = sub.add_parser("sync", help="build or update the tree from its sources")
+    sync.add_argument("--docs", action="append", default=[], help="a document folder")
+    sync.add_argument("--sessions", action="append", default=[], help="a session SQLite file")
+    sync.add_argument("--summarizer", choices=["fake", "model"], default=None)
+    sync.add_argument("--model", default=None, help="MLX model directory for --summarizer model")
+    sync.add_argument("--guard", choices=["regex", "none"], default=None)
+    sync.add_argument("--dims", type=int, default=None, help="lexical embedder width")
+    sync.add_argument("--recipe", default=None, help="explicit recipe salt")
+    sync.add_argument("--json", action="store_true")
+
+    m = sub.add_parser("map", help="outline of the tree, optionally diffed")
+    m.add_argument("--scope", default="")
+    m.add_argument("--known", type=Path, default=None, help="JSON file from `snapshot`")
+    m.add_argument("--prune-unchanged", action="store_true")
+    m.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("digest", help="a node's summary and its children")
+    d.add_argument("node_id")
+    d.add_argument("--json", action="store_true")
+
+    r = sub.add_parser("resolve", help="find nodes by ContentHash or SemHash")
+    r.add_argument("hash")
+    r.add_argument("--json", action="store_true")
+
+    rc = sub.add_parser("recall", help="altitude-aware recall under a token budget")
+    rc.add_argument("query")
+    rc.add_argument("--budget", type=int, default=1500)
+    rc.add_argument("--altitude", choices=[a.name.lower() for a in Altitude], default="auto")
+    rc.add_argument("--scope", default="")
+    rc.add_argument("--json", action="store_true")
+
+    sub.add_parser("snapshot", help="print nodeId -> contentHash (remember it for map --known)")
+    g = sub.add_parser("gc", help="remove unreferenced summary blobs")
+    g.add_argument("--grace", type=float, default=3600.0, help="seconds (default 3600)")
+    st = sub.add_parser("stats", help="node counts, pending marks, recipes")
+    st.add_argument("--json", action="store_true")
+    sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
+    c = sub.add_parser("call", help="run one tool call as a model would")
+    c.add_argument("name")
+    c.add_argument("arguments", nargs="?", default="{}")
+    return parser
+
+
+def _load_config(store: NodeStore) -> dict[str, Any]:
+    raw = store.meta_get(CONFIG_KEY)
+    return dict(json.loads(raw)) if raw else {}
+
+
+def _summarizer(config: dict[str, Any]) -> Summarizer:
+    if config.get("summarizer", "fake") == "fake":
+        from picocontext.distill.testing import FakeSummarizer
+
+        return FakeSummarizer()
+    model_dir = config.get("model")
+    if not model_dir:
+        raise ConfigError("--summarizer model needs --model <MLX model directory>.")
+    try:
+        from picocontext.models.mlx_backend import MLXModel
+    except ImportError as exc:
+        raise ConfigError(
+            f"The model summarizer needs the mlx extra (pip install 'picocontext[mlx]'): {exc}"
+        ) from exc
+    model = MLXModel.load(model_dir)
+    return ChatSummarizer(model, quantization=str(config.get("quantization", "")))
+
+
+def _embedder(config: dict[str, Any]) -> Embedder:
+    return LexicalEmbedder(dims=int(config.get("dims", 256)))
+
+
+def _guard(config: dict[str, Any]) -> Guard | None:
+    return RegexGuard() if config.get("guard", "regex") == "regex" else None
+
+
+def _adapters(config: dict[str, Any]) -> list[SourceAdapter]:
+    adapters: list[SourceAdapter] = []
+    for folder in config.get("docs", []):
+        adapters.append(DocumentFolderSource(folder))
+    for i, db in enumerate(config.get("sessions", [])):
+        from picocontext.persistence import SQLiteStore
+
+        adapters.append(ConversationSource(SQLiteStore(db), source_kind=f"turn{i or ''}"))
+    return adapters
+
+
+def _open_distiller(corpus: Path, config: dict[str, Any]) -> tuple[Distiller, list[SourceAdapter]]:
+    adapters = _adapters(config)
+    summarizer = _summarizer(config)
+    tokenizer = whitespace_tokens
+    tokenizer_id = "whitespace-words"
+    if isinstance(summarizer, ChatSummarizer):
+        tokenizer = summarizer.count_tokens
+        tokenizer_id = "model:" + summarizer.summarizer_id
+    distiller = Distiller.open(
+        corpus,
+        summarizer,
+        _embedder(config),
+        guard=_guard(config),
+        config=DistillConfig(recipe_version=str(config.get("recipe", "")), corpus=corpus.name),
+        tokenizer=tokenizer,
+        tokenizer_id=tokenizer_id,
+        adapter_versions=[a.version for a in adapters],
+    )
+    return distiller, adapters
+
+
+def _print(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def run(argv: Sequence[str]) -> int:
+    args = _build_parser().parse_args(list(argv))
+    corpus: Path = args.corpus or default_corpus()
+    if args.command == "tools":
+        _print(distill_tool_schemas())
+        return 0
+    if args.command == "sync":
+        return _sync(corpus, args)
+    if not (corpus / "nodes.sqlite").exists():
+        print(
+            f"No corpus at {corpus}; run `picocontext-distill sync --docs DIR` first.",
+            file=sys.stderr,
+        )
+        return 2
+    store = NodeStore(corpus / "nodes.sqlite")
+    try:
+        from picocontext.distill.cas import BlobStore
+
+        config = _load_config(store)
+        tools = DigestTools(store, BlobStore(corpus / "cas"), whitespace_tokens, _embedder(config))
+        return _query(args, store, tools, corpus, config)
+    finally:
+        store.close()
+
+
+def _sync(corpus: Path, args: argparse.Namespace) -> int:
+    corpus.mkdir(parents=True, exist_ok=True)
+    probe = NodeStore(corpus / "nodes.sqlite")
+    try:
+        config = _load_config(probe)
+    finally:
+        probe.close()
+    if args.docs:
+        config["docs"] = [str(Path(p).resolve()) for p in args.docs]
+    if args.sessions:
+        config["sessions"] = [str(Path(p).resolve()) for p in args.sessions]
+    for key in ("summarizer", "model", "guard", "dims", "recipe"):
+        value = getattr(args, key)
+        if value is not None:
+            config[key] = str(Path(value).resolve()) if key == "model" else value
+    if not config.get("docs") and not config.get("sessions"):
+        print("Nothing to distil: pass --docs DIR and/or --sessions FILE.", file=sys.stderr)
+        return 2
+    distiller, adapters = _open_distiller(corpus, config)
+    try:
+        distiller.store.meta_set(CONFIG_KEY, json.dumps(config, sort_keys=True))
+        reports = [distiller.sync(a) for a in adapters]
+        counters = distiller.counters.snapshot()
+        if args.json:
+            _print({"reports": [r.model_dump(mode="json") for r in reports], "counters": counters})
+        else:
+            for adapter, report in zip(adapters, reports, strict=True):
+                print(
+                    f"{adapter.source_kind}: {report.units} units, {report.unchanged} unchanged, "
+                    f"{report.marked} marked, {report.deletes} deleted, "
+                    f"{report.sweep.failures} failures, {report.sweep.seconds:.2f}s"
+                )
+                for error in report.sweep.errors:
+                    print(f"  failure: {error}", file=sys.stderr)
+            print(
+                f"nodes={distiller.store.count()} summaries={counters['summaries']} "
+                f"shortcircuit={counters['shortcircuit']} dedup={counters['dedup']} "
+                f"blocked={counters['guard_blocked']}"
+            )
+        return 1 if any(r.sweep.failures for r in reports) else 0
+    finally:
+        distiller.close()
+
+
+def _query(
+    args: argparse.Namespace,
+    store: NodeStore,
+    tools: DigestTools,
+    corpus: Path,
+    config: dict[str, Any],
+) -> int:
+    if args.command == "map":
+        known = json.loads(args.known.read_text(encoding="utf-8")) if args.known else None
+        result = tools.map(args.scope or None, known, args.prune_unchanged)
+        if args.json:
+            _print(result.wire())
+        else:
+            print(render_outline(result, {n.id: n for n in store.nodes()}))
+        return 0
+    if args.command == "digest":
+        view = tools.digest(args.node_id)
+        if args.json:
+            _print(view.wire())
+        else:
+            print(f"{view.node.id} [{view.node.kind}] {view.tokens} tokens")
+            print(view.summary)
+            for child in view.children:
+                print(f"  - {child.id}: {child.summary[:100]}")
+        return 0
+    if args.command == "resolve":
+        res = tools.resolve(args.hash)
+        if args.json:
+            _print(res.wire())
+        else:
+            print(f"exact: {res.exact.id if res.exact else '-'}")
+            for match in res.near:
+                print(f"near: {match.node.id} ({match.hamming_bits} bits)")
+        return 0
+    if args.command == "recall":
+        pack = tools.recall(args.query, args.budget, Altitude[args.altitude.upper()], args.scope)
+        if args.json:
+            _print(pack.wire())
+        else:
+            print(
+                f"altitude={pack.altitude.name.lower()} tokens={pack.tokens}/{pack.budget} "
+                f"omitted={pack.omitted}"
+            )
+            for item in pack.items:
+                print(f"--- {item.node_id} ({item.tokens} tokens)\n{item.text}")
+        return 0
+    if args.command == "snapshot":
+        _print({n.id: n.content_hash for n in store.nodes()})
+        return 0
+    if args.command == "gc":
+        from picocontext.distill.cas import BlobStore
+
+        report = BlobStore(corpus / "cas").gc(store.live_blob_addresses(), args.grace)
+        _print(report.model_dump(mode="json"))
+        return 0
+    if args.command == "stats":
+        nodes = store.nodes()
+        stats = {
+            "corpus": str(corpus),
+            "nodes": len(nodes),
+            "by_level": {str(lv): sum(1 for n in nodes if n.level == lv) for lv in (0, 1, 2)},
+            "pending": store.pending_count(),
+            "blocked": store.blocked_count(),
+            "recipe": store.meta_get("recipe"),
+            "semantic_recipe": store.meta_get("semantic_recipe"),
+            "config": config,
+        }
+        if args.json:
+            _print(stats)
+        else:
+            for key, value in stats.items():
+                print(f"{key}: {value}")
+        return 0
+    if args.command == "call":
+        _print(tools.call(args.name, args.arguments))
+        return 0
+    raise DistillError(f"Unknown command {args.command!r}.")  # pragma: no cover
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except PicoContextError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. piped into `head`
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
