@@ -12,9 +12,10 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import picocontext
 from picocontext import ModelBackend, TokenCounter
@@ -43,6 +44,7 @@ class BackendHandle:
     sampling: str
     prefix_cache: str
     constrained_decisions: str
+    close: Callable[[], None] | None = None
 
 
 def deterministic_backend() -> BackendHandle:
@@ -61,30 +63,43 @@ def deterministic_backend() -> BackendHandle:
     )
 
 
-def _describe(obj: Any, *names: str, default: str = "unknown") -> str:
-    """The first attribute of ``obj`` among ``names`` that is set, as text."""
-    for name in names:
-        value = getattr(obj, name, None)
-        if callable(value):
+RESOLVER_NAMES = ("load_model", "resolve_model", "open_model")
+
+
+def _find_resolver() -> Callable[..., Any]:
+    """The model loader of :mod:`picocontext.models` (imported lazily, only for ``mlx``)."""
+    import importlib
+
+    for module_name in ("picocontext.models", "picocontext.models.registry"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
             continue
-        if value is not None:
-            return str(value)
-    return default
+        for name in RESOLVER_NAMES:
+            resolver = getattr(module, name, None)
+            if callable(resolver):
+                return cast(Callable[..., Any], resolver)
+    raise BackendSetupError(
+        "this picocontext has no model loader in picocontext.models "
+        f"(looked for {', '.join(RESOLVER_NAMES)}); use --backend deterministic"
+    )
 
 
-def mlx_backend(model: str | None) -> BackendHandle:
-    """Resolve ``model`` (a registry name, hub id or local directory; ``None`` = the default)
-    into one object that is both token counter and backend."""
-    try:
-        import picocontext.models as models
-    except ImportError as exc:  # pragma: no cover - the core always ships models
-        raise BackendSetupError(f"picocontext.models cannot be imported: {exc}") from None
-    resolve = getattr(models, "load_model", None)
-    if resolve is None:
-        raise BackendSetupError(
-            "this picocontext has no MLX model loader (picocontext.models.load_model); "
-            "use --backend deterministic"
-        )
+def _setting(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "unknown" if value is None else str(value)
+
+
+def mlx_backend(
+    model: str | None,
+    prefix_cache: bool | None = None,
+    constrained: bool | None = None,
+) -> BackendHandle:
+    """Resolve ``model`` (a registry name, hub id or local directory; ``None`` = the default
+    model) into one object that is both token counter and backend, and apply the prefix-cache
+    and constrained-decision settings when given."""
+    resolve = _find_resolver()
     try:
         loaded = resolve(model) if model is not None else resolve()
     except ImportError as exc:
@@ -95,29 +110,45 @@ def mlx_backend(model: str | None) -> BackendHandle:
         raise BackendSetupError(exc.message) from None
     if not isinstance(loaded, TokenCounter) or not isinstance(loaded, ModelBackend):
         raise BackendSetupError(f"{type(loaded).__name__} is not a token counter and backend")
+    for attribute, value in (("prefix_cache", prefix_cache), ("constrained", constrained)):
+        if value is not None:
+            if not hasattr(loaded, attribute):
+                raise BackendSetupError(f"{type(loaded).__name__} has no {attribute} setting")
+            setattr(loaded, attribute, value)
+    describe = getattr(loaded, "describe", None)
+    facts: dict[str, Any] = describe() if callable(describe) else {}
+    close = getattr(loaded, "close", None)
     return BackendHandle(
         name="mlx",
         counter=loaded,
         backend=loaded,
-        model=_describe(loaded, "model_id", "name", default=model or "default"),
-        model_revision=_describe(loaded, "model_revision", "revision"),
+        model=str(facts.get("model") or getattr(loaded, "model_id", None) or model or "default"),
+        model_revision=_setting(facts.get("modelRevision", getattr(loaded, "revision", None))),
         token_unit="model tokens",
-        sampling=_describe(loaded, "sampling", default="greedy, temperature 0"),
-        prefix_cache=_describe(loaded, "prefix_cache_description", "prefix_cache"),
-        constrained_decisions=_describe(
-            loaded, "constrained_decisions_description", "constrained_decisions"
+        sampling=str(facts.get("sampling", "greedy")) + ", temperature 0",
+        prefix_cache=_setting(facts.get("prefixCache", getattr(loaded, "prefix_cache", None))),
+        constrained_decisions=_setting(
+            facts.get("constrainedDecisions", getattr(loaded, "constrained", None))
         ),
+        close=close if callable(close) else None,
     )
 
 
-def resolve_backend(name: str, model: str | None = None) -> BackendHandle:
-    """``deterministic`` (``model`` must be absent) or ``mlx``."""
+def resolve_backend(
+    name: str,
+    model: str | None = None,
+    prefix_cache: bool | None = None,
+    constrained: bool | None = None,
+) -> BackendHandle:
+    """``deterministic`` (model settings must be absent) or ``mlx``."""
     if name == "deterministic":
-        if model is not None:
-            raise BackendSetupError("--model applies only to --backend mlx")
+        if model is not None or prefix_cache is not None or constrained is not None:
+            raise BackendSetupError(
+                "--model, --prefix-cache and --constrained apply only to --backend mlx"
+            )
         return deterministic_backend()
     if name == "mlx":
-        return mlx_backend(model)
+        return mlx_backend(model, prefix_cache, constrained)
     raise BackendSetupError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 

@@ -30,7 +30,8 @@ PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure")
 
 USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
-                        [--model NAME_OR_DIR] [--output PATH] [--quiet]
+                        [--model NAME_OR_DIR] [--prefix-cache on|off] [--constrained on|off]
+                        [--output PATH] [--quiet]
 
 Run context policies side by side on seeded notebook episodes and write a JSON report.
 
@@ -41,6 +42,10 @@ options:
   --profile NAME     a bundled configuration: {", ".join(PROFILES)}
   --model VALUE      mlx only: model name, hub id or local model directory (default model
                      when omitted)
+  --prefix-cache on|off
+                     mlx only: reuse the KV cache of the longest common prompt prefix
+  --constrained on|off
+                     mlx only: grammar-constrained decision calls
   --output PATH      where to write the report (default: a timestamped file in the user
                      data folder)
   --quiet            print only the summary and the report path
@@ -50,7 +55,16 @@ Without --config or --profile the deterministic backend uses wide byte limits
 (window 32,768, turn 500,000, episode 2,000,000) and the mlx backend the app budget.
 Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."""
 
-_VALUED = ("--backend", "--config", "--profile", "--model", "--output")
+_VALUED = (
+    "--backend",
+    "--config",
+    "--profile",
+    "--model",
+    "--prefix-cache",
+    "--constrained",
+    "--output",
+)
+_MLX_ONLY = ("model", "prefix-cache", "constrained")
 _FLAGS = ("--quiet",)
 
 
@@ -97,9 +111,17 @@ def parse_args(argv: Sequence[str]) -> dict[str, str]:
         raise UsageError("--backend must be deterministic or mlx")
     if "profile" in out and out["profile"] not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}")
-    if "model" in out and out.get("backend", "deterministic") != "mlx":
-        raise UsageError("--model applies only to --backend mlx")
+    for key in _MLX_ONLY:
+        if key in out and out.get("backend", "deterministic") != "mlx":
+            raise UsageError(f"--{key} applies only to --backend mlx")
+    for key in ("prefix-cache", "constrained"):
+        if key in out and out[key] not in ("on", "off"):
+            raise UsageError(f"--{key} must be on or off")
     return out
+
+
+def _switch(args: dict[str, str], key: str) -> bool | None:
+    return None if key not in args else args[key] == "on"
 
 
 def choose_config(args: dict[str, str]) -> EvaluationConfig:
@@ -174,16 +196,25 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             print(USAGE, file=out)
             return 0
         config = choose_config(args)
-        handle = resolve_backend(args.get("backend", "deterministic"), args.get("model"))
-        runner = EvaluationRunner(config, handle.counter, handle.backend, provenance(handle))
         output = Path(args["output"]) if "output" in args else default_output()
         quiet = "quiet" in args
+        handle = resolve_backend(
+            args.get("backend", "deterministic"),
+            args.get("model"),
+            _switch(args, "prefix-cache"),
+            _switch(args, "constrained"),
+        )
 
         def on_result(result: EvaluationResult) -> None:
             if not quiet:
                 print(result_line(result), file=out, flush=True)
 
-        report = runner.run(on_result=on_result, cancel=cancel)
+        try:
+            runner = EvaluationRunner(config, handle.counter, handle.backend, provenance(handle))
+            report = runner.run(on_result=on_result, cancel=cancel)
+        finally:
+            if handle.close is not None:
+                handle.close()
         for line in summary_lines(report):
             print(line, file=out)
         write_report(report, output)

@@ -52,7 +52,7 @@ def paired_difference_interval(
     l1, u1 = wilson_interval(both + only_a, n, z)
     l2, u2 = wilson_interval(both + only_b, n, z)
     product = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
-    concordance = both * neither - only_a * only_b
+    concordance = float(both * neither - only_a * only_b)
     if concordance > 0:
         # Continuity-corrected phi: without it a perfectly concordant batch (typical of a
         # deterministic backend) gets a zero-width interval, claiming certainty it lacks.

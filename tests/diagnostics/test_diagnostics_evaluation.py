@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+
 from picocontext import (
-    CancelToken,
     Cancelled,
+    CancelToken,
     ModelResponse,
     Phase,
     PreparedPrompt,
@@ -76,7 +77,11 @@ def test_defaults() -> None:
         limits.decision_attempts,
     ) == (4_096, 24_000, 80_000, 1_024, 512, 4)
     budget = limits.run_budget()
-    assert (budget.context_window, budget.total_tokens, budget.max_edit_attempts) == (4_096, 24_000, 4)
+    assert (budget.context_window, budget.total_tokens, budget.max_edit_attempts) == (
+        4_096,
+        24_000,
+        4,
+    )
 
 
 @pytest.mark.parametrize(
@@ -105,20 +110,24 @@ def test_defaults() -> None:
         ({"repetitions": "3"}, "repetitions"),
     ],
 )
-def test_configuration_bounds_are_validated_with_clear_messages(change: dict[str, object], message: str) -> None:
+def test_configuration_bounds_are_validated_with_clear_messages(
+    change: dict[str, object], message: str
+) -> None:
     with pytest.raises(InvalidConfiguration, match=re.escape(message)):
         EvaluationConfig.parse(json.dumps(change), "test.json")
 
 
 def test_plan_of_exactly_128_steps_is_allowed() -> None:
-    config = EvaluationConfig(seeds=(1, 2), repetitions=4, step_count=8, policies=("append-only", "editable"))
+    config = EvaluationConfig(
+        seeds=(1, 2), repetitions=4, step_count=8, policies=("append-only", "editable")
+    )
     assert config.planned_steps == 128
 
 
 def test_oversized_and_malformed_configuration_text() -> None:
     with pytest.raises(InvalidConfiguration, match="larger than"):
         EvaluationConfig.parse(" " * 1_000_001)
-    with pytest.raises(InvalidConfiguration, match="test.json"):
+    with pytest.raises(InvalidConfiguration, match=r"test\.json"):
         EvaluationConfig.parse("{not json", "test.json")
 
 
@@ -137,9 +146,15 @@ def test_policies_are_data() -> None:
         Policy(name="Bad Name", mode=RunMode.EDITABLE)
     custom = Policy(name="editable-twin", mode=RunMode.EDITABLE)
     registry = {**BUILTIN_POLICIES, custom.name: custom}
-    config = EvaluationConfig(seeds=(3,), repetitions=1, policies=("editable", "editable-twin"), limits=WIDE)
+    config = EvaluationConfig(
+        seeds=(3,), repetitions=1, policies=("editable", "editable-twin"), limits=WIDE
+    )
     report = EvaluationRunner(
-        config, ByteCounter(), DeterministicNotebookBackend(), provenance(deterministic_backend()), registry
+        config,
+        ByteCounter(),
+        DeterministicNotebookBackend(),
+        provenance(deterministic_backend()),
+        registry,
     ).run()
     assert [r.policy.name for r in report.results] == ["editable", "editable-twin"]
     assert report.passed
@@ -167,10 +182,18 @@ def test_bundled_profiles(name: str) -> None:
 def test_rotation_balances_order_and_results_follow_execution_order() -> None:
     config = EvaluationConfig(seeds=(17, 29), repetitions=2, step_count=1, limits=WIDE)
     report = runner_for(config).run()
-    letters = ["A" if r.policy is APPEND_ONLY or r.policy.name == "append-only" else "E" for r in report.results]
+    letters = [
+        "A" if r.policy is APPEND_ONLY or r.policy.name == "append-only" else "E"
+        for r in report.results
+    ]
     assert letters == ["A", "E", "E", "A", "E", "A", "A", "E"]
     assert [r.order for r in report.results] == list(range(1, 9))
-    assert [(r.seed, r.repetition) for r in report.results[:4]] == [(17, 0), (17, 0), (17, 1), (17, 1)]
+    assert [(r.seed, r.repetition) for r in report.results[:4]] == [
+        (17, 0),
+        (17, 0),
+        (17, 1),
+        (17, 1),
+    ]
     assert rotation([APPEND_ONLY, EDITABLE, SUMMARIZE], 1, 1) == [SUMMARIZE, APPEND_ONLY, EDITABLE]
 
 
@@ -179,7 +202,9 @@ class Recording(DeterministicNotebookBackend):
         super().__init__()
         self.seen: list[PreparedPrompt] = []
 
-    def generate(self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None) -> ModelResponse:
+    def generate(
+        self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
+    ) -> ModelResponse:
         self.seen.append(prompt)
         return super().generate(prompt, max_tokens, cancel)
 
@@ -207,7 +232,9 @@ def test_report_exports_exactly_the_dispatched_calls_and_round_trips(tmp_path: P
     assert step["incoming"][0]["id"] == "step-1-call"
     assert step["expected_facts"] == step["retained_facts"]
     # each token-id array sits on one line
-    assert all("token_ids" not in line or line.rstrip().endswith(("],", "]")) for line in text.splitlines())
+    assert all(
+        "token_ids" not in line or line.rstrip().endswith(("],", "]")) for line in text.splitlines()
+    )
 
 
 def test_pretty_json_is_collision_free() -> None:
@@ -231,6 +258,7 @@ def test_environment_prompt_tokens_and_pressure() -> None:
     runner = runner_for(config)
     (episode,) = runner.episodes()
     expected = runner.environment_tokens(episode)[0]
+    assert expected is not None
     report = runner.run()
     for result in report.results:
         assert result.environment_prompt_tokens == expected
@@ -241,7 +269,9 @@ def test_environment_prompt_tokens_and_pressure() -> None:
 
 def test_budget_failure_keeps_incoming_records_and_the_other_policy_continues() -> None:
     limits = EvaluationLimits(context_window=10_000, turn_tokens=500_000, episode_tokens=2_000_000)
-    config = EvaluationConfig(seeds=(17,), repetitions=1, step_count=4, noise_lines=50, limits=limits)
+    config = EvaluationConfig(
+        seeds=(17,), repetitions=1, step_count=4, noise_lines=50, limits=limits
+    )
     report = runner_for(config).run()
     append, editable = report.results
     assert append.policy.name == "append-only" and not append.passed
@@ -258,7 +288,11 @@ def test_budget_failure_keeps_incoming_records_and_the_other_policy_continues() 
 
 def test_summarize_policy_consolidates_and_charges_every_decision() -> None:
     config = EvaluationConfig(
-        seeds=(17,), repetitions=3, step_count=3, policies=("append-only", "editable", "summarize"), limits=WIDE
+        seeds=(17,),
+        repetitions=3,
+        step_count=3,
+        policies=("append-only", "editable", "summarize"),
+        limits=WIDE,
     )
     report = runner_for(config).run()
     assert len(report.results) == 9 and report.passed
@@ -325,7 +359,9 @@ def test_paired_difference_interval() -> None:
 
 def test_summary_counts_unreached_steps_as_failures() -> None:
     limits = EvaluationLimits(context_window=10_000, turn_tokens=500_000, episode_tokens=2_000_000)
-    config = EvaluationConfig(seeds=(17,), repetitions=1, step_count=4, noise_lines=50, limits=limits)
+    config = EvaluationConfig(
+        seeds=(17,), repetitions=1, step_count=4, noise_lines=50, limits=limits
+    )
     report = runner_for(config).run()
     append = report.summary.policies[0]
     assert append.policy == "append-only"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+
 from picocontext import Role, Scope, validate_snapshot
 from picocontext_diagnostics.episodes import fixture_episode
 from picocontext_diagnostics.errors import FixtureError, InvalidEpisode
@@ -57,14 +59,18 @@ def test_order_lookup_records_groups_and_noise() -> None:
     latest = snap.record("latest-check")
     assert latest is not None and len(latest.tool_calls) == 2
     assert len(task.noise_lines) == 24
-    assert task.noise_lines[0].startswith("Audit 1:") and task.noise_lines[-1].startswith("Audit 24:")
+    assert task.noise_lines[0].startswith("Audit 1:") and task.noise_lines[-1].startswith(
+        "Audit 24:"
+    )
     for rid in ("earlier-result", "latest-result", "warranty-result"):
         record = snap.record(rid)
         assert record is not None
         assert record.body.endswith("\n" + "\n".join(task.noise_lines))
     assert task.stale_record_ids == ("earlier-check", "earlier-result")
     assert task.fact_record_ids == ("latest-result", "warranty-result")
-    assert task.scope == Scope(user_id="playground-user", conversation_id="order-lookup", branch_id="main")
+    assert task.scope == Scope(
+        user_id="playground-user", conversation_id="order-lookup", branch_id="main"
+    )
 
 
 def test_order_lookup_answer_check_is_mechanical() -> None:
@@ -83,7 +89,11 @@ def test_order_lookup_facts_live_and_scope_override() -> None:
     task = order_lookup(scope)
     assert task.scope == scope and task.facts_live(task.snapshot)
     gutted = task.snapshot.model_copy(
-        update={"records": tuple(r.with_body("") if r.id == "warranty-result" else r for r in task.snapshot.records)}
+        update={
+            "records": tuple(
+                r.with_body("") if r.id == "warranty-result" else r for r in task.snapshot.records
+            )
+        }
     )
     assert not task.facts_live(gutted)
 
@@ -98,8 +108,8 @@ def test_order_lookup_file_is_validated(fixture_copy: Path) -> None:
 
 
 def test_order_lookup_records_must_form_a_valid_snapshot(fixture_copy: Path) -> None:
-    def orphan(data: dict[str, object]) -> None:
-        data["records"] = [r for r in data["records"] if r["id"] != "earlier-check"]  # type: ignore[attr-defined,index]
+    def orphan(data: dict[str, Any]) -> None:
+        data["records"] = [r for r in data["records"] if r["id"] != "earlier-check"]
         data["stale_record_ids"] = ["earlier-result"]
 
     edit_json(fixture_copy / "order_lookup.json", orphan)
@@ -134,7 +144,10 @@ def test_scenario_scopes_titles_and_checks() -> None:
 
 def test_retention_steps_and_cumulative_expectations() -> None:
     episode = fixture_episode(Scenario.RETENTION)
-    ops = [[line for line in s.records[1].body.split("\n") if line.startswith("FACT")] for s in episode.steps]
+    ops = [
+        [line for line in s.records[1].body.split("\n") if line.startswith("FACT")]
+        for s in episode.steps
+    ]
     assert ops == [
         ["FACT heron=KX-7302-B"],
         ["FACT dunlin=R5:green/17"],
@@ -165,7 +178,12 @@ def test_step_record_triple_ids_links_and_protection() -> None:
     for k, step in enumerate(episode.steps, start=1):
         call, data, request = step.records
         assert step.id == f"step-{k}" and step.answer_record_id == f"step-{k}-answer"
-        assert (call.id, call.role, call.body, call.protected) == (f"step-{k}-call", Role.ASSISTANT, "", False)
+        assert (call.id, call.role, call.body, call.protected) == (
+            f"step-{k}-call",
+            Role.ASSISTANT,
+            "",
+            False,
+        )
         assert [(c.id, c.name, c.arguments) for c in call.tool_calls] == [
             (f"step-{k}-feed", "notebook_feed", json.dumps({"step": k}, separators=(",", ":")))
         ]
@@ -175,7 +193,11 @@ def test_step_record_triple_ids_links_and_protection() -> None:
             f"step-{k}-feed",
             False,
         )
-        assert (request.id, request.role, request.protected) == (f"step-{k}-request", Role.USER, True)
+        assert (request.id, request.role, request.protected) == (
+            f"step-{k}-request",
+            Role.USER,
+            True,
+        )
 
 
 def test_noise_lines_format_counts_and_bounds() -> None:
@@ -232,7 +254,9 @@ def test_texts_that_would_change_the_notebook_are_rejected(fixture_copy: Path) -
         notebook_texts()
 
 
-def test_missing_fixture_folder_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_fixture_folder_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(FIXTURES_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(FixtureError, match="not a directory"):
         order_lookup()

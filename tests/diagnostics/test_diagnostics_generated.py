@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from picocontext import (
     EDIT_TOOL,
     KEEP_TOOL,
@@ -84,21 +85,28 @@ def test_generated_requests_and_noise() -> None:
     request = episode.steps[1].records[2].body
     assert '{"facts":{"cell0":"<current value>","cell1":"<current value>"}}' in request
     noise = episode.steps[1].records[1].body.split("\n")[1:]
-    assert [line.split(":")[0] for line in noise] == ["Sensor sweep 2, frame 0", "Sensor sweep 2, frame 1"]
+    assert [line.split(":")[0] for line in noise] == [
+        "Sensor sweep 2, frame 0",
+        "Sensor sweep 2, frame 1",
+    ]
     assert all("notebook unchanged." in line for line in noise)
 
 
-@pytest.mark.parametrize(("steps", "noise"), [(0, 12), (-1, 12), (33, 12), (2**63, 12), (4, -1), (4, 129)])
+@pytest.mark.parametrize(
+    ("steps", "noise"), [(0, 12), (-1, 12), (33, 12), (2**63, 12), (4, -1), (4, 129)]
+)
 def test_generated_bounds(steps: int, noise: int) -> None:
-    with pytest.raises(InvalidEpisode, match="1...32 steps"):
+    with pytest.raises(InvalidEpisode, match=r"1\.\.\.32 steps"):
         generated_episode(Scenario.RETENTION, 1, steps, noise)
 
 
 def test_oracle_rejects_an_episode_whose_expectations_disagree() -> None:
     episode = generated_episode(Scenario.STATE_UPDATES, 3, 5)
-    bad_step = episode.steps[4].model_copy(update={"expected_facts": episode.steps[3].expected_facts})
+    bad_step = episode.steps[4].model_copy(
+        update={"expected_facts": episode.steps[3].expected_facts}
+    )
     broken = episode.model_copy(update={"steps": (*episode.steps[:4], bad_step)})
-    with pytest.raises(InvalidEpisode, match="oracle disagrees .* step-5"):
+    with pytest.raises(InvalidEpisode, match=r"oracle disagrees .* step-5"):
         check_oracle(broken)
 
 
@@ -108,7 +116,9 @@ def test_oracle_rejects_an_episode_whose_expectations_disagree() -> None:
     st.integers(min_value=0, max_value=2**64 - 1),
     st.integers(min_value=1, max_value=32),
 )
-def test_every_seed_and_length_passes_its_own_oracle(scenario: Scenario, seed: int, count: int) -> None:
+def test_every_seed_and_length_passes_its_own_oracle(
+    scenario: Scenario, seed: int, count: int
+) -> None:
     episode = generated_episode(scenario, seed, count, noise_lines=1)
     assert len(episode.steps) == count
     assert len({s.id for s in episode.steps}) == count
@@ -158,12 +168,16 @@ def test_targeted_keeps_only_operation_lines_of_unprotected_tool_records() -> No
 def test_no_operations_means_keep_context() -> None:
     snap = snapshot_with(*feed(1, "FACT a=1"))
     response = DeterministicNotebookBackend().generate(prompt(snap, Phase.EDIT), 1_000)
-    assert [(c.name, c.arguments) for c in response.tool_calls] == [(KEEP_TOOL, '{"baseRevision":3}')]
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        (KEEP_TOOL, '{"baseRevision":3}')
+    ]
 
 
 def test_targeted_caps_at_32_operations() -> None:
     extra = [r for k in range(40) for r in feed(k, f"FACT k{k}=v\nnoise")]
-    response = DeterministicNotebookBackend().generate(prompt(snapshot_with(*extra), Phase.EDIT), 100_000)
+    response = DeterministicNotebookBackend().generate(
+        prompt(snapshot_with(*extra), Phase.EDIT), 100_000
+    )
     assert len(json.loads(response.tool_calls[0].arguments)["operations"]) == 32
 
 
@@ -171,7 +185,9 @@ def test_summarize_consolidates_into_the_last_unprotected_record() -> None:
     answer = Record(id="ans", role=Role.ASSISTANT, body='{"facts":{}}')
     note = Record(id="note", role=Role.USER, body="FACT z=9")
     snap = snapshot_with(*feed(1, "FACT b=2\nnoise\nFACT a=1"), note, *feed(2, "REMOVE z"), answer)
-    response = DeterministicNotebookBackend().generate(prompt(snap, Phase.EDIT, EditStyle.SUMMARIZE), 10_000)
+    response = DeterministicNotebookBackend().generate(
+        prompt(snap, Phase.EDIT, EditStyle.SUMMARIZE), 10_000
+    )
     ops = json.loads(response.tool_calls[0].arguments)["operations"]
     bodies = {op["recordID"]: op["body"] for op in ops}
     assert bodies == {"d1": "", "note": "", "d2": "", "ans": "FACT a=1\nFACT b=2"}
@@ -207,7 +223,9 @@ def test_clipped_decision_carries_no_call() -> None:
 
 def test_drop_keys_loses_those_lines_when_editing() -> None:
     snap = snapshot_with(*feed(1, "FACT a=1\nFACT b=2\nnoise"))
-    response = DeterministicNotebookBackend(drop_keys={"a"}).generate(prompt(snap, Phase.EDIT), 1_000)
+    response = DeterministicNotebookBackend(drop_keys={"a"}).generate(
+        prompt(snap, Phase.EDIT), 1_000
+    )
     ops = json.loads(response.tool_calls[0].arguments)["operations"]
     assert ops == [{"action": "replace", "body": "FACT b=2", "recordID": "d1"}]
 

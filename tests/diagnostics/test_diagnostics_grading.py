@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from picocontext import Record, Role, Scope, Snapshot
 from picocontext_diagnostics.errors import AnswerFormatError
 from picocontext_diagnostics.grading import (
@@ -24,7 +25,9 @@ SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 
 
 def records(*bodies: str) -> list[Record]:
-    return [Record(id=f"r{i}", role=Role.USER, body=b, protected=True) for i, b in enumerate(bodies)]
+    return [
+        Record(id=f"r{i}", role=Role.USER, body=b, protected=True) for i, b in enumerate(bodies)
+    ]
 
 
 # -- the notebook fold (checklist 68) --------------------------------------------------------
@@ -251,7 +254,9 @@ def test_parse_errors_say_what_and_where() -> None:
     assert info.value.offset == 20
     assert "after the answer object" in info.value.message
     assert explain_answer('{"facts":{"crates":"5"}}', EXPECTED) == "missing keeper"
-    assert "instead of" in (explain_answer('{"facts":{"crates":"4","keeper":"Tomas"}}', EXPECTED) or "")
+    assert "instead of" in (
+        explain_answer('{"facts":{"crates":"4","keeper":"Tomas"}}', EXPECTED) or ""
+    )
     assert explain_answer('{"facts":{"crates":"5","keeper":"Tomas"}}', EXPECTED) is None
 
 
@@ -259,7 +264,9 @@ def test_parse_errors_say_what_and_where() -> None:
 
 _json_text = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 ).map(json.dumps)
 
@@ -285,7 +292,9 @@ def test_parser_never_crashes_and_never_accepts_what_json_rejects(text: str) -> 
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(max_size=10), st.text(max_size=10), max_size=5), st.booleans())
-def test_parser_accepts_every_serialised_facts_object(facts: dict[str, str], ascii_only: bool) -> None:
+def test_parser_accepts_every_serialised_facts_object(
+    facts: dict[str, str], ascii_only: bool
+) -> None:
     try:
         json.dumps(facts).encode("utf-8")
         "".join(facts).encode("utf-8")

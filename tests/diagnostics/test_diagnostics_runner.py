@@ -6,11 +6,12 @@ import json
 from collections.abc import Callable
 
 import pytest
+
 from picocontext import (
     EDIT_TOOL,
     BudgetExceeded,
-    CancelToken,
     Cancelled,
+    CancelToken,
     ContextSession,
     ModelInput,
     ModelResponse,
@@ -98,7 +99,11 @@ def test_episodes_deliver_operations_and_replies_into_the_exact_next_input(
     seen: list[StepReport] = []
     report = EpisodeRunner(counter, backend).run(episode, policy, BUDGET, on_step=seen.append)
     assert report.passed and report.failure is None
-    assert [s.step.id for s in seen] == [s.id for s in episode.steps] == [s.step.id for s in report.steps]
+    assert (
+        [s.step.id for s in seen]
+        == [s.id for s in episode.steps]
+        == [s.step.id for s in report.steps]
+    )
     for index, step in enumerate(report.steps):
         run = step.run
         assert run is not None and run.failure is None and run.final_prompt is not None
@@ -110,7 +115,9 @@ def test_episodes_deliver_operations_and_replies_into_the_exact_next_input(
         assert live_ids[-1] == step.step.records[-1].id  # ends with the request
         if index:
             assert f"step-{index}-answer" in live_ids  # the previous reply is live
-        ops = [line for line in step.step.records[1].body.split("\n") if line[:5] in ("FACT ", "REMO")]
+        ops = [
+            line for line in step.step.records[1].body.split("\n") if line[:5] in ("FACT ", "REMO")
+        ]
         data = final.input.context.record(step.step.records[1].id)
         if policy is SUMMARIZE:
             assert notebook_state(final.input.context) == step.step.expected_facts
@@ -132,7 +139,9 @@ def test_episodes_deliver_operations_and_replies_into_the_exact_next_input(
 
 def test_updates_and_removals_are_graded_in_live_order() -> None:
     episode = fixture_episode(Scenario.STATE_UPDATES)
-    report = EpisodeRunner(ByteCounter(), DeterministicNotebookBackend()).run(episode, EDITABLE, BUDGET)
+    report = EpisodeRunner(ByteCounter(), DeterministicNotebookBackend()).run(
+        episode, EDITABLE, BUDGET
+    )
     assert [s.retained_facts for s in report.steps] == [s.expected_facts for s in episode.steps]
     assert report.steps[-1].retained_facts == {"crates": "5", "keeper": "Tomas"}
     assert notebook_state(report.revised) == {"crates": "5", "keeper": "Tomas"}
@@ -221,10 +230,15 @@ def test_pressure_fails_append_only_on_the_window_while_editing_passes() -> None
     episode = fixture_episode(Scenario.RETENTION, noise_lines=50)
     budget = RunBudget(context_window=12_000, total_tokens=120_000, max_edit_attempts=4)
     counter = ByteCounter()
-    append = EpisodeRunner(counter, DeterministicNotebookBackend()).run(episode, APPEND_ONLY, budget)
+    append = EpisodeRunner(counter, DeterministicNotebookBackend()).run(
+        episode, APPEND_ONLY, budget
+    )
     assert not append.passed
     last = append.steps[-1]
-    assert last.failure == BudgetExceeded("input plus reserved output exceeds the context window").message
+    assert (
+        last.failure
+        == BudgetExceeded("input plus reserved output exceeds the context window").message
+    )
     assert last.run is not None and last.run.calls == ()  # nothing was dispatched
     assert len(append.steps) < len(episode.steps)  # the episode stopped
     incoming = last.step.records[1]
@@ -268,7 +282,9 @@ def test_episode_allowance_stops_before_another_generation() -> None:
 def test_per_step_budget_is_the_smaller_of_turn_and_remaining_episode_allowance() -> None:
     budgets: list[RunBudget] = []
 
-    def spy(session: ContextSession, policy: Policy, budget: RunBudget, cancel: CancelToken | None) -> RunReport:
+    def spy(
+        session: ContextSession, policy: Policy, budget: RunBudget, cancel: CancelToken | None
+    ) -> RunReport:
         budgets.append(budget)
         return session_turn(session, policy, budget, cancel)
 
@@ -278,7 +294,9 @@ def test_per_step_budget_is_the_smaller_of_turn_and_remaining_episode_allowance(
     used = 0
     for budget, step in zip(budgets, report.steps, strict=True):
         assert budget.total_tokens == min(BUDGET.total_tokens, 125_000 - used)
-        assert budget.model_copy(update={"total_tokens": 0}) == BUDGET.model_copy(update={"total_tokens": 0})
+        assert budget.model_copy(update={"total_tokens": 0}) == BUDGET.model_copy(
+            update={"total_tokens": 0}
+        )
         used += step.input_tokens + step.generated_tokens
     assert budgets[-1].total_tokens < BUDGET.total_tokens
 
@@ -290,7 +308,9 @@ def test_revision_arithmetic_for_edits_and_keeps() -> None:
     assert noisy.revised.revision == 12
     quiet = runner.run(fixture_episode(Scenario.RETENTION, noise_lines=0), EDITABLE, BUDGET)
     assert [s.run.revised.revision for s in quiet.steps if s.run] == [1, 3, 5, 7]
-    assert all(s.run.keep_call_count == 1 and s.run.edit_call_count == 0 for s in quiet.steps if s.run)
+    assert all(
+        s.run.keep_call_count == 1 and s.run.edit_call_count == 0 for s in quiet.steps if s.run
+    )
 
 
 # -- bounds, cancellation, defaults -----------------------------------------------------------
@@ -351,10 +371,14 @@ def test_cancellation_before_a_step_runs_nothing() -> None:
 
 def test_report_passed_and_totals() -> None:
     episode = fixture_episode(Scenario.RETENTION)
-    report = EpisodeRunner(ByteCounter(), DeterministicNotebookBackend()).run(episode, EDITABLE, BUDGET)
+    report = EpisodeRunner(ByteCounter(), DeterministicNotebookBackend()).run(
+        episode, EDITABLE, BUDGET
+    )
     assert report.passed and report.planned_steps == 4
     assert report.total_input_tokens == sum(s.run.total_input_tokens for s in report.steps if s.run)
-    assert report.total_generated_tokens == sum(s.run.total_generated_tokens for s in report.steps if s.run)
+    assert report.total_generated_tokens == sum(
+        s.run.total_generated_tokens for s in report.steps if s.run
+    )
     truncated = report.model_copy(update={"steps": report.steps[:3]})
     assert not truncated.passed  # an unreached step is a failure
     assert json.loads(report.model_dump_json())["policy"]["name"] == "editable"
@@ -374,5 +398,7 @@ def test_sequential_defaults() -> None:
 
 def test_environment_prompt_is_measurable_without_dispatch() -> None:
     episode = fixture_episode(Scenario.RETENTION)
-    prompt = ByteCounter().prepare(ModelInput(context=episode.environment(), phase=Phase.COMPLETION))
+    prompt = ByteCounter().prepare(
+        ModelInput(context=episode.environment(), phase=Phase.COMPLETION)
+    )
     assert prompt.token_count > sum(len(r.body) for r in episode.incoming_records)

@@ -1,0 +1,281 @@
+"""picocontext-eval: flags, defaults, provenance, exit codes, the mlx branch (checklist 96)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picocontext import CancelToken, ModelInput, ModelResponse, PreparedPrompt
+from picocontext.models import ByteCounter
+from picocontext_diagnostics import backends, cli
+from picocontext_diagnostics.backends import resolve_backend
+from picocontext_diagnostics.errors import BackendSetupError
+from picocontext_diagnostics.evaluation import EvaluationReport
+from picocontext_diagnostics.notebook import DeterministicNotebookBackend
+
+
+def run_cli(*argv: str, cancel: CancelToken | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.run(list(argv), out, err, cancel)
+    return code, out.getvalue(), err.getvalue()
+
+
+def write_config(tmp_path: Path, **fields: Any) -> Path:
+    data: dict[str, Any] = {
+        "seeds": [17],
+        "repetitions": 2,
+        "step_count": 2,
+        "limits": {"context_window": 32_768, "turn_tokens": 500_000, "episode_tokens": 2_000_000},
+    }
+    data.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_passing_run_writes_the_report_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PICOCONTEXT_SOURCE_REVISION", "abc123")
+    output = tmp_path / "nested" / "report.json"
+    code, out, err = run_cli("--config", str(write_config(tmp_path)), "--output", str(output))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == (
+        "1: seed 17, repetition 0, append-only: context 2/2, answer 2/2, "
+        + lines[0].split("answer 2/2, ")[1]
+    )
+    assert lines[1].startswith(
+        "2: seed 17, repetition 0, editable: context 2/2, answer 2/2, input "
+    )
+    assert lines[2].startswith("3: seed 17, repetition 1, editable:")
+    assert any(line.startswith("  append-only: episodes 2/2 = 100% [95% CI") for line in lines)
+    assert any("exact McNemar p = 1" in line for line in lines)
+    assert lines[-1] == f"Saved {output}"
+    report = EvaluationReport.from_json(output.read_text(encoding="utf-8"))
+    p = report.provenance
+    assert (p.backend, p.model, p.model_revision) == (
+        "deterministic",
+        "deterministic-notebook",
+        "1",
+    )
+    assert p.token_unit.startswith("UTF-8 bytes") and p.source_revision == "abc123"
+    assert p.prefix_cache == "not applicable" and p.constrained_decisions == "not applicable"
+    assert p.operating_system and p.python_version.startswith("3.")
+    assert not list(output.parent.glob("*.partial"))
+
+
+def test_failing_run_keeps_the_report_and_exits_2(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        noise_lines=50,
+        step_count=4,
+        limits={"context_window": 10_000, "turn_tokens": 500_000, "episode_tokens": 2_000_000},
+    )
+    output = tmp_path / "r.json"
+    code, out, _ = run_cli("--config", str(config), "--output", str(output), "--quiet")
+    assert code == 2
+    assert "failure:" not in out  # quiet hides per-result lines
+    report = EvaluationReport.from_json(output.read_text(encoding="utf-8"))
+    assert not report.passed and any(r.failure for r in report.results)
+
+
+def test_default_deterministic_run_uses_wide_byte_limits(tmp_path: Path) -> None:
+    output = tmp_path / "d.json"
+    code, _, _ = run_cli("--output", str(output), "--quiet")
+    assert code == 0
+    config = EvaluationReport.from_json(output.read_text(encoding="utf-8")).configuration
+    assert (
+        config.limits.context_window,
+        config.limits.turn_tokens,
+        config.limits.episode_tokens,
+    ) == (
+        32_768,
+        500_000,
+        2_000_000,
+    )
+    assert config.seeds == (17, 29) and config.repetitions == 3
+
+
+def test_profiles_run(tmp_path: Path) -> None:
+    # The bundled profiles use the 4,096-token app budget; in bytes that is a pressure test.
+    code, out, _ = run_cli(
+        "--profile", "retention", "--output", str(tmp_path / "p.json"), "--quiet"
+    )
+    assert code in (0, 2) and "summarize" in out
+    data = json.loads((tmp_path / "p.json").read_text(encoding="utf-8"))
+    assert data["configuration"]["limits"]["context_window"] == 4_096
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "unknown option --bogus"),
+        (["stray"], "unexpected argument 'stray'"),
+        (["--backend"], "--backend needs a value"),
+        (["--backend", "--quiet"], "--backend needs a value"),
+        (["--output="], "needs a non-empty value"),
+        (["--quiet", "--quiet"], "--quiet given more than once"),
+        (["--backend", "mlx", "--backend=mlx"], "--backend given more than once"),
+        (["--backend", "gpu"], "--backend must be deterministic or mlx"),
+        (["--profile", "huge"], "--profile must be one of"),
+        (["--config", "a.json", "--profile", "state"], "either --config or --profile"),
+        (["--model", "x"], "--model applies only to --backend mlx"),
+        (["--prefix-cache", "on"], "--prefix-cache applies only to --backend mlx"),
+        (["--backend", "mlx", "--constrained", "yes"], "--constrained must be on or off"),
+        (["--quiet=1"], "--quiet takes no value"),
+    ],
+)
+def test_bad_flags_exit_1_with_a_prefixed_message(argv: list[str], message: str) -> None:
+    code, out, err = run_cli(*argv)
+    assert code == 1 and out == ""
+    assert err.startswith("picocontext-eval: ") and message in err
+    assert "--help" in err
+
+
+def test_bad_configs_exit_1(tmp_path: Path) -> None:
+    missing = tmp_path / "none.json"
+    code, _, err = run_cli("--config", str(missing))
+    assert code == 1 and "cannot read" in err
+    bad = write_config(tmp_path, repetitions=9)
+    code, _, err = run_cli("--config", str(bad))
+    assert code == 1 and "repetitions" in err
+    big = tmp_path / "big.json"
+    big.write_text(" " * 1_000_001, encoding="utf-8")
+    code, _, err = run_cli("--config", str(big))
+    assert code == 1 and "limit" in err
+    code, _, err = run_cli("--config", str(write_config(tmp_path, policies=["navigated"])))
+    assert code == 1 and "unknown policy 'navigated'" in err
+
+
+def test_unwritable_output_exits_1(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    code, out, err = run_cli(
+        "--config", str(write_config(tmp_path)), "--output", str(blocker / "r.json")
+    )
+    assert code == 1 and "cannot write" in err and "Summary" in out
+
+
+def test_help_and_interrupt(tmp_path: Path) -> None:
+    code, out, _ = run_cli("--help")
+    assert code == 0 and out.startswith("usage: picocontext-eval") and "Exit codes" in out
+    token = CancelToken()
+    token.cancel()
+    code, _, err = run_cli(
+        "--config", str(write_config(tmp_path)), "--output", str(tmp_path / "x.json"), cancel=token
+    )
+    assert code == 130 and "interrupted" in err and not (tmp_path / "x.json").exists()
+
+
+def test_console_script_entry_point(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "picocontext_diagnostics.cli", "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and "unknown option" in result.stderr
+
+
+# -- the mlx branch ---------------------------------------------------------------------------
+
+
+class FakeModel:
+    """Stands in for an MLX model object: counter and backend in one, with settings."""
+
+    def __init__(self, name: str | None) -> None:
+        self.name = name
+        self.counter = ByteCounter()
+        self.inner = DeterministicNotebookBackend()
+        self.prefix_cache = True
+        self.constrained = False
+        self.closed = False
+
+    def prepare(self, model_input: ModelInput) -> PreparedPrompt:
+        return self.counter.prepare(model_input)
+
+    def generate(
+        self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
+    ) -> ModelResponse:
+        return self.inner.generate(prompt, max_tokens, cancel)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": f"fake/{self.name}",
+            "modelRevision": "r1",
+            "sampling": "greedy",
+            "prefixCache": self.prefix_cache,
+            "constrainedDecisions": self.constrained,
+        }
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_mlx_branch_resolves_a_counter_backend_and_records_its_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[FakeModel] = []
+
+    def load_model(name: str | None = None) -> FakeModel:
+        made.append(FakeModel(name))
+        return made[-1]
+
+    import picocontext.models as models
+
+    monkeypatch.setattr(models, "load_model", load_model, raising=False)
+    output = tmp_path / "m.json"
+    code, _, err = run_cli(
+        "--backend",
+        "mlx",
+        "--model",
+        "tiny",
+        "--prefix-cache",
+        "off",
+        "--constrained",
+        "on",
+        "--config",
+        str(write_config(tmp_path)),
+        "--output",
+        str(output),
+    )
+    assert (code, err) == (0, "")
+    p = EvaluationReport.from_json(output.read_text(encoding="utf-8")).provenance
+    assert (p.backend, p.model, p.model_revision) == ("mlx", "fake/tiny", "r1")
+    assert (p.prefix_cache, p.constrained_decisions) == ("off", "on")
+    assert p.token_unit == "model tokens" and p.sampling.startswith("greedy")
+    assert made[0].closed
+
+
+def test_mlx_branch_without_a_loader_is_a_clear_setup_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backends, "RESOLVER_NAMES", ("no_such_loader",))
+    with pytest.raises(BackendSetupError, match="no model loader"):
+        resolve_backend("mlx")
+    code, _, err = run_cli("--backend", "mlx")
+    assert code == 1 and "no model loader" in err
+
+
+def test_mlx_branch_rejects_objects_that_are_not_counter_and_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import picocontext.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a: object(), raising=False)
+    with pytest.raises(BackendSetupError, match="not a token counter and backend"):
+        resolve_backend("mlx")
+
+
+def test_deterministic_backend_refuses_model_settings() -> None:
+    with pytest.raises(BackendSetupError, match="apply only to --backend mlx"):
+        resolve_backend("deterministic", model="x")
+    with pytest.raises(BackendSetupError, match="unknown backend"):
+        resolve_backend("cuda")
