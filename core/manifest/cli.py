@@ -278,8 +278,9 @@ COMMANDS: tuple[Subcommand, ...] = (
 
 
 def load_commands(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, Subcommand]:
-    """Every registered subcommand by name. A module that does not exist yet is skipped; a
-    module that exists but fails to import is an error (it is a real bug)."""
+    """Every registered subcommand by name. A module that does not exist (yet) is skipped
+    quietly; one that exists but fails to import is reported on stderr and skipped, so a
+    broken plug-in never takes ``pcx validate`` down with it."""
     found: dict[str, Subcommand] = {}
     for name in modules:
         try:
@@ -287,7 +288,11 @@ def load_commands(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, Subcomm
         except ModuleNotFoundError as exc:
             if exc.name is not None and name.startswith(exc.name):
                 continue
-            raise
+            _err(f"warning: pcx plug-in {name} failed to import ({exc}); its commands are off")
+            continue
+        except Exception as exc:  # a plug-in's own bug: report, keep the CLI usable
+            _err(f"warning: pcx plug-in {name} failed to import ({exc}); its commands are off")
+            continue
         for cmd in getattr(module, "COMMANDS", ()):
             found.setdefault(cmd.name, cmd)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -310,8 +315,8 @@ def build_parser(commands: dict[str, Subcommand]) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    commands = load_commands()
+def main(argv: Sequence[str] | None = None, modules: Sequence[str] | None = None) -> int:
+    commands = load_commands(COMMAND_MODULES if modules is None else modules)
     parser = build_parser(commands)
     args = parser.parse_args(argv)
     cmd: Subcommand = args._command

@@ -21,14 +21,20 @@ def node(what: str = "a thing", when: str = "you need it", **kw: Any) -> dict[st
     return {"what": what, "when": when, **kw}
 
 
-def doc(nodes: dict[str, dict[str, Any]], root_children: list[str], budget: int = 4096,
-        **extra: Any) -> dict[str, Any]:
+def doc(
+    nodes: dict[str, dict[str, Any]], root_children: list[str], budget: int = 4096, **extra: Any
+) -> dict[str, Any]:
     return {
         "pcx_version": "0.2",
         "source": {"id": "t", "kind": "docs"},
         "variant": {"budget": budget},
-        "root": {"id": "r", "title": "Root", "what": "The root.", "when": "Always.",
-                 "children": root_children},
+        "root": {
+            "id": "r",
+            "title": "Root",
+            "what": "The root.",
+            "when": "Always.",
+            "children": root_children,
+        },
         "nodes": nodes,
         **extra,
     }
@@ -39,15 +45,34 @@ def tree_doc(budget: int = 4096) -> dict[str, Any]:
     nodes = {
         "a": node("Alpha things", "alpha goals", title="Alpha", children=["a.1", "a.2"]),
         "b": node("Beta things", "beta goals", title="Beta", children=["b.1", "b.2"]),
-        "a.1": node("First alpha leaf", "alpha one", title="A1", tokens=100,
-                    payload={"ref": "node://a.1", "render": ["full", "summary"]},
-                    facets={"kind": "howto"}, links=[{"to": "b.2", "why": "shares a setting"}]),
-        "a.2": node("Second alpha leaf", "alpha two", title="A2", tokens=100,
-                    payload={"ref": "node://a.2"}, facets={"kind": "ref"}),
-        "b.1": node("First beta leaf", "beta one", title="B1", tokens=100,
-                    payload={"ref": "node://b.1"}, facets={"kind": "howto"}),
-        "b.2": node("Second beta leaf", "beta two", title="B2", tokens=100,
-                    payload={"ref": "node://b.2"}),
+        "a.1": node(
+            "First alpha leaf",
+            "alpha one",
+            title="A1",
+            tokens=100,
+            payload={"ref": "node://a.1", "render": ["full", "summary"]},
+            facets={"kind": "howto"},
+            links=[{"to": "b.2", "why": "shares a setting"}],
+        ),
+        "a.2": node(
+            "Second alpha leaf",
+            "alpha two",
+            title="A2",
+            tokens=100,
+            payload={"ref": "node://a.2"},
+            facets={"kind": "ref"},
+        ),
+        "b.1": node(
+            "First beta leaf",
+            "beta one",
+            title="B1",
+            tokens=100,
+            payload={"ref": "node://b.1"},
+            facets={"kind": "howto"},
+        ),
+        "b.2": node(
+            "Second beta leaf", "beta two", title="B2", tokens=100, payload={"ref": "node://b.2"}
+        ),
     }
     return doc(nodes, ["a", "b"], budget=budget)
 

@@ -58,8 +58,7 @@ def test_flat_list_baseline_respects_the_budget(homelab: Manifest, b: Any) -> No
 
 
 def test_first_hop_precision_and_stops(tree: Manifest) -> None:
-    cases = [NavCase(query="second beta leaf", target="b.2"),
-             NavCase(query="zebra", target="a.1")]
+    cases = [NavCase(query="second beta leaf", target="b.2"), NavCase(query="zebra", target="a.1")]
     r = run_eval(tree, cases, KeywordNavigator())
     assert [c.success for c in r.cases] == [True, False]
     assert r.first_hop_precision == 0.5
@@ -68,8 +67,13 @@ def test_first_hop_precision_and_stops(tree: Manifest) -> None:
 
 def test_facets_and_related_options(tree: Manifest) -> None:
     case = NavCase(query="beta", target="b.2", facet={"kind": "howto"})
-    r = run_eval(tree, [NavCase(query="first alpha leaf", target="b.2")], KeywordNavigator(),
-                 use_related=True, max_hops=2)
+    r = run_eval(
+        tree,
+        [NavCase(query="first alpha leaf", target="b.2")],
+        KeywordNavigator(),
+        use_related=True,
+        max_hops=2,
+    )
     assert r.cases[0].success and "see-also" in r.cases[0].stop_reason
     r = run_eval(tree, [case], KeywordNavigator(), use_facets=True)
     assert r.cases[0].shown_tokens > 0

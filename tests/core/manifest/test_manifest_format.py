@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
-import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +14,8 @@ from pydantic import ValidationError
 from picocontext.manifest.model import Manifest, Node
 from picocontext.manifest.schema import SCHEMA_FILENAME, generate_schema, schema_errors
 from picocontext.manifest.validate import load_manifest
+
+jsonschema: Any = importlib.import_module("jsonschema")
 
 
 def test_shipped_schema_is_generated_from_the_models(b: Any) -> None:
@@ -77,8 +79,7 @@ def test_source_is_open_but_nodes_and_top_level_are_closed(b: Any) -> None:
 
 
 def test_empty_optional_collections_are_omitted_but_empty_children_kept(b: Any) -> None:
-    d = b.doc({"e": {"what": "e", "when": "e", "children": [], "keywords": [], "links": []}},
-              ["e"])
+    d = b.doc({"e": {"what": "e", "when": "e", "children": [], "keywords": [], "links": []}}, ["e"])
     out = Manifest.model_validate(d).to_dict()
     assert out["nodes"]["e"] == {"what": "e", "when": "e", "children": []}
 
@@ -97,13 +98,18 @@ _node = st.fixed_dictionaries(
         "children": st.lists(st.text(max_size=3), max_size=3),
         "payload": st.fixed_dictionaries(
             {"ref": st.text(max_size=5)},
-            optional={"render": st.lists(st.sampled_from(["full", "summary", "x"]), max_size=2),
-                      "bogus": st.just(1)},
+            optional={
+                "render": st.lists(st.sampled_from(["full", "summary", "x"]), max_size=2),
+                "bogus": st.just(1),
+            },
         ),
-        "links": st.lists(st.fixed_dictionaries({"to": st.text(max_size=3)},
-                                                optional={"why": st.integers()}), max_size=2),
-        "facets": st.dictionaries(st.text(max_size=3), st.one_of(st.text(max_size=3),
-                                                                 st.integers()), max_size=2),
+        "links": st.lists(
+            st.fixed_dictionaries({"to": st.text(max_size=3)}, optional={"why": st.integers()}),
+            max_size=2,
+        ),
+        "facets": st.dictionaries(
+            st.text(max_size=3), st.one_of(st.text(max_size=3), st.integers()), max_size=2
+        ),
         "meta": st.just({}),
     },
 )

@@ -15,8 +15,15 @@ from picocontext.manifest.validate import load_manifest
 
 
 def _two(b: Any, x: dict[str, Any], y: dict[str, Any]) -> Manifest:
-    return load_manifest(b.doc({"x": {**x, "payload": {"ref": "node://x"}},
-                                "y": {**y, "payload": {"ref": "node://y"}}}, ["x", "y"]))
+    return load_manifest(
+        b.doc(
+            {
+                "x": {**x, "payload": {"ref": "node://x"}},
+                "y": {**y, "payload": {"ref": "node://y"}},
+            },
+            ["x", "y"],
+        )
+    )
 
 
 def _choose(m: Manifest, query: str) -> NavAction:
@@ -27,29 +34,48 @@ def _choose(m: Manifest, query: str) -> NavAction:
 
 
 def test_b12_stemming_matches_inflections(b: Any) -> None:
-    m = _two(b, {"title": "Drafting a post", "what": "Compose text.", "when": "new content"},
-             {"title": "Scheduling", "what": "Set a time.", "when": "timing"})
+    m = _two(
+        b,
+        {"title": "Drafting a post", "what": "Compose text.", "when": "new content"},
+        {"title": "Scheduling", "what": "Set a time.", "when": "timing"},
+    )
     assert _choose(m, "when should this finished draft go out").ids == ("x",)
     assert stem("drafting") == stem("draft") == stem("drafted")
 
 
 def test_b12_filler_words_never_match(b: Any) -> None:
-    m = _two(b, {"title": "Utils", "what": "Docs under utils/.", "when": "Consult for anything "
-                 "about utils."},
-             {"title": "Network", "what": "Sockets and ports.", "when": "net stuff"})
+    m = _two(
+        b,
+        {
+            "title": "Utils",
+            "what": "Docs under utils/.",
+            "when": "Consult for anything about utils.",
+        },
+        {"title": "Network", "what": "Sockets and ports.", "when": "net stuff"},
+    )
     assert _choose(m, "tell me about it").verb == "stop"
     assert terms("Consult for anything about the various things") == []
 
 
 def test_b12_keywords_count(b: Any) -> None:
-    m = _two(b, {"title": "Alpha", "what": "First area.", "when": "one", "keywords": ["cron"]},
-             {"title": "Beta", "what": "Second area.", "when": "two"})
+    m = _two(
+        b,
+        {"title": "Alpha", "what": "First area.", "when": "one", "keywords": ["cron"]},
+        {"title": "Beta", "what": "Second area.", "when": "two"},
+    )
     assert _choose(m, "add a cron entry").ids == ("x",)
 
 
 def test_b12_rare_terms_outweigh_common_ones(b: Any) -> None:
-    nodes = {f"n{i}": {"what": f"Report number {i}.", "when": "report", "title": f"R{i}",
-                       "payload": {"ref": f"node://n{i}"}} for i in range(6)}
+    nodes = {
+        f"n{i}": {
+            "what": f"Report number {i}.",
+            "when": "report",
+            "title": f"R{i}",
+            "payload": {"ref": f"node://n{i}"},
+        }
+        for i in range(6)
+    }
     nodes["n5"]["what"] = "Report about zfs resilver."
     nodes["n4"]["what"] = "Report report report."
     m = load_manifest(b.doc(nodes, list(nodes)))
@@ -57,14 +83,20 @@ def test_b12_rare_terms_outweigh_common_ones(b: Any) -> None:
 
 
 def test_field_weights_title_beats_when(b: Any) -> None:
-    m = _two(b, {"title": "Other", "what": "Something.", "when": "backup later"},
-             {"title": "Backup", "what": "Something else.", "when": "sometime"})
+    m = _two(
+        b,
+        {"title": "Other", "what": "Something.", "when": "backup later"},
+        {"title": "Backup", "what": "Something else.", "when": "sometime"},
+    )
     assert _choose(m, "backup").ids == ("y",)
 
 
 def test_only_rendered_fields_are_read(b: Any) -> None:
-    m = _two(b, {"title": "Alpha", "what": "First.", "when": "rotate keys"},
-             {"title": "Beta", "what": "Second.", "when": "other"})
+    m = _two(
+        b,
+        {"title": "Alpha", "what": "First.", "when": "rotate keys"},
+        {"title": "Beta", "what": "Second.", "when": "other"},
+    )
     nav = KeywordNavigator()
     nav.prepare(m)
     rt = Runtime(m, view_level="title")
@@ -94,8 +126,13 @@ class ScriptChat:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def chat(self, messages: Sequence[ChatMessage], max_tokens: int,
-             tools: Sequence[ToolSpec] = (), cancel: CancelToken | None = None) -> ModelResponse:
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+    ) -> ModelResponse:
         self.prompts.append(list(messages))
         return ModelResponse(text=self.replies.pop(0))
 

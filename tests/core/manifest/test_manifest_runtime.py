@@ -114,8 +114,7 @@ def test_b8_eviction_is_lru_not_fifo(tree: Manifest, resolver: LeafResolver) -> 
     probe.expand("a")
     probe.expand("b")
     leaf = probe.expand_cost("a.1")
-    rt = Runtime(tree, resolver=resolver, auto_collapse=True,
-                 budget=probe.spent + 2 * leaf + 5)
+    rt = Runtime(tree, resolver=resolver, auto_collapse=True, budget=probe.spent + 2 * leaf + 5)
     rt.expand("a")
     rt.expand("b")
     rt.expand("a.1")
@@ -151,8 +150,12 @@ def test_auto_collapse_never_evicts_the_path_to_the_target(
 ) -> None:
     probe = Runtime(tree, resolver=resolver)
     probe.expand("a")
-    rt = Runtime(tree, resolver=resolver, auto_collapse=True,
-                 budget=probe.spent + probe.expand_cost("a.1") - 1)
+    rt = Runtime(
+        tree,
+        resolver=resolver,
+        auto_collapse=True,
+        budget=probe.spent + probe.expand_cost("a.1") - 1,
+    )
     rt.expand("a")
     with pytest.raises(DisclosureRefused):
         rt.expand("a.1")
@@ -206,13 +209,21 @@ def test_b9_envelope_is_charged_and_names_unseen_ancestors(
 
 
 def test_envelope_lists_ancestor_descriptors_only_when_not_visible(b: Any) -> None:
-    d = b.doc({
-        "x": b.node("X branch", "x", title="X", children=["y"]),
-        "y": b.node("Y branch", "y", title="Y", children=["z"]),
-        "z": b.node("Z leaf", "z", title="Z", payload={"ref": "node://z"}),
-        "w": b.node("W leaf", "w", title="W", payload={"ref": "node://w"},
-                    links=[{"to": "z", "why": "w relates to z"}]),
-    }, ["x", "w"])
+    d = b.doc(
+        {
+            "x": b.node("X branch", "x", title="X", children=["y"]),
+            "y": b.node("Y branch", "y", title="Y", children=["z"]),
+            "z": b.node("Z leaf", "z", title="Z", payload={"ref": "node://z"}),
+            "w": b.node(
+                "W leaf",
+                "w",
+                title="W",
+                payload={"ref": "node://w"},
+                links=[{"to": "z", "why": "w relates to z"}],
+            ),
+        },
+        ["x", "w"],
+    )
     rt = Runtime(load_manifest(d), resolver=dict_resolver({"z": "zz", "w": "ww"}))
     rt.disclose([t for t, _ in rt.related("w")], {"z": "w relates to z"})
     text = rt.expand("z")
@@ -223,8 +234,9 @@ def test_envelope_lists_ancestor_descriptors_only_when_not_visible(b: Any) -> No
 # --- B19: one tokenizer, exactly what is rendered -------------------------------------------
 def test_b19_one_counter_prices_everything(tree: Manifest, resolver: LeafResolver) -> None:
     spy = SpyCounter()
-    rt = Runtime(tree, resolver=resolver, counter=spy, view_level="title",
-                 protocol_text="read the index")
+    rt = Runtime(
+        tree, resolver=resolver, counter=spy, view_level="title", protocol_text="read the index"
+    )
     assert spy.calls > 0
     rt.look(["a"])
     rt.expand("a")
@@ -310,22 +322,32 @@ def test_views_get_shorter(homelab: Manifest) -> None:
 
 # --- property: whatever the agent does, the budget holds and the ledger is exact ------------
 _ops = st.lists(
-    st.tuples(st.sampled_from(["open", "look", "close", "disclose", "summary"]),
-              st.sampled_from(["a", "b", "a.1", "a.2", "b.1", "b.2"])),
+    st.tuples(
+        st.sampled_from(["open", "look", "close", "disclose", "summary"]),
+        st.sampled_from(["a", "b", "a.1", "a.2", "b.1", "b.2"]),
+    ),
     max_size=25,
 )
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(_ops, st.integers(0, 400), st.booleans(), st.sampled_from(["title", "brief", "full"]))
-def test_budget_never_exceeded(b: Any, ops: list[tuple[str, str]], slack: int, auto: bool,
-                               level: str) -> None:
+def test_budget_never_exceeded(
+    b: Any, ops: list[tuple[str, str]], slack: int, auto: bool, level: str
+) -> None:
     m = load_manifest(b.tree_doc())
     base = Runtime(m, view_level=level).baseline_tokens  # type: ignore[arg-type]
-    rt = Runtime(m, budget=base + slack, auto_collapse=auto, view_level=level,  # type: ignore[arg-type]
-                 resolver=dict_resolver(b.leaves), summary_resolver=dict_resolver({"a.1": "s"}),
-                 counter=HeuristicCounter())
+    rt = Runtime(
+        m,
+        budget=base + slack,
+        auto_collapse=auto,
+        view_level=level,  # type: ignore[arg-type]
+        resolver=dict_resolver(b.leaves),
+        summary_resolver=dict_resolver({"a.1": "s"}),
+        counter=HeuristicCounter(),
+    )
     for op, nid in ops:
         try:
             if op == "open":

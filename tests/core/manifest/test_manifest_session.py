@@ -70,8 +70,7 @@ def test_remote_inlining_skips_what_does_not_fit(tree: Manifest, resolver: LeafR
     probe = NavSession(tree, "remote", resolver=resolver, protocol=None)
     probe.open("a")
     room = probe.runtime.expand_cost("a.1")
-    s = NavSession(tree, "remote", resolver=resolver, protocol=None,
-                   budget=probe.spent + room + 1)
+    s = NavSession(tree, "remote", resolver=resolver, protocol=None, budget=probe.spent + room + 1)
     s.open("a")
     s.index()
     assert s.runtime.is_spliced("a.1") and not s.runtime.is_spliced("a.2")
@@ -116,8 +115,13 @@ class FakeChat:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def chat(self, messages: Sequence[ChatMessage], max_tokens: int,
-             tools: Sequence[ToolSpec] = (), cancel: CancelToken | None = None) -> ModelResponse:
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+    ) -> ModelResponse:
         self.seen.append(list(messages))
         return ModelResponse(text=self.replies.pop(0) if self.replies else "STOP")
 

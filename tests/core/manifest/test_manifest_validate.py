@@ -83,10 +83,17 @@ def test_root_id_reused_as_node_key(b: Any) -> None:
 
 
 def _chain(n: int) -> dict[str, Any]:
-    nodes = {f"n{i}": {"what": "x", "when": "y", "children": [f"n{i + 1}"]} for i in range(n)}
+    nodes: dict[str, dict[str, Any]] = {
+        f"n{i}": {"what": "x", "when": "y", "children": [f"n{i + 1}"]} for i in range(n)
+    }
     nodes[f"n{n}"] = {"what": "x", "when": "y", "payload": {"ref": f"node://n{n}"}}
-    return {"pcx_version": "0.2", "source": {"id": "s", "kind": "k"}, "variant": {"budget": 9},
-            "root": {"what": "r", "when": "r", "children": ["n0"]}, "nodes": nodes}
+    return {
+        "pcx_version": "0.2",
+        "source": {"id": "s", "kind": "k"},
+        "variant": {"budget": 9},
+        "root": {"what": "r", "when": "r", "children": ["n0"]},
+        "nodes": nodes,
+    }
 
 
 def test_100k_deep_chain_is_a_clear_error_fast() -> None:
@@ -168,10 +175,13 @@ def test_load_manifest_raises_with_every_error(b: Any, tmp_path: Any) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c,
-                                                                        max_size=4),
-                    max_leaves=30))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+        max_leaves=30,
+    )
+)
 def test_arbitrary_json_never_raises(value: Any) -> None:
     report = validate_manifest(json.dumps(value))
     assert not report.ok and report.errors
@@ -181,19 +191,32 @@ _ids = st.sampled_from(["a", "b", "c", "d", "e", "r"])
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]),
-                       st.one_of(st.lists(_ids, max_size=4), st.none()), max_size=5),
-       st.lists(_ids, max_size=4))
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.one_of(st.lists(_ids, max_size=4), st.none()),
+        max_size=5,
+    ),
+    st.lists(_ids, max_size=4),
+)
 def test_random_graphs_are_classified_without_crashing(
     kids: dict[str, list[str] | None], root_kids: list[str]
 ) -> None:
     nodes = {
-        k: ({"what": k, "when": k, "children": v} if v is not None
-            else {"what": k, "when": k, "payload": {"ref": f"node://{k}"}})
+        k: (
+            {"what": k, "when": k, "children": v}
+            if v is not None
+            else {"what": k, "when": k, "payload": {"ref": f"node://{k}"}}
+        )
         for k, v in kids.items()
     }
-    d = {"pcx_version": "0.2", "source": {"id": "s", "kind": "k"}, "variant": {"budget": 9},
-         "root": {"what": "r", "when": "r", "children": root_kids}, "nodes": nodes}
+    d = {
+        "pcx_version": "0.2",
+        "source": {"id": "s", "kind": "k"},
+        "variant": {"budget": 9},
+        "root": {"what": "r", "when": "r", "children": root_kids},
+        "nodes": nodes,
+    }
     report = validate_manifest(d)
     # Oracle: a valid manifest is exactly a tree rooted at r covering every node once.
     seen: list[str] = []
