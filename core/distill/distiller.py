@@ -663,9 +663,10 @@ class Distiller:
             self.mark(unit)
             marked += 1
         for node_id in sorted(set(stored) - seen):
-            unit_id = node_id[len(prefix) :]
-            self.mark_delete(source_kind, unit_id)
-            deletes += 1
+            gone = self.store.get(node_id)
+            if gone is not None:
+                self.mark_delete(source_kind, gone.source_id)
+                deletes += 1
         report = self.sweep()
         return SyncReport(
             units=len(seen), unchanged=unchanged, marked=marked, deletes=deletes, sweep=report

@@ -54,9 +54,7 @@ _KEYS = (
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\bhf_[A-Za-z0-9]{30,}\b",
 )
-_ASSIGNED_SECRET = (
-    r"(?i)\b(api[_-]?key|secret|token|password|passwd)(\s*[:=]\s*)[^\s,;'\"]{6,}"
-)
+_ASSIGNED_SECRET = r"(?i)\b(api[_-]?key|secret|token|password|passwd)(\s*[:=]\s*)[^\s,;'\"]{6,}"
 _PHONE = r"(?<![\w+])\+?\(?\d[\d\s().-]{6,}\d(?!\w)"
 
 
@@ -87,7 +85,9 @@ class RegexGuard:
             (re.compile(_PHONE), "[PHONE]", _phone_like),
             *((re.compile(p), "[REDACTED]", None) for p in extra_redactions),
         ]
-        spec = "\x00".join([*block, "|", *_KEYS, _ASSIGNED_SECRET, _EMAIL, _PHONE, "|", *extra_redactions])
+        spec = "\x00".join(
+            [*block, "|", *_KEYS, _ASSIGNED_SECRET, _EMAIL, _PHONE, "|", *extra_redactions]
+        )
         self._version = "regex-1:" + hashlib.sha256(spec.encode()).hexdigest()[:12]
 
     @property

@@ -29,18 +29,29 @@ def hex16(value: int) -> str:
     return f"{value & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
+def escape(part: str) -> str:
+    """'#' marks intermediates, so it is percent-escaped inside names and values."""
+    return part.replace("%", "%25").replace("#", "%23")
+
+
+def unescape(part: str) -> str:
+    return part.replace("%23", "#").replace("%25", "%")
+
+
 def l0_id(source_kind: str, unit_id: str) -> str:
     if not source_kind or not unit_id:
         raise InvalidId("An L0 id needs a non-empty source kind and unit id.")
-    return f"{L0_PREFIX}{source_kind}:{unit_id}"
+    if ":" in source_kind or "#" in source_kind:
+        raise InvalidId(f"Source kind {source_kind!r} must not contain ':' or '#'.")
+    return f"{L0_PREFIX}{source_kind}:{escape(unit_id)}"
 
 
 def scope_id(name: str, value: str) -> str:
     if not name or not value:
         raise InvalidId("A scope id needs a non-empty scope name and value.")
-    if ":" in name:
-        raise InvalidId(f"Scope name {name!r} must not contain ':'.")
-    return f"{SCOPE_PREFIX}{name}:{value}"
+    if ":" in name or "#" in name:
+        raise InvalidId(f"Scope name {name!r} must not contain ':' or '#'.")
+    return f"{SCOPE_PREFIX}{name}:{escape(value)}"
 
 
 def parse_scope_id(node_id: str) -> tuple[str, str]:
@@ -51,7 +62,7 @@ def parse_scope_id(node_id: str) -> tuple[str, str]:
     name, sep, value = rest.partition(":")
     if not sep or not name or not value:
         raise InvalidId(f"{node_id!r} is not a scope id ({SCOPE_PREFIX}NAME:VALUE).")
-    return name, value
+    return name, unescape(value)
 
 
 def cluster_id(prefix: int, bits: int) -> str:

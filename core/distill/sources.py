@@ -193,7 +193,7 @@ class DocumentFolderSource:
 
     Markdown (``#`` headings outside code fences, up to ``max_level``) and reStructuredText
     (underlined titles) are split into sections; other text files are one section each. A
-    section id is ``{relative path}#{slug/of/heading/path}`` (``~2`` for a repeated heading),
+    section id is ``{relative path}:{slug/of/heading/path}`` (``~2`` for a repeated heading),
     so inserting a section above does not rename the ones below. Scopes are ``document``
     (the relative path) and ``folder`` (its parent, ``.`` at the top).
     """
@@ -249,7 +249,7 @@ class DocumentFolderSource:
                 units.append(
                     Unit(
                         source_kind=self._kind,
-                        unit_id=f"{rel}#{section_id}",
+                        unit_id=f"{rel}:{section_id}",
                         text=body,
                         scopes=(("document", rel), ("folder", folder)),
                         budget=self._budget,
