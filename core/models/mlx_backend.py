@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -66,6 +67,7 @@ class MLXWorker:
         while True:
             item = self._queue.get()
             if item is None:
+                _release_thread_streams()
                 return
             fn, future = item
             if not future.set_running_or_notify_cancel():
@@ -96,6 +98,15 @@ class MLXWorker:
             self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+
+def _release_thread_streams() -> None:
+    """Destroy this thread's MLX streams before it exits; left to thread teardown they can
+    abort the process at exit ("terminate called without an active exception")."""
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        mx.synchronize()
+        mx.clear_streams()
 
 
 _WORKERS: weakref.WeakSet[MLXWorker] = weakref.WeakSet()
@@ -181,6 +192,7 @@ class MLXModel:
         constrained: bool = False,
         load_seconds: float = 0.0,
         prefill_step_size: int = 512,
+        cache_slots: int = 2,
     ) -> None:
         self._worker = worker
         self._model = model
@@ -193,7 +205,8 @@ class MLXModel:
         self.load_seconds = load_seconds
         self.prefill_step_size = prefill_step_size
         self._format = ChatFormat(HFChatTokenizer(tokenizer))
-        self._kv = _KVState()
+        self._slots: list[_KVState] = []
+        self.cache_slots = cache_slots
         self._busy = threading.Lock()
         self._decision_grammar: Any = None
         self.extra_processors: ProcessorFactory | None = None
@@ -347,7 +360,9 @@ class MLXModel:
     ) -> ModelResponse:
         decision = prompt.input.phase is Phase.EDIT
         grammar_input = prompt.input if decision and self._constrained else None
-        tools = [_named_tool(EDIT_TOOL), _named_tool(KEEP_TOOL)] if decision else None
+        # Native tool-call events are read in both phases (a call during completion must be
+        # seen to be refused); the text fallback only runs in the decision phase.
+        tools = [_named_tool(EDIT_TOOL), _named_tool(KEEP_TOOL)]
         return self._respond(
             list(prompt.token_ids),
             max_tokens,
@@ -367,7 +382,7 @@ class MLXModel:
     ) -> ModelResponse:
         ids, _rendered, _notes = self._format.prepare_chat(messages, tools)
         specs = [{"type": "function", "function": {"name": t.name}} for t in tools]
-        return self._respond(ids, max_tokens, cancel, tools=specs or None, fallback=bool(tools))
+        return self._respond(ids, max_tokens, cancel, tools=specs, fallback=bool(tools))
 
     def render_chat(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
@@ -409,7 +424,7 @@ class MLXModel:
         text = self._format.tokenizer.decode(body)
         calls: tuple[ModelToolCall, ...] = ()
         wrapper = self._tokenizer
-        if tools and getattr(wrapper, "has_tool_calling", False):
+        if getattr(wrapper, "has_tool_calling", False):
             calls = parse_native_tool_calls(
                 body,
                 wrapper.tool_call_start_tokens,
@@ -430,7 +445,7 @@ class MLXModel:
         )
 
     def _drop_cache(self) -> None:
-        self._kv = _KVState()
+        self._slots = []
 
     def _generate_on_worker(
         self,
@@ -446,11 +461,22 @@ class MLXModel:
         started = time.perf_counter()
         reuse = 0
         cache = None
-        if self._prefix_cache and self._kv.cache is not None:
-            reuse = reusable_prefix(self._kv.tokens, ids)
-            if reuse > 0 and can_trim_prompt_cache(self._kv.cache):
-                cache = self._kv.cache
-                excess = len(self._kv.tokens) - reuse
+        if self._prefix_cache and self._slots:
+            # Decision and completion prompts differ from their first (system) message, so
+            # one cache per recent prompt family is kept and the best match is reused.
+            best = max(
+                range(len(self._slots)),
+                key=lambda i: reusable_prefix(self._slots[i].tokens, ids),
+            )
+            slot = self._slots[best]
+            reuse = reusable_prefix(slot.tokens, ids)
+            # With a free slot, do not cut most of a cache away for a small gain: it probably
+            # serves the other phase and will be reused on the next call of that phase.
+            wasteful = reuse * 2 < len(slot.tokens) and len(self._slots) < self.cache_slots
+            if reuse > 0 and not wasteful and can_trim_prompt_cache(slot.cache):
+                self._slots.pop(best)
+                cache = slot.cache
+                excess = len(slot.tokens) - reuse
                 if excess:
                     for layer in cache:
                         layer.trim(excess)
@@ -458,8 +484,8 @@ class MLXModel:
                 reuse = 0
         if cache is None:
             cache = make_prompt_cache(self._model)
-        # The cache is in flux until this generation ends cleanly.
-        self._kv = _KVState()
+            while len(self._slots) >= self.cache_slots:
+                self._slots.pop(0)  # least recently used
 
         processors: list[LogitsProcessor] = []
         if grammar_input is not None:
@@ -501,6 +527,9 @@ class MLXModel:
             finish = "cancelled"
         finally:
             steps.close()
+            # The decode loop leaves one look-ahead step in flight; finish it here so no
+            # MLX work outlives this call (or this thread).
+            mx.synchronize()
         if finish is None:
             raise InvalidContext(NO_ACCOUNTING)
         if finish != "cancelled" and self._prefix_cache:
@@ -508,7 +537,7 @@ class MLXModel:
             held = cache[0].offset if cache and hasattr(cache[0], "offset") else -1
             known = ids + tokens
             if 0 < held <= len(known) and all(getattr(c, "offset", held) == held for c in cache):
-                self._kv = _KVState(cache=cache, tokens=known[:held])
+                self._slots.append(_KVState(cache=cache, tokens=known[:held]))
         return Generation(
             tokens=tuple(tokens),
             finish=finish,

@@ -1,0 +1,380 @@
+"""The real MLX path on the tiny random-weight model (checklist 57–59, issue items 2–3)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picocontext import (
+    Busy,
+    Cancelled,
+    CancelToken,
+    ChatMessage,
+    ChatModel,
+    ContextSession,
+    InvalidContext,
+    ModelBackend,
+    ModelInput,
+    Outcome,
+    Phase,
+    PreparedPrompt,
+    Record,
+    Role,
+    RunBudget,
+    RunMode,
+    Snapshot,
+    TokenCounter,
+    ToolSpec,
+)
+
+pytest.importorskip("mlx_lm")
+
+from picocontext.models.mlx_backend import (
+    EMPTY_REQUEST,
+    MLXModel,
+    common_prefix,
+    forced_tokens,
+    reusable_prefix,
+)
+
+pytestmark = pytest.mark.mlx
+
+
+def script_ids(model: MLXModel, text: str, eos: bool = True) -> list[int]:
+    ids: list[int] = model.tokenizer.encode(text, add_special_tokens=False)
+    return ids + ([model.tokenizer.eos_token_id] if eos else [])
+
+
+def scripted(model: MLXModel, *texts: str) -> Callable[[], list[Any]]:
+    """Processor factory forcing one text per generation, in order."""
+    queue = [script_ids(model, t) for t in texts]
+
+    def factory() -> list[Any]:
+        return [forced_tokens(queue.pop(0))] if queue else []
+
+    return factory
+
+
+@pytest.fixture()
+def model(tiny_model: MLXModel) -> Iterator[MLXModel]:
+    tiny_model.extra_processors = None
+    tiny_model.prefix_cache = True
+    tiny_model.constrained = False
+    yield tiny_model
+    tiny_model.extra_processors = None
+    tiny_model.prefix_cache = True
+
+
+def prompt_for(
+    model: MLXModel, snapshot: Snapshot, phase: Phase = Phase.COMPLETION
+) -> PreparedPrompt:
+    return model.prepare(ModelInput(context=snapshot, phase=phase))
+
+
+def test_one_object_is_counter_backend_and_chat_model(model: MLXModel) -> None:
+    assert isinstance(model, TokenCounter)
+    assert isinstance(model, ModelBackend)
+    assert isinstance(model, ChatModel)
+    assert model.model_id == "tiny-qwen3"
+    assert model.describe()["sampling"] == "greedy"
+
+
+def test_greedy_generation_is_deterministic_and_counts_tokens(model: MLXModel, lamp: Any) -> None:
+    prompt = prompt_for(model, lamp())
+    model.prefix_cache = False
+    first = model.generate(prompt, 12)
+    second = model.generate(prompt, 12)
+    assert first.text == second.text
+    assert first.generated_tokens == 12 and first.reached_token_limit
+    assert first.prefill_tokens == prompt.token_count
+
+
+def test_eos_stops_without_the_limit_flag(model: MLXModel, lamp: Any) -> None:
+    model.extra_processors = scripted(model, "Done.")
+    response = model.generate(prompt_for(model, lamp()), 50)
+    assert response.text == "Done."
+    assert not response.reached_token_limit
+    assert response.generated_tokens == len(script_ids(model, "Done."))
+
+
+def test_limit_hit_exactly_sets_the_flag(model: MLXModel, lamp: Any) -> None:
+    model.extra_processors = scripted(
+        model,
+        "abcdefghijklmnop",
+    )
+    n = len(script_ids(model, "abcdefghijklmnop", eos=False))
+    response = model.generate(prompt_for(model, lamp()), n)
+    assert response.reached_token_limit and response.generated_tokens == n
+    assert response.text == "abcdefghijklmnop"
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1])
+def test_empty_prompt_or_allowance_is_invalid(model: MLXModel, lamp: Any, max_tokens: int) -> None:
+    prompt = prompt_for(model, lamp())
+    with pytest.raises(InvalidContext) as err:
+        model.generate(prompt, max_tokens)
+    assert err.value.reason == EMPTY_REQUEST
+    empty = prompt.model_copy(update={"token_ids": ()})
+    with pytest.raises(InvalidContext) as err:
+        model.generate(empty, 5)
+    assert err.value.reason == EMPTY_REQUEST
+
+
+def test_cancellation_is_checked_per_token_and_leaves_the_model_usable(
+    model: MLXModel, lamp: Any
+) -> None:
+    cancel = CancelToken()
+    seen: list[threading.Thread] = []
+
+    def factory() -> list[Any]:
+        calls = {"n": 0}
+
+        def processor(tokens: Any, logits: Any) -> Any:
+            seen.append(threading.current_thread())
+            calls["n"] += 1
+            if calls["n"] == 3:
+                cancel.cancel()
+            return logits
+
+        return [processor]
+
+    model.extra_processors = factory
+    prompt = prompt_for(model, lamp())
+    with pytest.raises(Cancelled):
+        model.generate(prompt, 200, cancel)
+    assert 3 <= len(seen) <= 5  # stopped within a token or two of the request, not at 200
+    assert set(seen) == {model.worker.thread}  # every MLX step ran on the one worker thread
+    model.extra_processors = None
+    after = model.generate(prompt, 3)
+    assert after.prefill_tokens == prompt.token_count  # a cancelled cache is never reused
+    with pytest.raises(Cancelled):
+        model.generate(prompt, 3, cancel)  # already-cancelled token: refused before any work
+
+
+def test_concurrent_use_is_busy(model: MLXModel, lamp: Any) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def factory() -> list[Any]:
+        def processor(tokens: Any, logits: Any) -> Any:
+            started.set()
+            release.wait(10)
+            return logits
+
+        return [processor]
+
+    model.extra_processors = factory
+    prompt = prompt_for(model, lamp())
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: model.generate(prompt, 2))
+    thread.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(Busy):
+            model.generate(prompt, 2)
+    except BaseException as exc:  # pragma: no cover - keep the worker from hanging
+        errors.append(exc)
+    finally:
+        release.set()
+        thread.join(10)
+    assert not errors
+
+
+# -- tool calls -----------------------------------------------------------------------------
+KEEP = '<tool_call>\n{"name": "keep_context", "arguments": {"baseRevision": 0}}\n</tool_call>'
+
+
+def test_native_tool_call_is_parsed_from_the_real_generation(model: MLXModel, lamp: Any) -> None:
+    model.extra_processors = scripted(model, KEEP)
+    response = model.generate(prompt_for(model, lamp(), Phase.EDIT), 80)
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        ("keep_context", '{"baseRevision": 0}')
+    ]
+
+
+def test_malformed_native_call_is_not_repaired(model: MLXModel, lamp: Any) -> None:
+    bad = '<tool_call>\n{"name": "keep_context", "arguments": {"baseRevision": 0}\n</tool_call>'
+    model.extra_processors = scripted(model, bad)
+    response = model.generate(prompt_for(model, lamp(), Phase.EDIT), 80)
+    assert response.tool_calls == () and "keep_context" in response.text
+
+
+def test_a_native_call_during_completion_is_reported_so_the_session_can_refuse_it(
+    model: MLXModel, lamp: Any
+) -> None:
+    model.extra_processors = scripted(model, KEEP)
+    response = model.generate(prompt_for(model, lamp(), Phase.COMPLETION), 80)
+    assert len(response.tool_calls) == 1
+
+
+@pytest.fixture(scope="module")
+def plain_model(plain_dir: Path) -> Iterator[MLXModel]:
+    model = MLXModel.load(plain_dir, model_id="tiny-plain")
+    yield model
+    model.close()
+
+
+def test_fallback_parse_runs_in_the_decision_phase_only(plain_model: MLXModel, lamp: Any) -> None:
+    assert not plain_model.tokenizer.has_tool_calling
+    plain_model.extra_processors = scripted(plain_model, "Sure. " + KEEP, "Sure. " + KEEP)
+    decision = plain_model.generate(prompt_for(plain_model, lamp(), Phase.EDIT), 80)
+    assert [c.name for c in decision.tool_calls] == ["keep_context"]
+    completion = plain_model.generate(prompt_for(plain_model, lamp(), Phase.COMPLETION), 80)
+    assert completion.tool_calls == ()
+    plain_model.extra_processors = None
+
+
+# -- prefix KV-cache reuse ------------------------------------------------------------------------
+def test_common_prefix_helpers() -> None:
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert reusable_prefix([1, 2, 3], [1, 2, 3]) == 2  # one token must still be computed
+    assert reusable_prefix([1, 2, 3, 4], [1, 2]) == 1
+    assert reusable_prefix([], [5]) == 0
+
+
+@pytest.fixture(scope="module")
+def fresh_model(tiny_dir: Path) -> Iterator[MLXModel]:
+    model = MLXModel.load(tiny_dir, model_id="tiny-no-cache", prefix_cache=False)
+    yield model
+    model.close()
+
+
+def _episode(lamp: Any) -> list[Snapshot]:
+    base = lamp()
+    steps = [base]
+    for k in range(1, 4):
+        extra = tuple(
+            Record(id=f"step-{i}", role=Role.USER, body=f"FACT item{i}=value-{i * 7} and more text")
+            for i in range(1, k + 1)
+        )
+        steps.append(lamp(extra=extra))
+    return steps
+
+
+def test_reuse_gives_token_identical_greedy_outputs_with_fewer_prefill_tokens(
+    model: MLXModel, fresh_model: MLXModel, lamp: Any
+) -> None:
+    model.prefix_cache = False
+    model.prefix_cache = True  # start from an empty cache
+    reused_prefill = full_prefill = 0
+    for i, snapshot in enumerate(_episode(lamp)):
+        for phase in (Phase.EDIT, Phase.COMPLETION):
+            prompt = prompt_for(model, snapshot, phase)
+            with_cache = model.generate(prompt, 24)
+            without = fresh_model.generate(prompt, 24)
+            assert with_cache.text == without.text
+            assert with_cache.generated_tokens == without.generated_tokens
+            assert without.prefill_tokens == prompt.token_count
+            assert with_cache.prefill_tokens is not None
+            if i > 0:
+                # Decision prompts diverge at the tool schema (its recordID enum grows with
+                # every new record); completion prompts grow by appending.
+                assert with_cache.prefill_tokens < prompt.token_count
+                if phase is Phase.COMPLETION:
+                    assert with_cache.prefill_tokens * 2 < prompt.token_count
+                    reused_prefill += with_cache.prefill_tokens
+                    full_prefill += prompt.token_count
+    assert full_prefill >= 2 * reused_prefill > 0
+
+
+def test_editable_prompts_reuse_up_to_the_first_changed_record(
+    model: MLXModel, fresh_model: MLXModel, lamp: Any
+) -> None:
+    model.prefix_cache = False
+    model.prefix_cache = True
+    before = lamp()
+    first = prompt_for(model, before)
+    model.generate(first, 4)
+    edited_records = tuple(
+        r.with_body("SKU LM-204 price 37.50 USD") if r.id == "result" else r for r in before.records
+    )
+    after = before.model_copy(update={"records": edited_records, "revision": 1})
+    second = prompt_for(model, after)
+    shared = common_prefix(first.token_ids, second.token_ids)
+    assert 0 < shared < second.token_count
+    response = model.generate(second, 8)
+    assert response.prefill_tokens == second.token_count - shared
+    assert response.text == fresh_model.generate(second, 8).text
+
+
+def test_same_prompt_twice_prefills_one_token_and_switching_off_prefills_all(
+    model: MLXModel, lamp: Any
+) -> None:
+    prompt = prompt_for(model, lamp())
+    a = model.generate(prompt, 6)
+    b = model.generate(prompt, 6)
+    assert b.prefill_tokens == 1 and a.text == b.text
+    model.prefix_cache = False
+    c = model.generate(prompt, 6)
+    assert c.prefill_tokens == prompt.token_count and c.text == a.text
+    assert "prefix cache: off" in prompt_for(model, lamp()).notes
+
+
+# -- through the session ----------------------------------------------------------------------
+def test_editable_run_through_the_session_with_a_real_model(model: MLXModel, lamp: Any) -> None:
+    edit = (
+        '<tool_call>\n{"name": "edit_context", "arguments": {"baseRevision": 0, "operations": '
+        '[{"action": "replace", "recordID": "result", "body": "SKU LM-204, 37.50 USD"}]}}\n'
+        "</tool_call>"
+    )
+    model.prefix_cache = False
+    model.prefix_cache = True
+    model.extra_processors = scripted(model, edit, "LM-204 costs 37.50 USD.", "Noted.")
+    session = ContextSession(lamp(), model, model)
+    report = session.run(
+        RunMode.EDITABLE, RunBudget(edit_output_tokens=200, completion_output_tokens=60)
+    )
+    assert report.failure is None, report.failure
+    assert [a.outcome for a in report.attempts] == [Outcome.EDITED]
+    assert report.answer == "LM-204 costs 37.50 USD."
+    assert session.context.record("result") is not None
+    assert session.context.record("result").body == "SKU LM-204, 37.50 USD"  # type: ignore[union-attr]
+    assert all("prefix cache: on" in call.notes for call in report.calls)
+    # The next turn's completion prompt extends this one's: only the new tail is computed.
+    session.append_records([Record(id="follow-up", role=Role.USER, body="Thanks.")])
+    second = session.run(RunMode.APPEND_ONLY, RunBudget(completion_output_tokens=60))
+    assert second.failure is None and second.answer == "Noted."
+    assert second.total_prefill_tokens * 2 < second.total_input_tokens
+
+
+def test_tool_call_during_completion_fails_the_run_but_keeps_the_answer(
+    model: MLXModel, lamp: Any
+) -> None:
+    model.extra_processors = scripted(model, "Answer " + KEEP)
+    report = ContextSession(lamp(), model, model).run(
+        RunMode.APPEND_ONLY, RunBudget(completion_output_tokens=80)
+    )
+    assert report.failure == "Invalid context or edit: tools are disabled during completion"
+    assert report.answer.startswith("Answer ")
+
+
+def test_clipped_completion_is_a_budget_failure(model: MLXModel, lamp: Any) -> None:
+    report = ContextSession(lamp(), model, model).run(
+        RunMode.APPEND_ONLY, RunBudget(completion_output_tokens=3)
+    )
+    assert report.failure == "Token budget exceeded: completion hit its output limit"
+    assert report.total_generated_tokens == 3
+
+
+# -- ChatModel ----------------------------------------------------------------------------------
+def test_chat_generates_and_parses_tool_calls(model: MLXModel) -> None:
+    call = '<tool_call>\n{"name": "open_node", "arguments": {"id": "n1"}}\n</tool_call>'
+    model.extra_processors = scripted(model, call)
+    response = model.chat(
+        [ChatMessage(role="user", content="Open node n1.")],
+        40,
+        tools=[ToolSpec(name="open_node", description="Open a node")],
+    )
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("open_node", '{"id": "n1"}')]
+    ids, text, _notes = model.render_chat(
+        [ChatMessage(role="user", content="Open node n1.")],
+        [ToolSpec(name="open_node", description="Open a node")],
+    )
+    assert '"name": "open_node"' in text
+    assert response.prefill_tokens is not None and 0 < response.prefill_tokens <= len(ids)
+    assert model.count_tokens("hello") == len(
+        model.tokenizer.encode("hello", add_special_tokens=False)
+    )
