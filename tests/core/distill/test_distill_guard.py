@@ -6,6 +6,7 @@ import re
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from picocontext.distill import GuardInput, GuardResult, GuardStage, RegexGuard, apply_guard
 from picocontext.distill.testing import FakeGuard
 

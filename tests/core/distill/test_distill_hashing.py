@@ -7,6 +7,7 @@ import hashlib
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from picocontext.distill import (
     Recipe,
     SemanticRecipe,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from picocontext.distill import (
     BlobStore,
     CorruptBlob,
@@ -172,7 +173,7 @@ def test_schema_columns_and_indexes(tmp_path: Path) -> None:
 def test_rows_round_trip_with_non_null_links(tmp_path: Path) -> None:
     store = NodeStore(tmp_path / "n.sqlite")
     store.upsert(DigestNode(id="digest:0:n:1", level=0, kind="entity"))
-    raw = store._q("SELECT child_ids, parent_ids FROM digest_nodes")  # noqa: SLF001
+    raw = store._q("SELECT child_ids, parent_ids FROM digest_nodes")
     assert raw == [("[]", "[]")]
     node = store.get("digest:0:n:1")
     assert node is not None and node.child_ids == () and node.parent_ids == ()

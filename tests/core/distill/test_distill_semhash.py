@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from picocontext.distill import InvalidHash, SimHashClusterer
 from picocontext.distill.clusterer import noise_floor_met
 from picocontext.distill.semhash import (
