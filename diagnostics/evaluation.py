@@ -11,6 +11,7 @@ comparison of every two policies on the same episodes.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -428,9 +429,8 @@ def pretty_json(data: object, compact_keys: frozenset[str] = frozenset({"token_i
         return value
 
     text = json.dumps(swap(data), indent=2, sort_keys=True, ensure_ascii=False)
-    for index, replacement in enumerate(compact):
-        text = text.replace(f'"{nonce}:{index}"', replacement, 1)
-    return text + "\n"
+    pattern = re.compile(f'"{nonce}:([0-9]+)"')
+    return pattern.sub(lambda m: compact[int(m.group(1))], text) + "\n"
 
 
 # -- statistics -------------------------------------------------------------------------------
