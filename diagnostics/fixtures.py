@@ -45,7 +45,7 @@ Model = TypeVar("Model", bound=BaseModel)
 
 def fixtures_dir() -> Path:
     """Where fixture files live: ``$PICOCONTEXT_FIXTURES`` if set, else ``resources/fixtures``
-    found by walking up from this package (a source checkout or an editable install)."""
+    inside this package or next to it (a source checkout or an editable install)."""
     override = os.environ.get(FIXTURES_ENV)
     if override:
         path = Path(override)
@@ -53,7 +53,8 @@ def fixtures_dir() -> Path:
             raise FixtureError(f"{FIXTURES_ENV}={override} is not a directory")
         return path
     here = Path(__file__).resolve().parent
-    for base in (here, *here.parents):
+    # Package data (if a wheel ships the fixtures inside the package), else the checkout root.
+    for base in (here, here.parent):
         candidate = base / "resources" / "fixtures"
         if candidate.is_dir():
             return candidate
