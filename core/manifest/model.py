@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
+from picocontext.manifest.errors import UnknownNode
+
 PCX_VERSION = "0.2"
 DEFAULT_ROOT_ID = "r"
 DESCRIPTOR_MAX_CHARS = 160
@@ -143,17 +145,15 @@ class Manifest(BaseModel):
         return self.source.tokenizer
 
     def get(self, node_id: str) -> Node:
-        from picocontext.manifest.errors import UnknownNode
-
-        if node_id == self.root_id:
-            return self.root
         node = self.nodes.get(node_id)
         if node is None:
+            if node_id == self.root_id:
+                return self.root
             raise UnknownNode(node_id)
         return node
 
     def has(self, node_id: str) -> bool:
-        return node_id == self.root_id or node_id in self.nodes
+        return node_id in self.nodes or node_id == self.root_id
 
     def children_of(self, node_id: str) -> tuple[str, ...]:
         return self.get(node_id).children or ()

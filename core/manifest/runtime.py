@@ -190,6 +190,7 @@ class Runtime:
         self._spliced: dict[str, _Splice] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
         self._note: dict[str, str] = {}
+        self._render_cache: dict[tuple[str, str], str] = {}
         self.root_line = render_line(manifest.root_id, manifest.root, "full")
         self._fixed = self._count(self.protocol_text) + self._count(self.root_line)
         self._spent = self._fixed
@@ -244,9 +245,12 @@ class Runtime:
 
     # ----------------------------------------------------------------- visibility
     def _line(self, nid: str, level: str | None = None) -> str:
-        text = render_line(
-            nid, self.manifest.get(nid), level or self._level.get(nid, self.view_level)
-        )
+        lvl = level or self._level.get(nid, self.view_level)
+        key = (nid, lvl)
+        text = self._render_cache.get(key)
+        if text is None:
+            text = render_line(nid, self.manifest.get(nid), lvl)
+            self._render_cache[key] = text
         note = self._note.get(nid)
         return f"{text}  <- {note}" if note else text
 

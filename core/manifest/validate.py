@@ -95,6 +95,23 @@ def _text_fields(node: Node) -> list[tuple[str, str]]:
     return fields
 
 
+def _loc(manifest: Manifest, nid: str, node: Node) -> str:
+    return "root" if node is manifest.root else f"nodes/{nid}"
+
+
+def _too_long(node: Node, lim: int) -> bool:
+    """Fast path: does any free-text field exceed the limit? (Details only on failure.)"""
+    if node.title is not None and len(node.title) > lim:
+        return True
+    if node.keywords and max(map(len, node.keywords)) > lim:
+        return True
+    if node.payload is not None and len(node.payload.ref) > lim:
+        return True
+    if node.links and any(len(x.to) > lim or len(x.why or "") > lim for x in node.links):
+        return True
+    return bool(node.facets) and any(len(k) + len(v) > lim for k, v in node.facets.items())
+
+
 def check_structure(
     manifest: Manifest, limits: Limits = DEFAULT_LIMITS
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -107,6 +124,10 @@ def check_structure(
     """
     errs = _Errors(limits.max_errors)
     warns: list[str] = []
+
+    def at(nid: str, node: Node) -> str:
+        return _loc(manifest, nid, node)
+
     root_id = manifest.root_id
     nodes = manifest.nodes
     if len(nodes) + 1 > limits.max_nodes:
@@ -118,45 +139,64 @@ def check_structure(
     parent: dict[str, str] = {}
     every: list[tuple[str, Node]] = [(root_id, manifest.root), *nodes.items()]
     for nid, node in every:
-        where = "root" if nid == root_id and node is manifest.root else f"nodes/{nid}"
         if node is not manifest.root and node.id is not None and node.id != nid:
-            errs.add(f"{where}/id: id {node.id!r} does not match its key {nid!r}")
-        for field, text in _text_fields(node):
-            if len(text) > limits.max_text_chars:
-                errs.add(f"{where}/{field}: {len(text)} chars exceed {limits.max_text_chars}")
+            errs.add(at(nid, node) + f"/id: id {node.id!r} does not match its key {nid!r}")
+        if _too_long(node, limits.max_text_chars):
+            for field, text in _text_fields(node):
+                if len(text) > limits.max_text_chars:
+                    errs.add(
+                        _loc(manifest, nid, node)
+                        + f"/{field}: {len(text)} chars exceed {limits.max_text_chars}"
+                    )
         kids = node.children or ()
         if len(kids) > limits.max_children:
-            errs.add(f"{where}/children: {len(kids)} children exceed {limits.max_children}")
+            errs.add(
+                _loc(manifest, nid, node)
+                + f"/children: {len(kids)} children exceed {limits.max_children}"
+            )
             continue
         seen_here: set[str] = set()
         for i, cid in enumerate(kids):
             if cid in seen_here:
-                errs.add(f"{where}/children[{i}]: duplicate child ref {cid!r}")
+                errs.add(at(nid, node) + f"/children[{i}]: duplicate child ref {cid!r}")
                 continue
             seen_here.add(cid)
             if cid == root_id:
-                errs.add(f"{where}/children[{i}]: the root {cid!r} cannot be a child")
+                errs.add(
+                    _loc(manifest, nid, node)
+                    + f"/children[{i}]: the root {cid!r} cannot be a child"
+                )
             elif cid not in nodes:
-                errs.add(f"{where}/children[{i}]: unknown child id {cid!r}")
+                errs.add(at(nid, node) + f"/children[{i}]: unknown child id {cid!r}")
             elif cid in parent:
                 errs.add(
-                    f"{where}/children[{i}]: {cid!r} already has parent {parent[cid]!r} "
+                    _loc(manifest, nid, node)
+                    + f"/children[{i}]: {cid!r} already has parent {parent[cid]!r} "
                     "(a node has a single parent)"
                 )
             else:
                 parent[cid] = nid
         links = node.links or ()
         if len(links) > limits.max_links:
-            errs.add(f"{where}/links: {len(links)} links exceed {limits.max_links}")
+            errs.add(at(nid, node) + f"/links: {len(links)} links exceed {limits.max_links}")
         for i, link in enumerate(links[: limits.max_links]):
             if not manifest.has(link.to):
-                errs.add(f"{where}/links[{i}]: dangling link to unknown id {link.to!r}")
+                errs.add(
+                    _loc(manifest, nid, node)
+                    + f"/links[{i}]: dangling link to unknown id {link.to!r}"
+                )
         if node.payload is not None and node.payload.ref.startswith("node://"):
             target = node.payload.ref[len("node://") :]
             if not manifest.has(target):
-                errs.add(f"{where}/payload/ref: dangling payload ref {node.payload.ref!r}")
+                errs.add(
+                    _loc(manifest, nid, node)
+                    + f"/payload/ref: dangling payload ref {node.payload.ref!r}"
+                )
             elif target != nid and not manifest.get(target).is_leaf:
-                errs.add(f"{where}/payload/ref: {node.payload.ref!r} points at a branch")
+                errs.add(
+                    _loc(manifest, nid, node)
+                    + f"/payload/ref: {node.payload.ref!r} points at a branch"
+                )
 
     # Breadth-first from the root over first-parent edges only: iterative, each node once.
     depth: dict[str, int] = {root_id: 0}
