@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from picocontext import CancelToken, ModelInput, ModelResponse, PreparedPrompt
 from picocontext.models import ByteCounter
@@ -279,3 +281,42 @@ def test_deterministic_backend_refuses_model_settings() -> None:
         resolve_backend("deterministic", model="x")
     with pytest.raises(BackendSetupError, match="unknown backend"):
         resolve_backend("cuda")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "--backend",
+                "mlx",
+                "deterministic",
+                "--quiet",
+                "--model",
+                "--config",
+                "--profile",
+                "state",
+                "-h",
+            ]
+        )
+        | st.text(max_size=8),
+        max_size=6,
+    )
+)
+def test_argument_parser_only_ever_raises_usage_errors(argv: list[str]) -> None:
+    try:
+        args = cli.parse_args(argv)
+    except cli.UsageError as exc:
+        assert exc.message
+        return
+    assert set(args) <= {
+        "help",
+        "backend",
+        "config",
+        "profile",
+        "model",
+        "prefix-cache",
+        "constrained",
+        "output",
+        "quiet",
+    }

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from picocontext import (
     Cancelled,
@@ -369,3 +371,41 @@ def test_summary_counts_unreached_steps_as_failures() -> None:
     assert append.episodes.successes == 0 and append.episodes.rate == 0.0
     again = summarize(report.results, ["append-only", "editable"])
     assert again == report.summary
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+_config_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "scenario": st.sampled_from(["retention", "state_updates", "other", 3]),
+        "seeds": st.lists(st.integers(min_value=-2, max_value=2**64), max_size=18),
+        "repetitions": st.integers(min_value=-1, max_value=6) | st.text(max_size=2),
+        "step_count": st.integers(min_value=-1, max_value=40),
+        "noise_lines": st.integers(min_value=-1, max_value=130),
+        "policies": st.lists(
+            st.sampled_from(["append-only", "editable", "summarize", "x"]), max_size=4
+        ),
+        "limits": st.dictionaries(
+            st.sampled_from(["context_window", "turn_tokens", "decision_attempts", "bogus"]),
+            st.integers(min_value=-1, max_value=40_000),
+        ),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(_config_like, _json_values))
+def test_configuration_parser_either_accepts_a_bounded_plan_or_says_why(data: object) -> None:
+    try:
+        config = EvaluationConfig.parse(json.dumps(data))
+    except InvalidConfiguration as exc:
+        assert exc.message
+        return
+    assert 1 <= config.planned_steps <= 128
+    assert len(set(config.seeds)) == len(config.seeds) and config.policies
