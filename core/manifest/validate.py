@@ -109,7 +109,8 @@ def _too_long(node: Node, lim: int) -> bool:
         return True
     if node.links and any(len(x.to) > lim or len(x.why or "") > lim for x in node.links):
         return True
-    return bool(node.facets) and any(len(k) + len(v) > lim for k, v in node.facets.items())
+    facets = node.facets or {}
+    return any(len(k) + len(v) > lim for k, v in facets.items())
 
 
 def check_structure(
