@@ -62,7 +62,7 @@ from picocontext.distill.ids import (
     LEVEL_TENANT,
     ROOT_ID,
     UNCLUSTERED_ID,
-    intermediate_id,
+    hex16,
     is_intermediate,
     is_scope_id,
     l0_id,
@@ -756,9 +756,12 @@ class Distiller:
 
     def _partition(
         self, children: Sequence[DigestNode], start_bits: int
-    ) -> tuple[int, dict[int, list[DigestNode]]] | None:
-        """The first ``sub_bits`` step past ``start_bits`` that separates the children."""
+    ) -> tuple[int, dict[int, list[DigestNode]], list[int]] | None:
+        """The first ``sub_bits`` step past ``start_bits`` that separates the children, and the
+        prefixes of the steps skipped on the way (they name the sub-nodes, so the names do not
+        depend on how many steps had to be skipped)."""
         bits = start_bits
+        skipped: list[int] = []
         while bits < 64:
             nxt = min(bits + self.config.sub_bits, 64)
             parts: dict[int, list[DigestNode]] = {}
@@ -766,7 +769,8 @@ class Distiller:
                 key = cluster_prefix(parse_sem_hash_or_zero(child.sem_hash), nxt)
                 parts.setdefault(key, []).append(child)
             if len(parts) >= 2:
-                return nxt, parts
+                return nxt, parts, skipped
+            skipped.append(next(iter(parts)))
             bits = nxt
         return None
 
@@ -790,15 +794,16 @@ class Distiller:
         split = None if (fits or not children) else self._partition(children, prefix_bits)
         if split is None:
             return self._rollup_node(state, node_id, level, kind, scope, parents, children)
-        bits, parts = split
+        bits, parts, skipped = split
         self.counters.add("splits")
+        base = node_id + "".join("#" + hex16(p) for p in skipped)
         direct: list[DigestNode] = []
         for prefix in sorted(parts):
             group = parts[prefix]
             if len(group) == 1:
-                direct.append(group[0])
+                direct.append(group[0])  # a one-child intermediate would only cost a call
                 continue
-            sub_id = intermediate_id(node_id, prefix)
+            sub_id = f"{base}#{hex16(prefix)}"
             self._rollup_group(
                 state,
                 sub_id,
