@@ -1,0 +1,33 @@
+"""picocontext.build -- the pcx compiler (``pcx build``).
+
+Adapters turn a source (tool schemas, a docs tree, skills, memory files, any folder) into a
+:class:`~picocontext.build.ir.SourceTree`; a descriptor engine (offline TF-IDF or an LLM over a
+:class:`~picocontext.backend.ChatModel`) writes the ``what``/``when`` lines bottom-up with
+contrast and repair; shaping fits the tree to each budget and proves every leaf reachable;
+emit writes one validated manifest per budget, a leaf store and ``llms.txt``.
+"""
+
+from picocontext.build.compiler import BuildOptions, BuildResult, compile_source
+from picocontext.build.errors import (
+    BuildError,
+    ConfigError,
+    EngineError,
+    GateFailed,
+    SelfCheckFailed,
+    SourceError,
+)
+from picocontext.build.ir import SourceNode, SourceTree
+
+__all__ = [
+    "BuildError",
+    "BuildOptions",
+    "BuildResult",
+    "ConfigError",
+    "EngineError",
+    "GateFailed",
+    "SelfCheckFailed",
+    "SourceError",
+    "SourceNode",
+    "SourceTree",
+    "compile_source",
+]

@@ -1,0 +1,338 @@
+"""The descriptor pipeline: bottom-up, one sibling group at a time, with a Merkle-keyed cache.
+
+For every branch, once all its children have drafts:
+
+1. **contrast** the children while the worst pair is at or above ``collision_threshold``
+   (at most ``max_contrast_rounds`` rounds; stop early when a round does not improve);
+2. **grade and repair**: each child is checked for vacuity, (LLM) self-grade and (LLM)
+   predict-then-verify fidelity; failing ones are regenerated with the reasons as feedback,
+   then *re-graded*, and the group is *re-contrasted* if a repair brought back a collision --
+   up to ``max_repairs`` times (B22);
+3. only then is the branch itself described, from its children's *final* descriptors, so a
+   parent never summarizes lines that were later rewritten (B22).
+
+Keys (:func:`leaf_key`, :func:`group_key`, :func:`branch_key`) hash everything a descriptor
+depends on -- content, title, hint, keywords, facets, frontmatter, the engine signature (which
+includes the engine version, prompt version and corpus statistics) and, for groups and
+branches, the keys below them. An unchanged subtree therefore makes zero engine calls (B3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from picocontext.build.engines.base import DescriptorEngine
+from picocontext.build.errors import BuildError
+from picocontext.build.ir import SourceNode
+from picocontext.build.quality import Descriptor, vacuity_flags, worst_pair
+from picocontext.cancel import CancelToken
+
+CACHE_VERSION = 1
+Progress = Callable[[int], None]
+
+
+def _h(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for p in parts:
+        digest.update(p.encode("utf-8", errors="surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()[:32]
+
+
+def _items(d: Mapping[str, str]) -> str:
+    return json.dumps(sorted(d.items()), ensure_ascii=False, separators=(",", ":"))
+
+
+def leaf_key(sig: str, node: SourceNode) -> str:
+    return _h(
+        sig,
+        "leaf",
+        node.title,
+        node.hint,
+        node.format,
+        node.content,
+        "\x1f".join(node.keywords),
+        _items(node.facets),
+        _items(node.meta),
+    )
+
+
+def group_key(sig: str, parent: SourceNode, child_keys: list[str]) -> str:
+    return _h(sig, "group", parent.title, parent.hint, *child_keys)
+
+
+def branch_key(sig: str, node: SourceNode, gkey: str) -> str:
+    return _h(
+        sig,
+        "branch",
+        node.title,
+        node.hint,
+        "\x1f".join(node.keywords),
+        _items(node.facets),
+        _items(node.meta),
+        gkey,
+    )
+
+
+class PipelineOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    collision_threshold: float = 0.5
+    max_contrast_rounds: int = 2
+    max_repairs: int = 1
+    grade_threshold: float = 0.7
+    fidelity_repair_below: float = 2.5
+
+
+class CallLog:
+    """Every engine call, as (kind, node id). The incremental benchmark reads it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def add(self, kind: str, node_id: str) -> None:
+        self.calls.append((kind, node_id))
+
+    def count(self, kind: str | None = None) -> int:
+        return sum(1 for k, _ in self.calls if kind is None or k == kind)
+
+
+class DescriptorCache:
+    """key -> descriptor (nodes) and key -> final descriptors (groups). In memory for one
+    build (variants share it), on disk between builds for ``--incremental``."""
+
+    def __init__(self, signature: str = "") -> None:
+        self.signature = signature
+        self.nodes: dict[str, Descriptor] = {}
+        self.groups: dict[str, list[Descriptor]] = {}
+        self.extra: dict[str, Any] = {}
+        self.hits = 0
+        self.misses = 0
+        self.group_used: set[str] = set()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": CACHE_VERSION,
+            "signature": self.signature,
+            "extra": self.extra,
+            "nodes": {k: v.model_dump() for k, v in self.nodes.items()},
+            "groups": {k: [d.model_dump() for d in v] for k, v in self.groups.items()},
+        }
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), ensure_ascii=False), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> DescriptorCache | None:
+        """The cache at ``path``, or None when missing, corrupt or of another version."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+                return None
+            cache = cls(str(data.get("signature", "")))
+            cache.extra = dict(data.get("extra") or {})
+            cache.nodes = {k: Descriptor.model_validate(v) for k, v in data["nodes"].items()}
+            cache.groups = {
+                k: [Descriptor.model_validate(d) for d in v] for k, v in data["groups"].items()
+            }
+            return cache
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+class GroupReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    parent: str
+    worst: float
+    pair: tuple[str, str] | None
+
+
+class DescribeResult(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    descriptors: dict[str, Descriptor]
+    keys: dict[str, str]
+    groups: tuple[GroupReport, ...]
+    vacuity: dict[str, tuple[str, ...]]
+    ungraded: tuple[str, ...]
+    engine_fidelity: dict[str, float]
+
+
+def describe_tree(
+    root: SourceNode,
+    engine: DescriptorEngine,
+    cache: DescriptorCache,
+    options: PipelineOptions,
+    log: CallLog,
+    progress: Progress | None = None,
+    cancel: CancelToken | None = None,
+) -> DescribeResult:
+    sig = engine.signature
+    final: dict[str, Descriptor] = {}
+    keys: dict[str, str] = {}
+    groups: list[GroupReport] = []
+    vacuity: dict[str, tuple[str, ...]] = {}
+    ungraded: list[str] = []
+    fidelity: dict[str, float] = {}
+    # Drafts of nodes whose group has not been finalized yet.
+    draft: dict[str, Descriptor] = {}
+
+    def node_desc(node: SourceNode) -> Descriptor:
+        key = keys[node.id]
+        hit = cache.nodes.get(key)
+        if hit is not None:
+            cache.hits += 1
+            return hit
+        cache.misses += 1
+        if node.is_leaf:
+            log.add("describe_leaf", node.id)
+            d = engine.describe_leaf(node)
+        else:
+            log.add("describe_branch", node.id)
+            d = engine.describe_branch(node, [(c, final[c.id]) for c in node.children])
+        cache.nodes[key] = d
+        return d
+
+    for node in root.post_order():
+        if cancel is not None:
+            cancel.check()
+        if node.is_leaf:
+            keys[node.id] = leaf_key(sig, node)
+            draft[node.id] = node_desc(node)
+            if progress:
+                progress(1)
+            continue
+        if node.id in keys:
+            raise BuildError(f"duplicate node id {node.id!r} in the source tree")
+        kids = node.children
+        gkey = group_key(sig, node, [keys[c.id] for c in kids])
+        cache.group_used.add(gkey)
+        cached = cache.groups.get(gkey)
+        if cached is not None and len(cached) == len(kids):
+            cache.hits += 1
+            descs = list(cached)
+        else:
+            cache.misses += 1
+            descs = _finish_group(
+                node, [draft[c.id] for c in kids], engine, options, log, final, ungraded, fidelity
+            )
+            cache.groups[gkey] = descs
+        for c, d in zip(kids, descs, strict=True):
+            final[c.id] = d
+            flags = vacuity_flags(c.title, d)
+            if flags:
+                vacuity[c.id] = tuple(flags)
+        score, i, j = worst_pair(descs)
+        groups.append(
+            GroupReport(
+                parent=node.id, worst=score, pair=(kids[i].id, kids[j].id) if i >= 0 else None
+            )
+        )
+        keys[node.id] = branch_key(sig, node, gkey)
+        draft[node.id] = node_desc(node)
+        if progress:
+            progress(1)
+    final[root.id] = draft[root.id]
+    return DescribeResult(
+        descriptors=final,
+        keys=keys,
+        groups=tuple(groups),
+        vacuity=vacuity,
+        ungraded=tuple(ungraded),
+        engine_fidelity=fidelity,
+    )
+
+
+def _contrast_loop(
+    parent: SourceNode,
+    kids: list[SourceNode],
+    descs: list[Descriptor],
+    engine: DescriptorEngine,
+    options: PipelineOptions,
+    log: CallLog,
+    force_first: bool,
+) -> list[Descriptor]:
+    worst = worst_pair(descs)[0]
+    for rnd in range(max(options.max_contrast_rounds, 1)):
+        if worst < options.collision_threshold and not (force_first and rnd == 0):
+            break
+        log.add("contrast", parent.id)
+        new = engine.contrast(parent, list(zip(kids, descs, strict=True)))
+        if len(new) != len(descs):
+            raise BuildError(f"engine {engine.name} returned {len(new)} of {len(descs)} items")
+        new_worst = worst_pair(new)[0]
+        if new_worst > worst and not (force_first and rnd == 0):
+            break  # the round made it worse: keep what we had
+        improved = new_worst < worst
+        descs, worst = new, new_worst
+        if not improved and rnd > 0:
+            break
+    return descs
+
+
+def _finish_group(
+    parent: SourceNode,
+    descs: list[Descriptor],
+    engine: DescriptorEngine,
+    options: PipelineOptions,
+    log: CallLog,
+    final: Mapping[str, Descriptor],
+    ungraded: list[str],
+    fidelity: dict[str, float],
+) -> list[Descriptor]:
+    kids = parent.children
+    if len(kids) >= 2:
+        # Round one always runs: contrast is what turns shared words into distinguishing ones.
+        descs = _contrast_loop(parent, kids, descs, engine, options, log, force_first=True)
+    for attempt in range(options.max_repairs + 1):
+        failing: list[tuple[int, str]] = []
+        for i, (node, d) in enumerate(zip(kids, descs, strict=True)):
+            reasons = vacuity_flags(node.title, d)
+            siblings = [x for j, x in enumerate(descs) if j != i]
+            log.add("grade", node.id)
+            grade = engine.grade(node, d, siblings)
+            if grade is None:
+                log.calls.pop()
+            elif grade.failed:
+                reasons.append(grade.reason or "the grade could not be read")
+            elif grade.score < options.grade_threshold:
+                reasons.append(f"grade {grade.score:.2f}: {grade.reason}")
+            log.add("fidelity", node.id)
+            fid = engine.fidelity(node, d)
+            if fid is None:
+                log.calls.pop()
+            else:
+                fidelity[node.id] = fid
+            if fid is not None and fid < options.fidelity_repair_below:
+                reasons.append(f"the content does not match what the line promises ({fid:.1f}/5)")
+            if reasons:
+                failing.append((i, "; ".join(reasons)))
+        if not failing:
+            break
+        if attempt == options.max_repairs:
+            ungraded.extend(kids[i].id for i, _ in failing)
+            break
+        for i, why in failing:
+            node = kids[i]
+            if node.is_leaf:
+                log.add("repair_leaf", node.id)
+                descs[i] = engine.describe_leaf(node, feedback=why)
+            else:
+                log.add("repair_branch", node.id)
+                grand = node.children
+                descs[i] = engine.describe_branch(
+                    node, [(g, final[g.id]) for g in grand], feedback=why
+                )
+        if len(kids) >= 2 and worst_pair(descs)[0] >= options.collision_threshold:
+            descs = _contrast_loop(parent, kids, descs, engine, options, log, force_first=False)
+    return descs

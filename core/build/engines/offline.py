@@ -1,0 +1,173 @@
+"""The offline engine: deterministic descriptors with real signal, no model (fix B13).
+
+* leaf ``what`` -- the title plus the first real sentence of the hint or content (headings,
+  code blocks and signatures skipped);
+* branch ``what`` -- the title plus the names of what is inside (child titles), so a reader
+  sees the subtree's members, not "Docs under X/";
+* ``when`` and ``keywords`` -- the node's salient words by TF-IDF over the corpus; ``contrast``
+  re-ranks them by how rare they are among the siblings, so each line says what separates the
+  node from its neighbours rather than what they share.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from picocontext.build.engines.base import Grade
+from picocontext.build.ir import SourceNode
+from picocontext.build.quality import Descriptor, make_descriptor
+from picocontext.build.signals import Signals, Vector
+from picocontext.manifest.text import terms
+
+VERSION = "offline-tfidf/1"
+
+_FENCED = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
+_SIGNATURE = re.compile(r"^\s*(def |class |async def |[\w.]+\(.*\)\s*(->.*)?$)")
+_MD_NOISE = re.compile(r"[*_`>#|]|\[([^\]]*)\]\([^)]*\)")
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of the first prose paragraph (>= 3 words)."""
+    body = _FENCED.sub(" ", text)
+    for para in re.split(r"\n\s*\n", body):
+        lines = [
+            ln
+            for ln in para.strip().splitlines()
+            if ln.strip()
+            and not ln.lstrip().startswith(("#", "|", "---", "===", ":", "..", "<"))
+            and not _SIGNATURE.match(ln)
+        ]
+        if not lines:
+            continue
+        prose = _MD_NOISE.sub(lambda m: m.group(1) or " ", " ".join(ln.strip() for ln in lines))
+        prose = re.sub(r"^[-+*]\s+|^\d+[.)]\s+", "", " ".join(prose.split()))
+        if len(prose.split()) < 3:
+            continue
+        sentence = _SENTENCE_END.split(prose, maxsplit=1)[0]
+        return sentence[:limit]
+    return ""
+
+
+def _ranked(vec: Vector, exclude: set[str]) -> list[str]:
+    return [t for t, _ in sorted(vec.items(), key=lambda kv: (-kv[1], kv[0])) if t not in exclude]
+
+
+class OfflineEngine:
+    """TF-IDF descriptors. ``n_terms`` bounds the words in ``when``."""
+
+    name = "offline"
+
+    def __init__(self, n_terms: int = 6, n_keywords: int = 6) -> None:
+        self.n_terms = n_terms
+        self.n_keywords = n_keywords
+        self._signals: Signals | None = None
+
+    def bind(self, signals: Signals) -> None:
+        self._signals = signals
+
+    @property
+    def signals(self) -> Signals:
+        if self._signals is None:
+            raise RuntimeError("OfflineEngine.bind(signals) must be called first")
+        return self._signals
+
+    @property
+    def signature(self) -> str:
+        return (
+            f"{VERSION};terms={self.n_terms},{self.n_keywords};idf={self.signals.idf.fingerprint}"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _words(self, node: SourceNode, ranked: list[str], n: int) -> list[str]:
+        surf = self.signals.info(node)[1]
+        out: list[str] = []
+        for t in ranked:
+            w = surf.get(t, t)
+            if w not in out:
+                out.append(w)
+            if len(out) == n:
+                break
+        return out
+
+    def _lines(
+        self, node: SourceNode, what: str, ranked: list[str], feedback: str | None
+    ) -> Descriptor:
+        n = self.n_terms + (3 if feedback else 0)
+        shown = set(terms(what))
+        fresh = [t for t in ranked if t not in shown]
+        when_words = self._words(node, fresh or ranked, n)
+        author_when = node.meta.get("when", "")
+        if author_when:
+            when = author_when
+        elif when_words:
+            when = "Needed for " + ", ".join(when_words)
+        else:
+            when = f"Needed for {node.title}"
+        used = set(terms(when)) | shown
+        kw = [
+            *node.keywords,
+            *self._words(node, [t for t in ranked if t not in used], self.n_keywords),
+        ]
+        return make_descriptor(what, when, kw, node.title)
+
+    # ------------------------------------------------------------------ protocol
+    def describe_leaf(self, node: SourceNode, feedback: str | None = None) -> Descriptor:
+        sentence = first_sentence(node.hint) or first_sentence(node.content)
+        if sentence and not sentence.lower().startswith(node.title.lower()):
+            what = f"{node.title}: {sentence}"
+        else:
+            what = sentence or node.title
+        exclude = set(terms(node.title))
+        ranked = _ranked(self.signals.vector(node), exclude)
+        return self._lines(node, what, ranked, feedback)
+
+    def describe_branch(
+        self,
+        node: SourceNode,
+        children: Sequence[tuple[SourceNode, Descriptor]],
+        feedback: str | None = None,
+    ) -> Descriptor:
+        names = [c.title for c, _ in children]
+        lead = first_sentence(node.hint)
+        head = f"{node.title}: {lead} " if lead else f"{node.title}: "
+        listed: list[str] = []
+        budget = 150 - len(head)
+        for name in names:
+            if sum(len(x) + 2 for x in listed) + len(name) > budget:
+                break
+            listed.append(name)
+        rest = len(names) - len(listed)
+        what = head + ", ".join(listed) + (f" (+{rest} more)" if rest else "")
+        exclude = set(terms(node.title))
+        ranked = _ranked(self.signals.vector(node), exclude)
+        return self._lines(node, what, ranked, feedback)
+
+    def contrast(
+        self, parent: SourceNode, members: Sequence[tuple[SourceNode, Descriptor]]
+    ) -> list[Descriptor]:
+        """Re-rank each member's words by rarity among the siblings (a within-group IDF)."""
+        vecs = [self.signals.vector(n) for n, _ in members]
+        g = len(vecs)
+        df: Counter[str] = Counter()
+        for v in vecs:
+            df.update(v.keys())
+        out = []
+        for (node, desc), vec in zip(members, vecs, strict=True):
+            scored = {t: w * math.log((g + 1) / df[t]) for t, w in vec.items()}
+            exclude = set(terms(node.title))
+            ranked = _ranked(scored, exclude)
+            fresh = self._lines(node, desc.what, ranked, None)
+            out.append(fresh)
+        return out
+
+    def grade(
+        self, node: SourceNode, desc: Descriptor, siblings: Sequence[Descriptor]
+    ) -> Grade | None:
+        return None
+
+    def fidelity(self, node: SourceNode, desc: Descriptor) -> float | None:
+        return None

@@ -1,0 +1,202 @@
+"""Per-budget shaping and the build's self-check (B2, B4).
+
+For each budget the compiler looks for the richest descriptor verbosity and the widest
+frontier for which the variant passes :func:`self_check`:
+
+* :func:`shape_tree` copies the canonical tree, pages every leaf whose content would not fit a
+  share of the budget (the leaf becomes a branch of ``~pN`` parts) and re-clusters every branch
+  with more children than the allowed width, so each reveal fits;
+* :func:`self_check` validates the manifest (schema through the models, plus the structure
+  checks of :mod:`picocontext.manifest.validate`), asserts ``manifest_tokens <= budget`` and
+  walks an **oracle** -- the real :class:`~picocontext.manifest.session.NavSession`, opening
+  exactly the target's ancestors, then the target -- to every leaf, within the budget.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+from picocontext.build.cluster import group_children
+from picocontext.build.ir import IdRegistry, SourceNode
+from picocontext.build.signals import Signals
+from picocontext.manifest.errors import BudgetTooSmall, DisclosureRefused, ManifestError
+from picocontext.manifest.model import Manifest
+from picocontext.manifest.schema import schema_errors
+from picocontext.manifest.session import DEFAULT_PROTOCOL, ModeConfig, NavSession
+from picocontext.manifest.tokens import TextCounter
+from picocontext.manifest.validate import validate_manifest
+
+ORACLE_VIEW = ModeConfig(view_level="full", inline_small_leaves=False)
+_PARA = re.compile(r"\n\s*\n")
+
+
+class ShapeStats(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    width: int
+    leaf_cap: int
+    clusters: int
+    pages: int
+
+
+def _split_big(text: str, cap: int, counter: TextCounter) -> list[str]:
+    """Pieces of ``text`` each within ``cap`` tokens, cut at line ends or, failing that, by
+    characters (a single enormous line)."""
+    if counter.count(text) <= cap:
+        return [text]
+    lines = text.split("\n")
+    if len(lines) > 1:
+        out: list[str] = []
+        cur: list[str] = []
+        for line in lines:
+            trial = "\n".join([*cur, line])
+            if cur and counter.count(trial) > cap:
+                out.append("\n".join(cur))
+                cur = [line]
+            else:
+                cur.append(line)
+        if cur:
+            out.append("\n".join(cur))
+        if len(out) > 1:
+            return [p for piece in out for p in _split_big(piece, cap, counter)]
+    step = max(1, int(len(text) * cap / max(counter.count(text), 1) * 0.95))
+    return [text[i : i + step] for i in range(0, len(text), step)]
+
+
+def paginate(text: str, cap: int, counter: TextCounter) -> list[str]:
+    """Paragraph-packed pages of at most ``cap`` tokens each (verbatim: joining the pages with
+    blank lines gives the paragraphs back)."""
+    paras = [p for p in _PARA.split(text) if p.strip()]
+    pieces = [piece for p in paras for piece in _split_big(p, cap, counter)]
+    pages: list[str] = []
+    cur: list[str] = []
+    for piece in pieces:
+        trial = "\n\n".join([*cur, piece])
+        if cur and counter.count(trial) > cap:
+            pages.append("\n\n".join(cur))
+            cur = [piece]
+        else:
+            cur.append(piece)
+    if cur:
+        pages.append("\n\n".join(cur))
+    return pages
+
+
+def shape_tree(
+    canonical: SourceNode,
+    *,
+    width: int,
+    leaf_cap: int,
+    counter: TextCounter,
+    signals: Signals,
+) -> tuple[SourceNode, ShapeStats]:
+    root = canonical.copy_tree()
+    ids = IdRegistry(tuple(n.id for n in root.walk()))
+    pages = 0
+    for node in list(root.walk()):
+        if node is root or not node.is_leaf or counter.count(node.content) <= leaf_cap:
+            continue
+        parts = paginate(node.content, leaf_cap, counter)
+        if len(parts) < 2:
+            continue
+        for i, part in enumerate(parts, 1):
+            node.children.append(
+                SourceNode(
+                    id=ids.claim(f"{node.id}~p{i}"),
+                    title=f"{node.title} (part {i} of {len(parts)})",
+                    content=part,
+                    format=node.format,
+                    facets={**node.facets, "page": str(i)},
+                    origin=node.origin,
+                    synthetic=True,
+                )
+            )
+        node.content = ""
+        node.facets = {**node.facets, "paged": str(len(parts))}
+        pages += 1
+    clusters = 0
+    for node in list(root.walk()):
+        if len(node.children) > width:
+            clusters += group_children(node, width, signals, ids)
+    return root, ShapeStats(width=width, leaf_cap=leaf_cap, clusters=clusters, pages=pages)
+
+
+class CheckResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    problems: tuple[str, ...]
+    unreachable: tuple[str, ...]
+    reachable: int
+    leaves: int
+    max_oracle_tokens: int
+    schema_checked: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def oracle_cost(
+    manifest: Manifest, leaf: str, counter: TextCounter, protocol: str = DEFAULT_PROTOCOL
+) -> int | None:
+    """Tokens an always-right navigator spends to open ``leaf``, or None if it cannot."""
+    try:
+        session = NavSession(manifest, config=ORACLE_VIEW, counter=counter, protocol=protocol)
+        for nid in [*manifest.ancestors(leaf)[1:], leaf]:
+            session.open(nid)
+    except (DisclosureRefused, BudgetTooSmall):
+        return None
+    return session.spent
+
+
+def self_check(
+    manifest: Manifest, counter: TextCounter, protocol: str = DEFAULT_PROTOCOL
+) -> CheckResult:
+    problems: list[str] = []
+    data = manifest.to_dict()
+    schema_checked = importlib.util.find_spec("jsonschema") is not None
+    if schema_checked:
+        problems.extend(f"schema: {e}" for e in schema_errors(data))
+    report = validate_manifest(data)
+    problems.extend(f"structure: {e}" for e in report.errors)
+    budget = manifest.variant.budget
+    baseline = manifest.variant.manifest_tokens or 0
+    if baseline > budget:
+        problems.append(f"baseline: manifest_tokens {baseline} exceed the budget {budget}")
+    unreachable: list[str] = []
+    worst = 0
+    leaves = manifest.leaf_ids
+    if not problems:
+        for leaf in leaves:
+            try:
+                cost = oracle_cost(manifest, leaf, counter, protocol)
+            except ManifestError as exc:
+                problems.append(f"oracle: {leaf}: {exc.message}")
+                continue
+            if cost is None:
+                unreachable.append(leaf)
+            else:
+                worst = max(worst, cost)
+        if unreachable:
+            head = ", ".join(unreachable[:5])
+            problems.append(
+                f"oracle: {len(unreachable)} of {len(leaves)} leaves cannot be reached within "
+                f"{budget} tokens (e.g. {head})"
+            )
+    return CheckResult(
+        problems=tuple(problems),
+        unreachable=tuple(unreachable),
+        reachable=len(leaves) - len(unreachable) if not report.errors else 0,
+        leaves=len(leaves),
+        max_oracle_tokens=worst,
+        schema_checked=schema_checked,
+    )
+
+
+def initial_width(budget: int, line_tokens: float, share: float = 0.2) -> int:
+    """Widest reveal that fits ``share`` of the budget, clamped to [3, 64]."""
+    return max(3, min(64, math.floor(share * budget / max(line_tokens, 1.0))))
