@@ -349,6 +349,21 @@ class MLXModel:
             "loadSeconds": round(self.load_seconds, 3),
         }
 
+    def decision_grammar(self) -> Any:
+        """The llguidance grammar state for constrained decisions (built once, lazily)."""
+        if self._decision_grammar is None:
+            import json
+
+            from picocontext.models.constrained import DecisionGrammar
+
+            config = json.loads((self._path / "config.json").read_text(encoding="utf-8"))
+            hf = self._format.tokenizer
+            raw = hf.raw if isinstance(hf, HFChatTokenizer) else self._tokenizer
+            self._decision_grammar = DecisionGrammar(
+                raw, int(config["vocab_size"]), int(self._tokenizer.eos_token_id)
+            )
+        return self._decision_grammar
+
     # -- TokenCounter ---------------------------------------------------------------------
     def prepare(self, model_input: ModelInput) -> PreparedPrompt:
         return self._format.prepare(model_input)
