@@ -10,6 +10,7 @@ remain. It needs no model, is stable under input order ties, and costs O(n log n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from picocontext.build.ir import IdRegistry, SourceNode, slug
@@ -91,7 +92,11 @@ def group_children(
     base = "" if parent.id == "r" else parent.id.rstrip("/") + "/"
     while len(items) > max_width:
         vecs = [signals.vector(n) for n in items]
-        groups = partition(vecs, max_width)
+        # Aim for about sqrt(n) groups (never more than fit): a few wide groups would leave
+        # the level above with little to tell them apart.
+        n = len(items)
+        k = min(max_width, max(math.ceil(n / max_width), round(math.sqrt(n))))
+        groups = partition(vecs, min(max_width, math.ceil(n / k)))
         if len(groups) == len(items):  # cannot happen with max_width >= 2, but never loop
             break
         cents = [_centroid([vecs[i] for i in g]) for g in groups]

@@ -52,6 +52,24 @@ def first_sentence(text: str, limit: int = 200) -> str:
     return ""
 
 
+def _strip_common_prefix(names: list[str]) -> list[str]:
+    """``["shutil.copy", "shutil.move"]`` -> ``["copy", "move"]`` (dotted/slashed prefixes)."""
+    if len(names) < 2:
+        return names
+    prefix = names[0]
+    for n in names[1:]:
+        while prefix and not n.startswith(prefix):
+            prefix = prefix[:-1]
+    cut = max(prefix.rfind("."), prefix.rfind("/"), prefix.rfind(":"))
+    if cut <= 0:
+        return names
+    return [n[cut + 1 :] or n for n in names]
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
 def _ranked(vec: Vector, exclude: set[str]) -> list[str]:
     return [t for t, _ in sorted(vec.items(), key=lambda kv: (-kv[1], kv[0])) if t not in exclude]
 
@@ -94,9 +112,14 @@ class OfflineEngine:
         return out
 
     def _lines(
-        self, node: SourceNode, what: str, ranked: list[str], feedback: str | None
+        self,
+        node: SourceNode,
+        what: str,
+        ranked: list[str],
+        feedback: str | None,
+        extra: int = 0,
     ) -> Descriptor:
-        n = self.n_terms + (3 if feedback else 0)
+        n = self.n_terms + extra + (3 if feedback else 0)
         shown = set(terms(what))
         fresh = [t for t in ranked if t not in shown]
         when_words = self._words(node, fresh or ranked, n)
@@ -131,20 +154,48 @@ class OfflineEngine:
         children: Sequence[tuple[SourceNode, Descriptor]],
         feedback: str | None = None,
     ) -> Descriptor:
-        names = [c.title for c, _ in children]
-        lead = first_sentence(node.hint)
+        lead = first_sentence(node.hint) or self._overview(node, children)
         head = f"{node.title}: {lead} " if lead else f"{node.title}: "
+        names = _strip_common_prefix([c.title for c, _ in children])
         listed: list[str] = []
-        budget = 150 - len(head)
+        room = 150 - len(head)
         for name in names:
-            if sum(len(x) + 2 for x in listed) + len(name) > budget:
+            if sum(len(x) + 2 for x in listed) + len(name) > room:
                 break
             listed.append(name)
         rest = len(names) - len(listed)
         what = head + ", ".join(listed) + (f" (+{rest} more)" if rest else "")
         exclude = set(terms(node.title))
-        ranked = _ranked(self.signals.vector(node), exclude)
-        return self._lines(node, what, ranked, feedback)
+        ranked = _dedupe(self._coverage(node) + _ranked(self.signals.vector(node), exclude))
+        leaves = sum(1 for _ in node.leaves())
+        return self._lines(node, what, ranked, feedback, extra=min(12, 2 * leaves.bit_length()))
+
+    def _coverage(self, node: SourceNode) -> list[str]:
+        """One characteristic word per child (its strongest term that is not in its title),
+        so every member of the subtree is represented in the branch's line."""
+        own = set(terms(node.title))
+        out: list[str] = []
+        for child in node.children:
+            skip = own | set(terms(child.title)) | set(out)
+            vec = self.signals.vector(child)
+            best = next((t for t in _ranked(vec, skip)), None)
+            if best is not None:
+                out.append(best)
+        return out
+
+    @staticmethod
+    def _overview(node: SourceNode, children: Sequence[tuple[SourceNode, Descriptor]]) -> str:
+        """The lead sentence of the branch's own overview page (``index``, ``README``, a
+        page titled like the branch), when it has one."""
+        want = node.title.strip().lower()
+        for child, _ in children:
+            stem = child.id.rstrip("/").rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower()
+            if child.is_leaf and (
+                child.title.strip().lower() == want
+                or stem in ("index", "readme", "overview", "module", "intro")
+            ):
+                return first_sentence(child.hint) or first_sentence(child.content)
+        return ""
 
     def contrast(
         self, parent: SourceNode, members: Sequence[tuple[SourceNode, Descriptor]]
@@ -160,7 +211,11 @@ class OfflineEngine:
             scored = {t: w * math.log((g + 1) / df[t]) for t, w in vec.items()}
             exclude = set(terms(node.title))
             ranked = _ranked(scored, exclude)
-            fresh = self._lines(node, desc.what, ranked, None)
+            if not node.is_leaf:
+                cover = [t for t in self._coverage(node) if g == 1 or df.get(t, 0) < g]
+                ranked = _dedupe(cover + ranked)
+            extra = 0 if node.is_leaf else min(12, 2 * sum(1 for _ in node.leaves()).bit_length())
+            fresh = self._lines(node, desc.what, ranked, None, extra=extra)
             out.append(fresh)
         return out
 
