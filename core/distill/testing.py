@@ -6,13 +6,19 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from picocontext.distill.distiller import DistillConfig, Distiller
+from picocontext.distill.embedder import Embedder
 from picocontext.distill.errors import SummarizerError
-from picocontext.distill.models import GuardInput, GuardResult, SummaryInput
+from picocontext.distill.guard import Guard
+from picocontext.distill.models import GuardInput, GuardResult, SummaryInput, Unit
+from picocontext.distill.summarizer import Summarizer
 
 
 def truncate_words(text: str, budget: int) -> str:
@@ -124,3 +130,40 @@ class VariedEmbedder:
                 h = (h * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
                 out[row, col] = ((h >> 11) / float(1 << 53)) * 2.0 - 1.0
         return out
+
+
+def note(unit_id: str, body: str, site: str = "", title: str = "", kind: str = "note") -> Unit:
+    """The reference's fixture shape: a note whose text is title + body, in a ``site`` scope."""
+    text = f"{title} {body}".strip() if title else body
+    return Unit(source_kind=kind, unit_id=unit_id, text=text, scopes=(("site", site),))
+
+
+def seven_node_units() -> list[Unit]:
+    """n1, n2 in site s1 and n3 in s2: with :class:`ConstantEmbedder` that is 3 leaves,
+    2 scopes, 1 cluster of 3 and the root — the reference's 7-node tree."""
+    return [
+        note("n1", "vibration high", "s1", title="Pump"),
+        note("n2", "pressure nominal", "s1", title="Valve"),
+        note("n3", "bearing worn", "s2", title="Motor"),
+    ]
+
+
+def build(
+    root: str | Path,
+    summarizer: Summarizer | None = None,
+    embedder: Embedder | None = None,
+    guard: Guard | None = None,
+    **config: Any,
+) -> Distiller:
+    """A corpus with the deterministic fakes; the recipe defaults to the reference's "v1"."""
+    config.setdefault("recipe_version", "v1")
+    return Distiller.open(
+        root,
+        summarizer or FakeSummarizer(),
+        embedder or ConstantEmbedder(),
+        guard=guard,
+        config=DistillConfig(**config),
+    )
+
+
+MakeDistiller = Callable[..., Distiller]

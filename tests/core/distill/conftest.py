@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from distill_helpers import MakeDistiller, build
-
 from picocontext.distill import Distiller
+from picocontext.distill.testing import MakeDistiller, build
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from distill_helpers import MakeDistiller, note, seven_node_units
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,13 @@ from picocontext.distill import (
     distill_tool_schemas,
     render_outline,
 )
-from picocontext.distill.testing import ConstantEmbedder, VariedEmbedder
+from picocontext.distill.testing import (
+    ConstantEmbedder,
+    MakeDistiller,
+    VariedEmbedder,
+    note,
+    seven_node_units,
+)
 from picocontext.prompts import edit_tool_schema
 from picocontext.records import Scope, Snapshot
 

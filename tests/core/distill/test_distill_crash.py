@@ -22,7 +22,12 @@ import pytest
 from picocontext.distill import DistillConfig, Distiller, Unit
 from picocontext.distill.testing import FakeSummarizer, VariedEmbedder
 
-CONFIG = {"recipe_version": "v1", "max_fan_in": 4, "sub_bits": 2, "cluster_bits": 3}
+CONFIG: dict[str, str | int] = {
+    "recipe_version": "v1",
+    "max_fan_in": 4,
+    "sub_bits": 2,
+    "cluster_bits": 3,
+}
 
 CHILD = textwrap.dedent(
     """
@@ -41,7 +46,9 @@ CHILD = textwrap.dedent(
 
 
 def _open(root: Path) -> Distiller:
-    return Distiller.open(root, FakeSummarizer(), VariedEmbedder(), config=DistillConfig(**CONFIG))
+    return Distiller.open(
+        root, FakeSummarizer(), VariedEmbedder(), config=DistillConfig.model_validate(CONFIG)
+    )
 
 
 def _unit(i: int, version: int) -> Unit:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from distill_helpers import MakeDistiller, build, note, seven_node_units
 
 from picocontext.distill import (
     ROOT_ID,
@@ -24,7 +23,11 @@ from picocontext.distill.testing import (
     ConstantEmbedder,
     FakeGuard,
     FakeSummarizer,
+    MakeDistiller,
     VariedEmbedder,
+    build,
+    note,
+    seven_node_units,
 )
 
 
@@ -113,7 +116,9 @@ def test_guard_error_fail_closed_keeps_the_row_byte_identical(
     writes = d.cas.writes
     d.apply([note("n1", "second version")])
     assert d.store.get("digest:0:note:n1") == before  # P8
-    assert np.array_equal(d.store.get_vector("digest:0:note:n1"), vec_before)
+    vec_after = d.store.get_vector("digest:0:note:n1")
+    assert vec_after is not None and vec_before is not None
+    assert np.array_equal(vec_after, vec_before)
     assert d.cas.writes == writes
     assert d.counters.get("guard_blocked") == 1
 
@@ -155,7 +160,8 @@ def test_exact_dedup_across_sweeps_reuses_summary_and_vector(
     a, b = d.store.get("digest:0:note:a"), d.store.get("digest:0:note:b")
     assert a is not None and b is not None and a.summary_hash == b.summary_hash != ""
     assert a.sem_hash == b.sem_hash
-    assert np.array_equal(d.store.get_vector(a.id), d.store.get_vector(b.id))
+    va, vb = d.store.get_vector(a.id), d.store.get_vector(b.id)
+    assert va is not None and vb is not None and np.array_equal(va, vb)
     assert d.counters.get("dedup") == 1
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from distill_helpers import build, note
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picocontext.distill import Distiller, Unit
-from picocontext.distill.testing import FakeSummarizer, VariedEmbedder
+from picocontext.distill.testing import FakeSummarizer, VariedEmbedder, build, note
 
 WORDS = ["pump", "valve", "motor", "seal", "bearing", "gasket", "filter", "sensor"]
 

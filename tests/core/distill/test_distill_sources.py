@@ -7,7 +7,6 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from distill_helpers import build
 
 from picocontext import (
     AppendTransaction,
@@ -26,6 +25,7 @@ from picocontext.distill import (
     SourceError,
 )
 from picocontext.distill.sources import split_sections
+from picocontext.distill.testing import build
 from picocontext.working import WorkingContext
 
 SCOPE = Scope(user_id="ana", conversation_id="kiln-repair", branch_id="main")
@@ -136,7 +136,7 @@ def test_conversation_source_rejects_bad_inputs() -> None:
     with pytest.raises(SourceError):
         ConversationSource(object())  # type: ignore[arg-type]
     with pytest.raises(SourceError):
-        ConversationSource(InMemoryStore(), view="both")  # type: ignore[arg-type]
+        ConversationSource(InMemoryStore(), view="both")
 
 
 # -- documents -------------------------------------------------------------------------------

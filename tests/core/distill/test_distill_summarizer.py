@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from distill_helpers import build, note
 
 from picocontext.backend import ChatMessage, ModelResponse, ToolSpec
 from picocontext.cancel import CancelToken
@@ -23,6 +22,7 @@ from picocontext.distill import (
     SummaryInput,
 )
 from picocontext.distill.summarizer import clean_output
+from picocontext.distill.testing import build, note
 
 
 class FakeChat:
@@ -89,10 +89,10 @@ def test_rollup_prompt_names_the_scope_and_lists_children() -> None:
 def test_prompt_digest_is_stable_and_enters_the_recipe(tmp_path: Path) -> None:
     a = ChatSummarizer(FakeChat())
     assert a.prompt_digest == ChatSummarizer(FakeChat()).prompt_digest
-    d1 = build(tmp_path / "a", summarizer=a, recipe_version="")  # type: ignore[arg-type]
+    d1 = build(tmp_path / "a", summarizer=a, recipe_version="")
     d2 = build(
         tmp_path / "b",
-        summarizer=ChatSummarizer(FakeChat(model_id="other")),  # type: ignore[arg-type]
+        summarizer=ChatSummarizer(FakeChat(model_id="other")),
         recipe_version="",
     )
     assert d1.recipe != d2.recipe
@@ -132,7 +132,7 @@ def test_clean_output() -> None:
 
 def test_distiller_with_the_chat_summarizer_end_to_end(tmp_path: Path) -> None:
     chat = FakeChat()
-    d = build(tmp_path / "c", summarizer=ChatSummarizer(chat))  # type: ignore[arg-type]
+    d = build(tmp_path / "c", summarizer=ChatSummarizer(chat))
     d.apply([note("n1", "kiln relay clicks", "s1"), note("n2", "element cold", "s1")])
     root = d.store.get("digest:2:tenant")
     assert root is not None and d.cas.retrieve_text(root.summary_hash)
@@ -183,6 +183,6 @@ def test_distiller_rejects_embedders_that_return_the_wrong_shape(tmp_path: Path)
         def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
             return np.zeros((len(texts), 3), dtype=np.float32)
 
-    d = build(tmp_path / "c", embedder=Short())  # type: ignore[arg-type]
+    d = build(tmp_path / "c", embedder=Short())
     report = d.apply([note("n1", "text")])
     assert report.failures == 1 and "expected (1, 4)" in report.errors[0]

@@ -7,10 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from distill_helpers import MakeDistiller, build, note
 
 from picocontext.distill import DistillWorker, SummaryInput, next_fire_delay
-from picocontext.distill.testing import FakeSummarizer
+from picocontext.distill.testing import FakeSummarizer, MakeDistiller, build, note
 from picocontext.distill.worker import clamp_windows
 
 
@@ -33,7 +32,8 @@ def test_next_fire_delay_table(deadline_in: float, expected: float) -> None:
 def test_window_clamps() -> None:
     assert clamp_windows(0, None) == (1.0, 10.0)
     assert clamp_windows(-1, 0) == (1.0, 10.0)
-    assert clamp_windows(0.1, None) == (0.1, pytest.approx(1.0))
+    debounce, max_wait = clamp_windows(0.1, None)
+    assert debounce == 0.1 and max_wait == pytest.approx(1.0)
     assert clamp_windows(1.0, 0.5) == (1.0, 1.0)
 
 
