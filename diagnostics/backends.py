@@ -45,6 +45,7 @@ class BackendHandle:
     prefix_cache: str
     constrained_decisions: str
     close: Callable[[], None] | None = None
+    notes: tuple[str, ...] = ()
 
 
 def deterministic_backend() -> BackendHandle:
@@ -63,22 +64,23 @@ def deterministic_backend() -> BackendHandle:
     )
 
 
-RESOLVER_NAMES = ("load_model", "resolve_model", "open_model")
+RESOLVER_NAMES = ("load_model",)
 
 
 def _find_resolver() -> Callable[..., Any]:
-    """The model loader of :mod:`picocontext.models` (imported lazily, only for ``mlx``)."""
+    """``picocontext.models.load_model``, imported lazily and only for ``mlx``."""
     import importlib
 
-    for module_name in ("picocontext.models", "picocontext.models.registry"):
+    module = importlib.import_module("picocontext.models")
+    for name in RESOLVER_NAMES:
         try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        for name in RESOLVER_NAMES:
             resolver = getattr(module, name, None)
-            if callable(resolver):
-                return cast(Callable[..., Any], resolver)
+        except ImportError as exc:
+            raise BackendSetupError(
+                f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
+            ) from None
+        if callable(resolver):
+            return cast(Callable[..., Any], resolver)
     raise BackendSetupError(
         "this picocontext has no model loader in picocontext.models "
         f"(looked for {', '.join(RESOLVER_NAMES)}); use --backend deterministic"
@@ -95,13 +97,25 @@ def mlx_backend(
     model: str | None,
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> BackendHandle:
-    """Resolve ``model`` (a registry name, hub id or local directory; ``None`` = the default
-    model) into one object that is both token counter and backend, and apply the prefix-cache
-    and constrained-decision settings when given."""
+    """Load ``model`` — a registry name (``picocontext.models.MODELS``), or a local MLX model
+    directory; ``None`` = the default model — as one object that is both token counter and
+    backend. ``prefix_cache``/``constrained`` default to the loader's defaults."""
     resolve = _find_resolver()
+    kwargs: dict[str, Any] = {}
+    if model is not None and Path(model).expanduser().is_dir():
+        kwargs["model_dir"] = model
+    elif model is not None:
+        kwargs["name"] = model
+    if prefix_cache is not None:
+        kwargs["prefix_cache"] = prefix_cache
+    if constrained is not None:
+        kwargs["constrained"] = constrained
+    if log is not None:
+        kwargs["log"] = log
     try:
-        loaded = resolve(model) if model is not None else resolve()
+        loaded = resolve(**kwargs)
     except ImportError as exc:
         raise BackendSetupError(
             f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
@@ -110,14 +124,10 @@ def mlx_backend(
         raise BackendSetupError(exc.message) from None
     if not isinstance(loaded, TokenCounter) or not isinstance(loaded, ModelBackend):
         raise BackendSetupError(f"{type(loaded).__name__} is not a token counter and backend")
-    for attribute, value in (("prefix_cache", prefix_cache), ("constrained", constrained)):
-        if value is not None:
-            if not hasattr(loaded, attribute):
-                raise BackendSetupError(f"{type(loaded).__name__} has no {attribute} setting")
-            setattr(loaded, attribute, value)
     describe = getattr(loaded, "describe", None)
     facts: dict[str, Any] = describe() if callable(describe) else {}
     close = getattr(loaded, "close", None)
+    notes = getattr(loaded, "notes", ())
     return BackendHandle(
         name="mlx",
         counter=loaded,
@@ -131,6 +141,7 @@ def mlx_backend(
             facts.get("constrainedDecisions", getattr(loaded, "constrained", None))
         ),
         close=close if callable(close) else None,
+        notes=tuple(str(n) for n in notes) if isinstance(notes, tuple | list) else (),
     )
 
 
@@ -139,6 +150,7 @@ def resolve_backend(
     model: str | None = None,
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> BackendHandle:
     """``deterministic`` (model settings must be absent) or ``mlx``."""
     if name == "deterministic":
@@ -148,7 +160,7 @@ def resolve_backend(
             )
         return deterministic_backend()
     if name == "mlx":
-        return mlx_backend(model, prefix_cache, constrained)
+        return mlx_backend(model, prefix_cache, constrained, log)
     raise BackendSetupError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -195,4 +207,5 @@ def provenance(handle: BackendHandle) -> Provenance:
         python_version=sys.version.split()[0],
         operating_system=platform.platform(),
         machine=platform.machine(),
+        model_notes=handle.notes,
     )

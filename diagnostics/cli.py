@@ -40,8 +40,8 @@ options:
                      mlx (a real local model through picocontext.models)
   --config PATH      evaluation configuration JSON (at most 1 MB; see docs/diagnostics.md)
   --profile NAME     a bundled configuration: {", ".join(PROFILES)}
-  --model VALUE      mlx only: model name, hub id or local model directory (default model
-                     when omitted)
+  --model VALUE      mlx only: a known model name (see picocontext.models.MODELS) or a local
+                     MLX model directory (default model when omitted)
   --prefix-cache on|off
                      mlx only: reuse the KV cache of the longest common prompt prefix
   --constrained on|off
@@ -203,7 +203,10 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             args.get("model"),
             _switch(args, "prefix-cache"),
             _switch(args, "constrained"),
+            log=lambda message: print(message, file=err, flush=True),
         )
+        for note in handle.notes:
+            print(f"Note: {note}", file=err)
 
         def on_result(result: EvaluationResult) -> None:
             if not quiet:

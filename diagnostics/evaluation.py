@@ -309,6 +309,7 @@ class Provenance(BaseModel):
     python_version: str
     operating_system: str
     machine: str
+    model_notes: tuple[str, ...] = ()
 
 
 class Rate(BaseModel):

@@ -226,8 +226,16 @@ def test_mlx_branch_resolves_a_counter_backend_and_records_its_settings(
 ) -> None:
     made: list[FakeModel] = []
 
-    def load_model(name: str | None = None) -> FakeModel:
-        made.append(FakeModel(name))
+    def load_model(
+        name: str | None = None,
+        *,
+        model_dir: str | None = None,
+        prefix_cache: bool = True,
+        constrained: bool = False,
+        log: Any = None,
+    ) -> FakeModel:
+        made.append(FakeModel(name or model_dir))
+        made[-1].prefix_cache, made[-1].constrained = prefix_cache, constrained
         return made[-1]
 
     import picocontext.models as models
@@ -271,7 +279,7 @@ def test_mlx_branch_rejects_objects_that_are_not_counter_and_backend(
 ) -> None:
     import picocontext.models as models
 
-    monkeypatch.setattr(models, "load_model", lambda *a: object(), raising=False)
+    monkeypatch.setattr(models, "load_model", lambda **kw: object(), raising=False)
     with pytest.raises(BackendSetupError, match="not a token counter and backend"):
         resolve_backend("mlx")
 
