@@ -88,7 +88,7 @@ def split_frontmatter(text: str, where: str = "<text>") -> tuple[dict[str, Front
             raise SourceError(f"{where}:{lineno + 1}: block scalars ({value}) are not supported")
         else:
             data[key] = _scalar(value)
-    body = "\n".join(lines[end + 1 :])
+    body = "".join(text.splitlines(keepends=True)[end + 1 :])
     return data, body.lstrip("\n")
 
 

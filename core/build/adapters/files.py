@@ -31,7 +31,7 @@ from picocontext.build.signals import IdfSnapshot, Signals, node_text
 
 TEXT_SUFFIXES = {".md": "md", ".markdown": "md", ".mdx": "md", ".txt": "txt", ".rst": "rst"}
 CODE_SUFFIXES = {".py": "py"}
-SPLIT_MIN_CHARS = 3000
+SPLIT_MIN_CHARS = 1000
 DEFAULT_MAX_WIDTH = 12
 
 _FENCE = re.compile(r"^(```|~~~)")
