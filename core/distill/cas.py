@@ -1,7 +1,10 @@
 """Content-addressed summary store: ``<root>/sha256/ab/<hex>``, atomic, verified, collectable.
 
-Writes go to a temporary file in the same directory, are fsynced and renamed into place, so a
-crash leaves either the whole blob or nothing under its address. Every read re-hashes the bytes:
+Writes go to a temporary file in the same directory and are renamed into place, so a process
+crash leaves either the whole blob or nothing under its address (``fsync=True`` also syncs the
+bytes first, for power-loss durability at a large cost per blob; without it a torn blob after a
+power cut is caught by the verified read below; ``Distiller.repair`` then drops the nodes
+that reference it so the next sync rebuilds them). Every read re-hashes the bytes:
 a blob that does not hash to its address raises :class:`CorruptBlob` and is never served. GC is
 mark-and-sweep: the caller passes the live addresses (the summary hashes of live nodes) and only
 unreferenced blobs older than the grace period are removed.
@@ -53,8 +56,9 @@ class GCReport(BaseModel):
 class BlobStore:
     """A directory of immutable blobs. Thread-safe; counts reads and writes for the tests."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, fsync: bool = False) -> None:
         self.root = Path(root)
+        self.fsync = fsync
         try:
             (self.root / ALGORITHM).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -71,7 +75,7 @@ class BlobStore:
         """Store ``data`` once and return its address; storing existing bytes is a no-op."""
         address = address_of(data)
         path = self.path_of(address)
-        if path.exists():
+        if path.exists() and self._intact(path, address):
             # A reused blob may be unreferenced right now; renewing its mtime restarts the GC
             # grace period so a concurrent collection cannot remove it before the row lands.
             with contextlib.suppress(OSError):
@@ -82,8 +86,9 @@ class BlobStore:
         try:
             with open(tmp, "wb") as fh:
                 fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+                if self.fsync:
+                    fh.flush()
+                    os.fsync(fh.fileno())
             os.replace(tmp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -92,6 +97,15 @@ class BlobStore:
         with self._lock:
             self.writes += 1
         return address
+
+    @staticmethod
+    def _intact(path: Path, address: str) -> bool:
+        """Existing bytes are reused only if they still hash to the address (a torn or
+        tampered blob is overwritten by the good bytes)."""
+        try:
+            return address_of(path.read_bytes()) == address
+        except OSError:
+            return False
 
     def store_text(self, text: str) -> str:
         return self.store(text.encode("utf-8"))

@@ -84,6 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", help="node counts, pending marks, recipes")
     st.add_argument("--json", action="store_true")
     sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
+    sub.add_parser("repair", help="drop nodes whose blobs are corrupt or missing, then sync")
     c = sub.add_parser("call", help="run one tool call as a model would")
     c.add_argument("name")
     c.add_argument("arguments", nargs="?", default="{}")
@@ -165,6 +166,8 @@ def run(argv: Sequence[str]) -> int:
         return 0
     if args.command == "sync":
         return _sync(corpus, args)
+    if args.command == "repair":
+        return _repair(corpus)
     if not (corpus / "nodes.sqlite").exists():
         print(
             f"No corpus at {corpus}; run `picocontext-distill sync --docs DIR` first.",
@@ -222,6 +225,29 @@ def _sync(corpus: Path, args: argparse.Namespace) -> int:
                 f"blocked={counters['guard_blocked']}"
             )
         return 1 if any(r.sweep.failures for r in reports) else 0
+    finally:
+        distiller.close()
+
+
+def _repair(corpus: Path) -> int:
+    if not (corpus / "nodes.sqlite").exists():
+        print(f"No corpus at {corpus}.", file=sys.stderr)
+        return 2
+    probe = NodeStore(corpus / "nodes.sqlite")
+    try:
+        config = _load_config(probe)
+    finally:
+        probe.close()
+    distiller, adapters = _open_distiller(corpus, config)
+    try:
+        dropped = distiller.repair()
+        for node_id in dropped:
+            print(f"dropped {node_id}")
+        failures = sum(distiller.sync(a).sweep.failures for a in adapters)
+        if not adapters:
+            failures = distiller.sweep().failures
+        print(f"repaired {len(dropped)} nodes, {failures} failures")
+        return 1 if failures else 0
     finally:
         distiller.close()
 

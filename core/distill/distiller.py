@@ -908,6 +908,32 @@ class Distiller:
         with self.gate():
             return self.cas.gc(self.store.live_blob_addresses(), grace_seconds, now)
 
+    def repair(self) -> list[str]:
+        """Verify every referenced blob; drop nodes whose summary or source blob is corrupt or
+        missing so the next sync re-summarises them (leaves come back from their source,
+        internal nodes from the next rollup). Returns the dropped node ids."""
+        dropped: list[str] = []
+        with self.gate():
+            for node in self.store.nodes():
+                for address in (node.summary_hash, node.source_hash):
+                    if not address:
+                        continue
+                    try:
+                        self.cas.retrieve(address)
+                    except DistillError:
+                        dropped.append(node.id)
+                        break
+            with self.store.transaction():
+                for node_id in dropped:
+                    node = self.store.get(node_id)
+                    if node is not None:
+                        for parent_id in node.parent_ids:
+                            self._unlink(parent_id, node_id)
+                    self.store.delete(node_id)
+                if dropped:
+                    self.store.meta_set("rollup_needed", "1")
+        return dropped
+
     def snapshot(self, with_summaries: bool = True) -> DigestSnapshot:
         """Nodes and (verified) summaries for viewers; unreadable blobs show the error."""
         nodes = self.store.nodes()

@@ -22,7 +22,7 @@ class CorruptBlob(DistillError):
     def __init__(self, address: str, detail: str) -> None:
         super().__init__(
             f"Summary blob {address} is corrupt ({detail}); it was not served. "
-            "Run `picocontext-distill sync` to re-summarise the node that references it."
+            "Run `picocontext-distill repair` then `sync` to rebuild the nodes that use it."
         )
         self.address = address
 
@@ -33,7 +33,7 @@ class MissingBlob(DistillError):
     def __init__(self, address: str) -> None:
         super().__init__(
             f"Summary blob {address} is missing from the store. "
-            "Run `picocontext-distill sync` to rebuild it."
+            "Run `picocontext-distill repair` then `sync` to rebuild the nodes that use it."
         )
         self.address = address
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from picocontext.distill import (
     ROOT_ID,
     UNCLUSTERED_ID,
+    CorruptBlob,
     Distiller,
     GuardInput,
     GuardResult,
@@ -560,3 +562,21 @@ def test_summarizer_failure_is_counted_and_the_sweep_continues(
     d.sweep()
     d.sweep()
     assert d.store.pending_count() == 0
+
+
+def test_repair_drops_nodes_with_corrupt_blobs_and_sync_rebuilds_them(
+    make_distiller: MakeDistiller,
+) -> None:
+    d = make_distiller()
+    units = seven_node_units()
+    d.reconcile("note", units)
+    table = d.table()
+    leaf = d.store.get("digest:0:note:n2")
+    assert leaf is not None
+    d.cas.path_of(leaf.summary_hash).write_bytes(b"torn write")
+    with pytest.raises(CorruptBlob):
+        d.tools().digest(leaf.id)
+    assert d.repair() == ["digest:0:note:n2"]
+    d.reconcile("note", units)
+    assert d.table() == table
+    assert d.cas.retrieve_text(leaf.summary_hash).startswith("l0(")  # rewritten, verified

@@ -213,3 +213,11 @@ def test_refuses_a_foreign_database(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StoreError, match="refusing"):
         NodeStore(tmp_path / "other.sqlite")
+
+
+def test_storing_over_a_torn_blob_rewrites_it(tmp_path: Path) -> None:
+    cas = BlobStore(tmp_path)
+    a = cas.store_text("intact text")
+    cas.path_of(a).write_bytes(b"")
+    assert cas.store_text("intact text") == a
+    assert cas.retrieve_text(a) == "intact text"
