@@ -106,10 +106,46 @@ def words(text: str) -> list[tuple[str, str]]:
     return out
 
 
+# JSON-schema structure words: in a tool schema they say nothing about the tool.
+SCHEMA_WORDS = frozenset(
+    [
+        "type",
+        "object",
+        "properties",
+        "required",
+        "parameters",
+        "description",
+        "name",
+        "items",
+        "enum",
+        "array",
+        "string",
+        "integer",
+        "number",
+        "boolean",
+        "null",
+        "additionalproperties",
+        "default",
+        "function",
+        "minimum",
+        "maximum",
+        "format",
+        "pattern",
+        "title",
+    ]
+)
+
+
 def node_text(node: SourceNode, content_chars: int = 6000) -> str:
-    """What a node is about for term statistics: title and keywords weigh more (repeated)."""
+    """What a node is about for term statistics: title and keywords weigh more (repeated).
+    In JSON content the schema's structure words are dropped, property names kept."""
     head = " ".join([node.title] * 3 + node.keywords * 2 + [node.hint] * 2)
-    return f"{head} {node.content[:content_chars]}"
+    body = node.content[:content_chars]
+    if node.format == "json":
+        body = " ".join(
+            w for w in re.split(r"[^A-Za-z0-9_]+", body) if w.lower() not in SCHEMA_WORDS
+        )
+    return f"{head} {body}"
 
 
 def cosine(a: Mapping[str, float], b: Mapping[str, float]) -> float:

@@ -72,7 +72,6 @@ def load_tools(path: Path, source_id: str) -> SourceTree:
             parent = SourceNode(
                 id=ids.claim(slug(ns) + "/"),
                 title=ns,
-                hint=f"Tools of the {ns} namespace.",
                 facets={"kind": "tool-group", "namespace": ns},
                 meta={"namespace": ns},
             )

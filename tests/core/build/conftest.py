@@ -95,5 +95,10 @@ def good_reply(kind: str, user: str) -> str:
 
 
 @pytest.fixture
-def fake_chat() -> Callable[[Callable[[str, str], str]], FakeChat]:
+def fake_chat() -> type[FakeChat]:
     return FakeChat
+
+
+@pytest.fixture
+def good() -> Callable[[str, str], str]:
+    return good_reply

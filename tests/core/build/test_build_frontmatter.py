@@ -41,7 +41,7 @@ def test_no_frontmatter_returns_the_text() -> None:
     ],
 )
 def test_malformed_frontmatter_names_the_file(bad: str) -> None:
-    with pytest.raises(SourceError, match="where.md"):
+    with pytest.raises(SourceError, match=r"where\.md"):
         split_frontmatter(bad, "where.md")
 
 
