@@ -64,6 +64,7 @@ class BlobStore:
         except OSError as exc:
             raise StoreError(f"Cannot create the summary store at {self.root}: {exc}") from exc
         self._lock = threading.Lock()
+        self._dirs: set[str] = set()
         self.reads = 0
         self.writes = 0
 
@@ -81,7 +82,9 @@ class BlobStore:
             with contextlib.suppress(OSError):
                 os.utime(path)
             return address
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.name not in self._dirs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(path.parent.name)
         tmp = path.parent / f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{threading.get_ident()}"
         try:
             with open(tmp, "wb") as fh:

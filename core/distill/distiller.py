@@ -246,6 +246,9 @@ class Distiller:
         )
         self.guard_version = guard_version(guard)
         self._gate = _gate_for(str(Path(store.path).resolve()))
+        # Texts written during the current sweep, by address: the rollup reads children it just
+        # summarised from here instead of the disk (content-addressed, so always consistent).
+        self._fresh: dict[str, str] = {}
         self.sweeps_in_flight = 0
         self.max_sweeps_in_flight = 0
         self._record_recipes()
@@ -375,6 +378,8 @@ class Distiller:
                 self.counters.add("failures")
                 failures += 1
                 errors.append(f"rollup: {exc}")
+            finally:
+                self._fresh.clear()
             return SweepReport(
                 processed=len(refs),
                 failures=failures,
@@ -543,6 +548,16 @@ class Distiller:
                 )
             )
 
+    def _store_text(self, text: str) -> str:
+        address = self.cas.store_text(text)
+        if len(self._fresh) < 50_000:
+            self._fresh[address] = text
+        return address
+
+    def _read_text(self, address: str) -> str:
+        cached = self._fresh.get(address)
+        return cached if cached is not None else self.cas.retrieve_text(address)
+
     def _embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         self.counters.add("embed_calls")
         self.counters.add("embedded_texts", len(texts))
@@ -566,7 +581,7 @@ class Distiller:
         )
         rows: list[tuple[DigestNode, npt.NDArray[np.float32]]] = []
         for p, sem in zip(items, hashes, strict=True):
-            summary_hash = p.node.summary_hash or self.cas.store_text(p.summary)
+            summary_hash = p.node.summary_hash or self._store_text(p.summary)
             source_hash = p.node.source_hash
             if not source_hash and p.source_text:
                 source_hash = self.cas.store_text(p.source_text)
@@ -850,7 +865,7 @@ class Distiller:
         self.counters.add("summaries")
         try:
             digests = tuple(
-                ChildDigest(id=c.id, kind=c.kind, summary=self.cas.retrieve_text(c.summary_hash))
+                ChildDigest(id=c.id, kind=c.kind, summary=self._read_text(c.summary_hash))
                 for c in children
             )
             summary = self.summarizer.summarize(
@@ -886,7 +901,7 @@ class Distiller:
             kind=kind,
             scope_name=scope.name,
             scope_id=scope.id,
-            summary_hash=self.cas.store_text(emit.text),
+            summary_hash=self._store_text(emit.text),
             content_hash=ch,
             sem_hash=format_sem_hash(sem),
             child_ids=child_ids,

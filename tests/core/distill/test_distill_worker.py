@@ -42,7 +42,7 @@ def test_marks_in_one_window_make_one_sweep_with_the_latest_payload(
 ) -> None:
     s = FakeSummarizer()
     d = make_distiller(summarizer=s)
-    with DistillWorker(d, debounce=0.15, max_wait=2.0) as worker:
+    with DistillWorker(d, debounce=0.4, max_wait=4.0) as worker:
         _wait(lambda: worker.sweeps >= 1)  # the startup recovery sweep (nothing pending)
         for version in range(8):
             worker.mark(note("n1", f"version {version}", "s1"))
@@ -65,13 +65,15 @@ def test_max_wait_bounds_the_delay_under_a_steady_stream(make_distiller: MakeDis
             time.sleep(0.02)
         _wait(worker.idle)
     assert len([r for r in worker.reports if r.processed]) >= 2
-    assert worker.window_delays and max(worker.window_delays) <= 0.3 + 0.1
+    # Without max-wait the steady stream (a mark every 20 ms for 0.8 s) would hold the first
+    # sweep back past 0.8 s; slack covers thread wake-up on a loaded machine.
+    assert worker.window_delays and max(worker.window_delays) <= 0.3 + 0.25
 
 
 def test_create_then_delete_in_one_window_leaves_no_node(make_distiller: MakeDistiller) -> None:
     s = FakeSummarizer()
     d = make_distiller(summarizer=s)
-    with DistillWorker(d, debounce=0.05) as worker:
+    with DistillWorker(d, debounce=0.5) as worker:
         worker.mark(note("tmp", "short lived"))
         worker.mark_delete("note", "tmp")
         _wait(lambda: worker.idle() and any(r.processed for r in worker.reports))

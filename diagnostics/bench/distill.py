@@ -1,0 +1,234 @@
+"""``scripts/bench.sh distill``: a generated 10,000-leaf conversation corpus through the
+distiller with the deterministic fake summarizer and the lexical embedder.
+
+Measures, on a fresh corpus in a temporary directory:
+
+* full build — wall time and the number of summarizer / embed / CAS / node writes;
+* no-op work — an empty sweep, a forced rollup over the unchanged tree, and a full reconcile of
+  all 10,000 unchanged units (target: zero summarizer, embed and CAS calls, under 1 s);
+* a one-leaf edit — summarizer calls against the edited leaf's depth (longest root-to-leaf
+  path) and against the spec's locality bound (1 + its ancestors before and after);
+* the map diff after that edit (``prune_unchanged``) against the full map, in lines and bytes
+  of the JSON an agent would receive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from picocontext.distill import (
+    ROOT_ID,
+    DistillConfig,
+    Distiller,
+    LexicalEmbedder,
+    Unit,
+)
+from picocontext.distill.testing import FakeSummarizer
+
+TOPICS = {
+    "kiln": "relay element thermocouple cone firing schedule controller shelf",
+    "garden": "tomato compost irrigation seedling frost mulch trellis aphid",
+    "bike": "chain derailleur brake pad tyre pressure spoke hub cassette",
+    "taxes": "receipt deduction invoice deadline quarterly estimate ledger form",
+    "travel": "train ticket hotel booking passport luggage transfer itinerary",
+    "cooking": "sourdough starter hydration oven crumb proof flour salt",
+    "network": "router firmware dhcp lease subnet vlan firewall port",
+    "music": "chord scale metronome tempo practice fingering tuning string",
+}
+
+
+def generate(leaves: int, seed: int = 7) -> list[Unit]:
+    """Conversations of 50 turns; each conversation keeps to one topic, days cycle over 30."""
+    rnd = random.Random(seed)
+    names = sorted(TOPICS)
+    units = []
+    for i in range(leaves):
+        conv = i // 50
+        topic = names[conv % len(names)]
+        words = TOPICS[topic].split()
+        question = " ".join(rnd.choice(words) for _ in range(8))
+        answer = " ".join(rnd.choice(words) for _ in range(12))
+        units.append(
+            Unit(
+                source_kind="turn",
+                unit_id=f"c{conv:04d}:t{i % 50:02d}",
+                text=f"User: {topic} question {i}: {question}\nAssistant: {answer} ({i % 97})",
+                scopes=(("conversation", f"c{conv:04d}"), ("day", f"2026-11-{1 + conv % 30:02d}")),
+                budget=48,
+            )
+        )
+    return units
+
+
+def _io(d: Distiller) -> dict[str, int]:
+    c = d.counters.snapshot()
+    return {
+        "summaries": c["summaries"],
+        "embed_calls": c["embed_calls"],
+        "cas_writes": d.cas.writes,
+        "cas_reads": d.cas.reads,
+        "node_writes": d.store.node_writes,
+    }
+
+
+def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in before}
+
+
+def _timed(d: Distiller, fn: Callable[[], object]) -> dict[str, Any]:
+    before = _io(d)
+    started = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - started
+    return {"seconds": round(seconds, 4), **_delta(before, _io(d))}
+
+
+def depth_to(d: Distiller, target: str) -> int:
+    """Longest path (in edges) from the root down to ``target`` through child_ids."""
+    nodes = {n.id: n for n in d.store.nodes()}
+    memo: dict[str, int] = {}
+
+    def longest(node_id: str) -> int:
+        if node_id == target:
+            return 0
+        if node_id in memo:
+            return memo[node_id]
+        best = -1
+        for child in nodes[node_id].child_ids:
+            if child in nodes:
+                sub = longest(child)
+                if sub >= 0:
+                    best = max(best, sub + 1)
+        memo[node_id] = best
+        return best
+
+    return longest(ROOT_ID)
+
+
+def ancestors(d: Distiller, node_id: str) -> set[str]:
+    parents: dict[str, set[str]] = {}
+    for n in d.store.nodes():
+        for c in n.child_ids:
+            parents.setdefault(c, set()).add(n.id)
+    out: set[str] = set()
+    stack = [node_id]
+    while stack:
+        for p in parents.get(stack.pop(), ()):
+            if p not in out:
+                out.add(p)
+                stack.append(p)
+    return out
+
+
+def run(leaves: int, corpus: Path) -> dict[str, Any]:
+    units = generate(leaves)
+    d = Distiller.open(
+        corpus,
+        FakeSummarizer(),
+        LexicalEmbedder(256),
+        config=DistillConfig(recipe_version="bench-v1", corpus="bench"),
+    )
+    result: dict[str, Any] = {"leaves": leaves}
+    result["full_build"] = _timed(d, lambda: d.reconcile("turn", units))
+    levels = {lv: 0 for lv in (0, 1, 2)}
+    for n in d.store.nodes():
+        levels[n.level] += 1
+    result["nodes"] = {"total": sum(levels.values()), "by_level": levels}
+    result["intermediates"] = sum(1 for n in d.store.nodes() if "#" in n.id)
+    result["noop_sweep_empty_queue"] = _timed(d, d.sweep)
+    result["noop_rollup_forced"] = _timed(d, d.rollup)
+    result["noop_reconcile_all_units"] = _timed(d, lambda: d.reconcile("turn", units))
+
+    known = d.snapshot(with_summaries=False).known_hashes()
+    tools = d.tools()
+    full_map = tools.map().wire()
+    edited = units[leaves // 2]
+    leaf_id = edited.node_id
+    anc_before = ancestors(d, leaf_id)
+    new_unit = edited.model_copy(update={"text": edited.text + " (edited: one more fact)"})
+    result["one_leaf_edit"] = _timed(
+        d, lambda: d.reconcile("turn", [*units[: leaves // 2], new_unit, *units[leaves // 2 + 1 :]])
+    )
+    anc_after = ancestors(d, leaf_id)
+    depth = depth_to(d, leaf_id)
+    calls = result["one_leaf_edit"]["summaries"]
+    result["one_leaf_edit"].update(
+        {
+            "leaf": leaf_id,
+            "leaf_depth": depth,
+            "calls_le_depth_plus_1": calls <= depth + 1,
+            "ancestors_before_or_after": len(anc_before | anc_after),
+            "locality_bound": 1 + len(anc_before | anc_after),
+            "calls_le_locality_bound": calls <= 1 + len(anc_before | anc_after),
+        }
+    )
+    diff = tools.map(known_hashes=known, prune_unchanged=True).wire()
+    flagged = tools.map(known_hashes=known).wire()
+    result["map"] = {
+        "full_lines": len(full_map["lines"]),
+        "full_bytes": len(json.dumps(full_map, separators=(",", ":"))),
+        "diff_lines": len(diff["lines"]),
+        "diff_changed_lines": sum(1 for x in diff["lines"] if not x.get("unchanged")),
+        "diff_bytes": len(json.dumps(diff, separators=(",", ":"))),
+        "flag_only_bytes": len(json.dumps(flagged, separators=(",", ":"))),
+    }
+    result["map"]["diff_fraction_of_full"] = round(
+        result["map"]["diff_bytes"] / result["map"]["full_bytes"], 5
+    )
+    d.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.sh distill", description=__doc__)
+    parser.add_argument("--leaves", type=int, default=10_000)
+    parser.add_argument("--output", type=Path, default=Path("out/bench/distill.json"))
+    parser.add_argument("--corpus", type=Path, default=None, help="keep the corpus here")
+    args = parser.parse_args(argv)
+    if args.corpus is not None:
+        result = run(args.leaves, args.corpus)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run(args.leaves, Path(tmp) / "corpus")
+    result["machine"] = {"python": sys.version.split()[0], "platform": platform.platform()}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    fb, noop, edit, m = (
+        result["full_build"],
+        result["noop_reconcile_all_units"],
+        result["one_leaf_edit"],
+        result["map"],
+    )
+    print(
+        f"full build: {result['leaves']} leaves -> {result['nodes']['total']} nodes in "
+        f"{fb['seconds']:.2f}s ({fb['summaries']} summaries, {fb['embed_calls']} embed calls)"
+    )
+    print(
+        f"no-op reconcile of all units: {noop['seconds']:.3f}s, summaries={noop['summaries']} "
+        f"embeds={noop['embed_calls']} cas_writes={noop['cas_writes']} "
+        f"cas_reads={noop['cas_reads']} node_writes={noop['node_writes']}; forced rollup "
+        f"{result['noop_rollup_forced']['seconds']:.3f}s"
+    )
+    print(
+        f"one-leaf edit: {edit['summaries']} summaries, leaf depth {edit['leaf_depth']}, "
+        f"locality bound {edit['locality_bound']}, {edit['seconds']:.3f}s"
+    )
+    print(
+        f"map: full {m['full_lines']} lines / {m['full_bytes']} B; diff {m['diff_lines']} lines / "
+        f"{m['diff_bytes']} B ({m['diff_fraction_of_full']:.2%})"
+    )
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
