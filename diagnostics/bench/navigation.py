@@ -119,7 +119,10 @@ def cases_for(manifest: Manifest, raw: list[NavCase], mapper: str) -> tuple[list
     out = []
     missing = 0
     for c in raw:
-        tid = ours_target(c.target, module_of(c.target)) if mapper == "ours" else reference_slug(c.target)
+        if mapper == "ours":
+            tid = ours_target(c.target, module_of(c.target))
+        else:
+            tid = reference_slug(c.target)
         if tid in manifest.nodes:
             out.append(NavCase(query=c.query, target=tid))
         else:
@@ -164,10 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["documents"] = write_corpus(corpus, NAV_MODULES)
         ours_out = Path(tmp) / "ours"
         t0 = time.perf_counter()
-        rc = build_main(
-            [str(corpus), "--kind", "docs", "--budgets", "4k,32k", "--out", str(ours_out)]
-            + ["--source-id", "stdlib", "--quiet", "--json"]
-        )
+        argv_build = [str(corpus), "--kind", "docs", "--budgets", "4k,32k"]
+        argv_build += ["--out", str(ours_out), "--source-id", "stdlib", "--quiet", "--json"]
+        rc = build_main(argv_build)
         results["ours_build_seconds"] = round(time.perf_counter() - t0, 2)
         if rc != 0:
             raise SystemExit(f"our build failed with exit code {rc}")
@@ -197,8 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     head = f"{'build@budget':<16}{'success':>9}{'1st-hop':>9}{'oracle':>8}{'flat':>7}"
     head += f"{'1st view':>10}{'tok/answer':>12}"
-    print(f"{results['documents']} docstring documents, {len(raw)} cases, Python "
-          f"{results['python']}")
+    print(
+        f"{results['documents']} docstring documents, {len(raw)} cases, Python {results['python']}"
+    )
     print(head)
     for name, r in rows.items():
         if "error" in r:

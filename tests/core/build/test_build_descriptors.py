@@ -76,7 +76,7 @@ def test_b22_parent_is_described_from_final_contrasted_children(fake_chat: Any, 
     def reply(kind: str, user: str) -> str:
         if kind == "branch":
             seen_children.extend(ln for ln in user.splitlines() if ln.startswith("- "))
-        return good(kind, user)
+        return str(good(kind, user))
 
     root = SourceNode(
         id="r",
@@ -98,7 +98,7 @@ def test_b17_unparseable_grade_is_a_failure_that_triggers_repair(fake_chat: Any,
     def reply(kind: str, user: str) -> str:
         if kind.endswith("grade"):
             return "looks fine to me!"  # no JSON at all, even on the retry
-        return good(kind, user)
+        return str(good(kind, user))
 
     root = SourceNode(
         id="r", title="root", children=[SourceNode(id="a", title="alpha", content="x")]
@@ -128,7 +128,7 @@ def test_b22_every_repair_is_regraded_and_recontrasted(fake_chat: Any, good: Any
             return json.dumps(
                 {"what": "beta explained", "when": "pick for beta questions specifically"}
             )
-        return good(kind, user)
+        return str(good(kind, user))
 
     root = SourceNode(
         id="r",
@@ -165,7 +165,7 @@ def test_fidelity_is_predict_then_verify(fake_chat: Any, good: Any) -> None:
     def reply(kind: str, user: str) -> str:
         if kind.endswith("fidelity"):
             return json.dumps({"expect": ["pump pressure", "unrelated opera singing"]})
-        return good(kind, user)
+        return str(good(kind, user))
 
     engine = LLMEngine(fake_chat(reply))
     node = SourceNode(id="a", title="Pump", content="The pump pressure is set on the panel.")
