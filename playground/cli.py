@@ -1,107 +1,195 @@
-"""Command line of ``picocontext``.
+"""Command line of ``picocontext``: the window by default, or a headless smoke run.
 
-Until the window lands this runs a headless demo turn with the deterministic scripted backend,
-so the main command always exercises the real session loop end to end.
+    picocontext                                   open the playground window
+    picocontext --smoke                           order lookup, headless
+    picocontext --episode-smoke retention         exact retention, headless
+    picocontext --episode-smoke state-updates --pressure --report out/r.txt --image out/r.png
+
+Exit codes: 0 the run completed (even with failed checks; the report says which), 1 the run
+was stopped (Ctrl-C), 2 setup error (bad arguments, no model, unwritable output, no display).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
-from picocontext import (
-    ContextSession,
-    Delete,
-    ModelResponse,
-    Record,
-    Replace,
-    Role,
-    RunBudget,
-    RunMode,
-    Scope,
-    Snapshot,
-    ToolCall,
-    edit_payload,
-)
-from picocontext.models import ByteCounter, ScriptedBackend, scripted_call
-
-_NOISE = "\n".join(
-    f"Shelf sweep {n}: carton sealed; barcode reread; nothing new." for n in range(20)
+from picocontext_playground.errors import SetupError
+from picocontext_playground.settings import (
+    DEFAULT_POLICIES,
+    ComparisonSettings,
+    ModelChoice,
+    Task,
 )
 
+REPORT_ENV = "PICOCONTEXT_SMOKE_REPORT"
+IMAGE_ENV = "PICOCONTEXT_SMOKE_IMAGE"
+MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIRECTORY"
+EXIT_SETUP = 2
 
-def demo_history() -> Snapshot:
-    scope = Scope(user_id="demo", conversation_id="order-lookup", branch_id="main")
-    return Snapshot(
-        scope=scope,
-        records=(
-            Record(id="instructions", role=Role.SYSTEM, body="Use the newest stock data only."),
-            Record(
-                id="task",
-                role=Role.USER,
-                protected=True,
-                body="Report SKU, price and stock for the Corvid kettle.",
-            ),
-            Record(
-                id="old-call",
-                role=Role.ASSISTANT,
-                body="Looking up yesterday's stock.",
-                tool_calls=(ToolCall(id="s-old", name="stock", arguments='{"day":"yesterday"}'),),
-            ),
-            Record(
-                id="old-result",
-                role=Role.TOOL,
-                tool_call_id="s-old",
-                body="OUTDATED: price EUR 61.00, stock 2.\n" + _NOISE,
-            ),
-            Record(
-                id="new-call",
-                role=Role.ASSISTANT,
-                body="Looking up today's stock.",
-                tool_calls=(ToolCall(id="s-new", name="stock", arguments='{"day":"today"}'),),
-            ),
-            Record(
-                id="new-result",
-                role=Role.TOOL,
-                tool_call_id="s-new",
-                body="TODAY: Corvid kettle SKU CK-88, price EUR 54.90, stock 9.\n" + _NOISE,
-            ),
+_EPISODES = {"retention": Task.RETENTION, "state-updates": Task.STATE_UPDATES}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors become :class:`SetupError` so ``run`` owns the exit code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SetupError(f"{message} (see picocontext --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="picocontext",
+        description=(
+            "PicoContext playground: run context policies side by side on one local model. "
+            "Without --smoke/--episode-smoke it opens the window."
         ),
+        allow_abbrev=False,
     )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--smoke", action="store_true", help="headless order-lookup comparison, then exit"
+    )
+    mode.add_argument(
+        "--episode-smoke",
+        metavar="TASK",
+        help="headless sequential comparison: retention or state-updates (stateUpdates too)",
+    )
+    parser.add_argument(
+        "--pressure", action="store_true", help="48 noise lines per update (episode smoke)"
+    )
+    parser.add_argument(
+        "--policies",
+        default=",".join(DEFAULT_POLICIES),
+        help="comma-separated policy columns in run order (default: append-only,editable)",
+    )
+    parser.add_argument(
+        "--model",
+        choices=[c.value for c in ModelChoice if c is not ModelChoice.DIRECTORY],
+        help="model to use (default: embedded SmolLM2 on Linux, Qwen3 on Apple silicon)",
+    )
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        help=f"a local MLX model directory (also ${MODEL_DIR_ENV}); never downloads",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("mlx", "scripted"),
+        help="scripted = deterministic rules and byte counts, no model (same as --model scripted)",
+    )
+    parser.add_argument(
+        "--constrained", action="store_true", help="grammar-constrained decision decoding"
+    )
+    parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="recompute every prompt from scratch"
+    )
+    parser.add_argument("--report", type=Path, help=f"write the text report here (${REPORT_ENV})")
+    parser.add_argument("--image", type=Path, help=f"write the window PNG here (${IMAGE_ENV})")
+    return parser
 
 
-def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="picocontext", description="picocontext demo turn (scripted backend)"
-    )
-    parser.add_argument("--append-only", action="store_true", help="skip the edit decision")
-    args = parser.parse_args(argv)
-    history = demo_history()
-    edit = edit_payload(
-        0,
-        [
-            Delete(record_id="old-call"),
-            Delete(record_id="old-result"),
-            Replace(record_id="new-result", body="TODAY: CK-88, EUR 54.90, stock 9."),
-        ],
-    )
-    backend = ScriptedBackend(
-        ([] if args.append_only else [scripted_call("edit_context", edit)]) + [_answer()]
-    )
-    session = ContextSession(history, ByteCounter(), backend)
-    mode = RunMode.APPEND_ONLY if args.append_only else RunMode.EDITABLE
-    report = session.run(mode, RunBudget(context_window=32_000, total_tokens=120_000))
-    print(f"mode: {report.mode.value}")
-    print(
-        f"prompt bytes before -> after: {report.run_start_prompt_tokens} -> "
-        f"{report.final_prompt.token_count if report.final_prompt else 'n/a'}"
-    )
-    print(f"total input bytes: {report.total_input_tokens}")
-    print(f"answer: {report.answer}")
-    print(f"failure: {report.failure or 'none'}")
-    if report.diff:
-        print("diff:\n" + report.diff)
-    return 0 if report.failure is None else 1
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value) if value else None
 
 
-def _answer() -> ModelResponse:
-    return ModelResponse(text="SKU CK-88, EUR 54.90, 9 in stock.", generated_tokens=12)
+def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
+    """Validate the arguments into :class:`ComparisonSettings` (errors name the flag)."""
+    if args.smoke:
+        task = Task.ORDER_LOOKUP
+    elif args.episode_smoke is not None:
+        task = Task.parse(args.episode_smoke)
+        if task not in _EPISODES.values():
+            raise SetupError(
+                f"--episode-smoke takes retention or state-updates, not {args.episode_smoke!r}"
+            )
+    else:
+        task = Task.RETENTION
+    if args.pressure and not task.sequential:
+        raise SetupError("--pressure applies to --episode-smoke only")
+    model_dir: Path | None = args.model_dir or _env_path(MODEL_DIR_ENV)
+    if args.backend == "scripted" and (args.model not in (None, "scripted") or args.model_dir):
+        raise SetupError("--backend scripted uses no model; drop --model/--model-dir")
+    if args.model is not None and args.model_dir is not None:
+        raise SetupError("give either --model or --model-dir, not both")
+    if args.backend == "scripted" or args.model == ModelChoice.SCRIPTED.value:
+        choice, model_dir = ModelChoice.SCRIPTED, None
+    elif args.model is not None:
+        choice, model_dir = ModelChoice(args.model), None
+    elif model_dir is not None:
+        choice = ModelChoice.DIRECTORY
+    else:
+        from picocontext_playground.window import default_model
+
+        choice = default_model()
+    if model_dir is not None:
+        model_dir = model_dir.expanduser()
+        if not model_dir.is_dir():
+            raise SetupError(f"model directory {model_dir} does not exist")
+    policies = tuple(p.strip() for p in str(args.policies).split(",") if p.strip())
+    try:
+        return ComparisonSettings(
+            task=task,
+            pressure=args.pressure,
+            policies=policies,
+            model=choice,
+            model_dir=model_dir,
+            constrained=args.constrained,
+            prefix_cache=not args.no_prefix_cache,
+        )
+    except ValueError as exc:
+        raise SetupError(_first_error(exc)) from None
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        items = errors()
+        if items:
+            return str(items[0].get("msg", exc)).removeprefix("Value error, ")
+    return str(exc)
+
+
+def run(argv: Sequence[str]) -> int:
+    """Parse ``argv`` and run; returns the process exit code."""
+    try:
+        args = build_parser().parse_args(list(argv))
+        settings = settings_from_args(args)
+        headless = bool(args.smoke or args.episode_smoke is not None)
+        report = args.report or _env_path(REPORT_ENV)
+        image = args.image or _env_path(IMAGE_ENV)
+        if not headless and (args.report or args.image):
+            raise SetupError("--report and --image apply to --smoke and --episode-smoke")
+        from picocontext_playground.qtenv import choose_platform
+
+        platform_name = choose_platform(headless)
+        if not headless and platform_name == "offscreen":
+            raise SetupError(
+                "no display found, so the window cannot open; run a headless comparison "
+                "with --smoke or --episode-smoke retention"
+            )
+        if headless:
+            from picocontext_playground.smoke import run_smoke
+
+            return run_smoke(settings, report, image)
+        return _window(settings)
+    except SetupError as exc:
+        print(f"picocontext: {exc.message}", file=sys.stderr)
+        return EXIT_SETUP
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+
+def _window(settings: ComparisonSettings) -> int:
+    from picocontext_playground.qtenv import application, require_glyphs
+    from picocontext_playground.window import MainWindow
+
+    app = application()
+    require_glyphs(app)
+    window = MainWindow(settings)
+    window.show()
+    return int(app.exec())

@@ -1,0 +1,436 @@
+"""The comparison behind **Run comparison** and the smoke modes, free of Qt.
+
+Every selected policy runs the same task, in the order given (the append-only baseline first
+by default), each in its own fresh session, with the same model, greedy sampling and budgets.
+The result is one :class:`PolicyOutcome` per policy in a uniform shape — a list of graded steps
+— so the window renders N policy columns without knowing which task produced them. Grading is
+the diagnostics package's; this module only orchestrates and reshapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from picocontext import (
+    Cancelled,
+    CancelToken,
+    ContextSession,
+    PicoContextError,
+    RunBudget,
+    RunReport,
+    Snapshot,
+)
+from picocontext_diagnostics import (
+    BUILTIN_POLICIES,
+    DEFAULT_EPISODE_TOKENS,
+    EpisodeReport,
+    EpisodeRunner,
+    OrderLookup,
+    Policy,
+    StepReport,
+    TurnRunner,
+    fixture_episode,
+    order_lookup,
+    sequential_budget,
+)
+from picocontext_diagnostics.policies import session_turn
+from picocontext_playground.models import LoadedModel
+from picocontext_playground.settings import ComparisonSettings
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+# Policies whose turn is not a plain ``ContextSession.run`` register their runner here.
+TURN_RUNNERS: dict[str, TurnRunner] = {}
+
+_LABELS = {"append-only": "Append-only", "editable": "Editable", "summarize": "Summarize"}
+
+
+def policy_label(name: str) -> str:
+    """Human name of a policy column (``append-only`` → ``Append-only``)."""
+    return _LABELS.get(name, name.replace("-", " ").capitalize())
+
+
+class StepView(BaseModel):
+    """One graded step of one policy (the order lookup is a single step)."""
+
+    model_config = _FROZEN
+    step_id: str
+    run: RunReport | None
+    expected: dict[str, str]
+    retained: dict[str, str]
+    context_passed: bool
+    answer_passed: bool
+    failure: str | None = None
+    context_problem: str | None = None
+    answer_problem: str | None = None
+
+    @property
+    def prompt_before(self) -> int | None:
+        """Completion prompt size of the working context when the turn started."""
+        return self.run.run_start_prompt_tokens if self.run else None
+
+    @property
+    def prompt_after(self) -> int | None:
+        """Size of the exact next input (the completion prompt), if one was built."""
+        if self.run is None or self.run.final_prompt is None:
+            return None
+        return self.run.final_prompt.token_count
+
+    @classmethod
+    def from_step_report(cls, report: StepReport) -> StepView:
+        return cls(
+            step_id=report.step.id,
+            run=report.run,
+            expected=dict(report.step.expected_facts),
+            retained=dict(report.retained_facts),
+            context_passed=report.retained_correct,
+            answer_passed=report.answer_correct,
+            failure=report.failure,
+            context_problem=report.context_problem,
+            answer_problem=report.answer_problem,
+        )
+
+
+class PolicyOutcome(BaseModel):
+    """Everything one policy did in a comparison."""
+
+    model_config = _FROZEN
+    policy: Policy
+    title: str
+    steps: tuple[StepView, ...]
+    planned_steps: int
+    original: Snapshot
+    revised: Snapshot
+    failure: str | None
+    elapsed_seconds: float
+
+    @property
+    def label(self) -> str:
+        return policy_label(self.policy.name)
+
+    @property
+    def context_passed(self) -> int:
+        return sum(s.context_passed for s in self.steps)
+
+    @property
+    def answers_passed(self) -> int:
+        return sum(s.answer_passed for s in self.steps)
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.failure is None
+            and len(self.steps) == self.planned_steps
+            and all(s.context_passed and s.answer_passed for s in self.steps)
+        )
+
+    def _runs(self) -> list[RunReport]:
+        return [s.run for s in self.steps if s.run is not None]
+
+    @property
+    def total_input(self) -> int:
+        return sum(r.total_input_tokens for r in self._runs())
+
+    @property
+    def total_generated(self) -> int:
+        return sum(r.total_generated_tokens for r in self._runs())
+
+    @property
+    def total_prefill(self) -> int:
+        return sum(r.total_prefill_tokens for r in self._runs())
+
+    @property
+    def edit_calls(self) -> int:
+        return sum(r.edit_call_count for r in self._runs())
+
+    @property
+    def keep_calls(self) -> int:
+        return sum(r.keep_call_count for r in self._runs())
+
+    @property
+    def prompt_before(self) -> int | None:
+        """First turn's starting prompt."""
+        return self.steps[0].prompt_before if self.steps else None
+
+    @property
+    def prompt_after(self) -> int | None:
+        """The last exact next input that was built."""
+        for step in reversed(self.steps):
+            if step.prompt_after is not None:
+                return step.prompt_after
+        return None
+
+    @property
+    def last_run(self) -> RunReport | None:
+        runs = self._runs()
+        return runs[-1] if runs else None
+
+
+class ComparisonResult(BaseModel):
+    """A finished (or stopped) comparison: settings, model, budgets and one outcome per policy."""
+
+    model_config = _FROZEN
+    settings: ComparisonSettings
+    title: str
+    model_id: str
+    model_label: str
+    token_unit: str
+    model_details: tuple[str, ...]
+    budget: RunBudget
+    episode_tokens: int | None
+    noise_lines: int | None
+    outcomes: tuple[PolicyOutcome, ...]
+    status: str
+    cancelled: bool
+    elapsed_seconds: float
+
+    @property
+    def completed(self) -> bool:
+        return not self.cancelled and len(self.outcomes) == len(self.settings.policies)
+
+
+class ComparisonEvents(Protocol):
+    """What a running comparison reports. The Qt worker turns these into signals."""
+
+    def status(self, text: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def step(self, policy: str, step: StepView) -> None: ...
+
+    def outcome(self, outcome: PolicyOutcome) -> None: ...
+
+
+class PrintEvents:
+    """Events for the headless mode: status and per-step lines go to ``write``."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.write = write
+
+    def status(self, text: str) -> None:
+        self.write(text)
+
+    def progress(self, done: int, total: int) -> None:
+        return None
+
+    def step(self, policy: str, step: StepView) -> None:
+        self.write(step_line(policy, step))
+
+    def outcome(self, outcome: PolicyOutcome) -> None:
+        return None
+
+
+def step_line(policy: str, step: StepView) -> str:
+    """The per-step progress line (also printed by the smoke mode)."""
+    context = "passed" if step.context_passed else "failed"
+    answer = "passed" if step.answer_passed else "failed"
+    line = f"{policy_label(policy)} · {step.step_id}: context {context}, answer {answer}"
+    if step.failure:
+        line += f" ({step.failure})"
+    return line
+
+
+def scaled(budget: RunBudget, factor: int) -> RunBudget:
+    """``budget`` with every token amount multiplied (attempt count unchanged)."""
+    if factor == 1:
+        return budget
+    return budget.model_copy(
+        update={
+            "context_window": budget.context_window * factor,
+            "total_tokens": budget.total_tokens * factor,
+            "edit_output_tokens": budget.edit_output_tokens * factor,
+            "completion_output_tokens": budget.completion_output_tokens * factor,
+        }
+    )
+
+
+def budgets_for(settings: ComparisonSettings, scale: int) -> tuple[RunBudget, int | None]:
+    """Sequential tasks: 4,096 window, 24,000 per turn, 4 decisions of 1,024, 512 for the
+    answer, 80,000 per episode; the order lookup: the core defaults. Times ``scale``."""
+    if settings.task.sequential:
+        return scaled(sequential_budget(), scale), DEFAULT_EPISODE_TOKENS * scale
+    return scaled(RunBudget(), scale), None
+
+
+def resolve_policy(name: str) -> tuple[Policy, TurnRunner]:
+    return BUILTIN_POLICIES[name], TURN_RUNNERS.get(name, session_turn)
+
+
+def _fresh_cache(model: LoadedModel) -> None:
+    """Give every policy a cold prefix cache, so no policy profits from another's prompts."""
+    raw = model.raw
+    reset = getattr(raw, "reset_cache", None)
+    if callable(reset):
+        reset()
+    elif raw is not None and getattr(raw, "prefix_cache", False) is True:
+        raw.prefix_cache = False
+        raw.prefix_cache = True
+
+
+def _order_outcome(
+    order: OrderLookup,
+    policy: Policy,
+    run: RunReport,
+    elapsed: float,
+) -> PolicyOutcome:
+    expected = order.expected.model_dump()
+    live = "\n".join(r.body for r in run.revised.records)
+    retained = {k: v for k, v in expected.items() if v in live}
+    answer_ok = run.failure is None and order.answer_is_correct(run.answer)
+    problem = None
+    if not answer_ok and run.failure is None:
+        missing = [v for v in order.expected.values() if v.lower() not in run.answer.lower()]
+        stale = [t for t in order.forbidden_terms if t in run.answer.lower()]
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if stale:
+            parts.append("mentions outdated " + ", ".join(stale))
+        problem = "; ".join(parts) or None
+    lost = [v for k, v in expected.items() if k not in retained]
+    step = StepView(
+        step_id="order-lookup",
+        run=run,
+        expected=expected,
+        retained=retained,
+        context_passed=order.facts_live(run.revised),
+        answer_passed=answer_ok,
+        failure=run.failure,
+        context_problem=("lost " + ", ".join(lost)) if lost else None,
+        answer_problem=problem,
+    )
+    return PolicyOutcome(
+        policy=policy,
+        title=order.title,
+        steps=(step,),
+        planned_steps=1,
+        original=run.original,
+        revised=run.revised,
+        failure=run.failure,
+        elapsed_seconds=elapsed,
+    )
+
+
+def _episode_outcome(report: EpisodeReport) -> PolicyOutcome:
+    return PolicyOutcome(
+        policy=report.policy,
+        title=report.title,
+        steps=tuple(StepView.from_step_report(s) for s in report.steps),
+        planned_steps=report.planned_steps,
+        original=report.original,
+        revised=report.revised,
+        failure=report.failure,
+        elapsed_seconds=report.elapsed_seconds,
+    )
+
+
+def _final_status(outcomes: list[PolicyOutcome]) -> str:
+    failed = [o for o in outcomes if not o.passed]
+    if not failed:
+        return "Finished. Every policy passed every check; compare the cost of each column."
+    names = ", ".join(o.label for o in failed)
+    first = next((o.failure for o in failed if o.failure), None)
+    tail = f" First failure: {first}" if first else ""
+    return f"Finished. Failed checks in: {names}.{tail} Inspect the columns below."
+
+
+def run_comparison(
+    settings: ComparisonSettings,
+    model: LoadedModel,
+    events: ComparisonEvents,
+    cancel: CancelToken | None = None,
+) -> ComparisonResult:
+    """Run every selected policy in order. Setup problems raise; a failed check does not.
+    Cancellation is not an error either: the result says ``cancelled`` and keeps the policies
+    that finished."""
+    token = cancel or CancelToken()
+    started = time.perf_counter()
+    budget, episode_tokens = budgets_for(settings, model.budget_scale)
+    policies = [resolve_policy(name) for name in settings.policies]
+    outcomes: list[PolicyOutcome] = []
+    noise = settings.noise_lines
+    if settings.task.sequential:
+        scenario = settings.task.scenario
+        assert scenario is not None and episode_tokens is not None
+        episode = fixture_episode(scenario, noise_lines=noise)
+        title = episode.title
+        noise = episode.noise_lines
+        total = len(episode.steps) * len(policies)
+    else:
+        order = order_lookup()
+        title = order.title
+        total = len(policies)
+    done = 0
+    status = ""
+    cancelled = False
+    events.progress(0, total)
+    try:
+        for index, (policy, turn) in enumerate(policies, start=1):
+            token.check()
+            _fresh_cache(model)
+            label = policy_label(policy.name)
+            if settings.task.sequential:
+                status = (
+                    f"Running {len(episode.steps)} incoming updates with {label} context "
+                    f"(policy {index} of {len(policies)})…"
+                )
+                events.status(status)
+
+                def on_step(report: StepReport, name: str = policy.name) -> None:
+                    nonlocal done
+                    done += 1
+                    events.step(name, StepView.from_step_report(report))
+                    events.progress(done, total)
+
+                runner = EpisodeRunner(model.counter, model.backend, turn)
+                episode_report = runner.run(
+                    episode,
+                    policy,
+                    budget,
+                    episode_tokens or DEFAULT_EPISODE_TOKENS,
+                    on_step=on_step,
+                    cancel=token,
+                )
+                # Steps after a failure never run; count them as done for the progress bar.
+                done = index * len(episode.steps)
+                outcome = _episode_outcome(episode_report)
+            else:
+                status = f"Running the order lookup with {label} context ({index} of {total})…"
+                events.status(status)
+                t0 = time.perf_counter()
+                session = ContextSession(order.snapshot, model.counter, model.backend)
+                run = turn(session, policy, budget, token)
+                outcome = _order_outcome(order, policy, run, time.perf_counter() - t0)
+                done += 1
+                events.step(policy.name, outcome.steps[0])
+            events.progress(done, total)
+            outcomes.append(outcome)
+            events.outcome(outcome)
+        status = _final_status(outcomes)
+    except Cancelled:
+        cancelled = True
+        finished = ", ".join(o.label for o in outcomes) or "none"
+        status = f"Stopped. Finished policies: {finished}."
+    except PicoContextError as exc:
+        status = f"Stopped by an error: {exc.message}"
+        raise
+    events.status(status)
+    return ComparisonResult(
+        settings=settings,
+        title=title,
+        model_id=model.model_id,
+        model_label=model.label,
+        token_unit=model.token_unit,
+        model_details=model.details,
+        budget=budget,
+        episode_tokens=episode_tokens,
+        noise_lines=noise if settings.task.sequential else None,
+        outcomes=tuple(outcomes),
+        status=status,
+        cancelled=cancelled,
+        elapsed_seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,506 @@
+"""Result widgets. Each one is handed a finished object (an outcome, a snapshot, a run) and
+renders it; none of them computes a grade or a count.
+
+Long texts live in scrollable, selectable views and are never shortened.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QPen
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QSizePolicy,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from picocontext import Record, RunReport, Snapshot
+from picocontext_playground.comparison import PolicyOutcome, StepView
+from picocontext_playground.qtenv import monospace_font
+
+PASS = "\u2713"
+FAIL = "\u2717"
+ARROW = "\u2192"
+GREEN = "#1b7a3a"
+RED = "#b3261e"
+MUTED = "#5f6368"
+# One colour per policy column, in order (colour-blind friendly, Okabe–Ito).
+POLICY_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+
+
+def policy_color(index: int) -> QColor:
+    return QColor(POLICY_COLORS[index % len(POLICY_COLORS)])
+
+
+def _num(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
+def selectable_label(text: str = "", *, wrap: bool = True) -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(wrap)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
+class ResultCard(QFrame):
+    """Checks, prompt size before → after, totals, calls, time, answer and failure."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ResultCard")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet(
+            "#ResultCard { background: #ffffff; border: 1px solid #c8ccd0; border-radius: 6px; }"
+        )
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 10, 12, 10)
+        layout.setSpacing(4)
+        self.title = selectable_label()
+        title_font = QFont(self.font())
+        title_font.setPointSize(title_font.pointSize() + 2)
+        title_font.setBold(True)
+        self.title.setFont(title_font)
+        self.headline = selectable_label()
+        self.checks = selectable_label()
+        self.prompt = selectable_label()
+        self.usage = selectable_label()
+        self.calls = selectable_label()
+        self.answer = selectable_label()
+        self.failure = selectable_label()
+        self.failure.setStyleSheet(f"color: {RED};")
+        for widget in (
+            self.title,
+            self.headline,
+            self.checks,
+            self.prompt,
+            self.usage,
+            self.calls,
+            self.answer,
+            self.failure,
+        ):
+            layout.addWidget(widget)
+        self.clear()
+
+    def clear(self) -> None:
+        for label in (self.headline, self.checks, self.prompt, self.usage, self.calls):
+            label.setText("")
+        self.answer.setText("")
+        self.failure.setText("")
+        self.failure.hide()
+
+    def set_title(self, title: str, color: QColor) -> None:
+        self.title.setText(title)
+        self.title.setStyleSheet(f"color: {color.name()};")
+
+    def show_outcome(self, outcome: PolicyOutcome, unit: str) -> None:
+        n = outcome.planned_steps
+        if outcome.passed:
+            self.headline.setText(f"{PASS} Every context and answer check passed")
+            self.headline.setStyleSheet(f"color: {GREEN}; font-weight: bold;")
+        else:
+            self.headline.setText(f"{FAIL} Some checks failed — see the steps below")
+            self.headline.setStyleSheet(f"color: {RED}; font-weight: bold;")
+        self.checks.setText(
+            f"Context {outcome.context_passed}/{n} · answers {outcome.answers_passed}/{n}"
+        )
+        self.prompt.setText(
+            f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {unit}"
+        )
+        self.usage.setText(
+            f"Total input {outcome.total_input:,} · generated {outcome.total_generated:,} · "
+            f"prefill computed {outcome.total_prefill:,}"
+        )
+        self.calls.setText(
+            f"Edit calls {outcome.edit_calls} · keep calls {outcome.keep_calls} · "
+            f"{outcome.elapsed_seconds:.2f} s"
+        )
+        last = outcome.last_run
+        answer = last.answer if last is not None and last.answer else "(no answer)"
+        self.answer.setText(f"Last answer: {answer}")
+        if outcome.failure:
+            self.failure.setText(f"Failure: {outcome.failure}")
+            self.failure.show()
+        else:
+            self.failure.hide()
+
+
+class StepTable(QTableWidget):
+    """One row per step: checks, prompt size, retained state and the failure, if any."""
+
+    HEADERS = ("Step", "Context", "Answer", "Prompt tokens", "Retained", "Failure")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(0, len(self.HEADERS), parent)
+        self.setHorizontalHeaderLabels(list(self.HEADERS))
+        self.verticalHeader().setVisible(False)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setWordWrap(True)
+        self.setAlternatingRowColors(True)
+        header = self.horizontalHeader()
+        for col in range(len(self.HEADERS)):
+            mode = QHeaderView.ResizeMode.ResizeToContents
+            if col in (4, 5):
+                mode = QHeaderView.ResizeMode.Stretch
+            header.setSectionResizeMode(col, mode)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def show_steps(self, outcome: PolicyOutcome) -> None:
+        self.setRowCount(0)
+        for step in outcome.steps:
+            self._add(step)
+        for missing in range(len(outcome.steps), outcome.planned_steps):
+            row = self.rowCount()
+            self.insertRow(row)
+            self.setItem(row, 0, QTableWidgetItem(f"step {missing + 1}"))
+            self.setItem(row, 5, QTableWidgetItem("not run (episode stopped earlier)"))
+        self.fit()
+
+    def _add(self, step: StepView) -> None:
+        row = self.rowCount()
+        self.insertRow(row)
+
+        def mark(ok: bool) -> QTableWidgetItem:
+            item = QTableWidgetItem(f"{PASS} passed" if ok else f"{FAIL} failed")
+            item.setForeground(QColor(GREEN if ok else RED))
+            return item
+
+        retained = "; ".join(f"{k}={v}" for k, v in sorted(step.retained.items())) or "(none)"
+        problems = [p for p in (step.failure, step.context_problem, step.answer_problem) if p]
+        self.setItem(row, 0, QTableWidgetItem(step.step_id))
+        self.setItem(row, 1, mark(step.context_passed))
+        self.setItem(row, 2, mark(step.answer_passed))
+        prompt = f"{_num(step.prompt_before)} {ARROW} {_num(step.prompt_after)}"
+        self.setItem(row, 3, QTableWidgetItem(prompt))
+        self.setItem(row, 4, QTableWidgetItem(retained))
+        failure = QTableWidgetItem("; ".join(problems))
+        failure.setForeground(QColor(RED))
+        self.setItem(row, 5, failure)
+
+    def clear_rows(self) -> None:
+        self.setRowCount(0)
+        self.fit()
+
+    def fit(self) -> None:
+        """Grow to show every row (the page scrolls, not the table)."""
+        self.resizeRowsToContents()
+        height = self.horizontalHeader().height() + 2 * self.frameWidth()
+        height += sum(self.rowHeight(r) for r in range(self.rowCount()))
+        self.setFixedHeight(max(height, self.horizontalHeader().height() + 24))
+
+
+@dataclass(frozen=True, slots=True)
+class ChartSeries:
+    """One policy's bars: ``(before, after)`` prompt sizes per step, ``None`` where no turn
+    or no completion prompt exists."""
+
+    label: str
+    color: QColor
+    points: tuple[tuple[int | None, int | None] | None, ...]
+
+
+class TokenChart(QWidget):
+    """Grouped bars per step: a pale bar for the prompt at the start of the turn and a solid
+    bar for the exact next input, one pair per policy; painted with QPainter (no QtCharts)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.series: list[ChartSeries] = []
+        self.steps: list[str] = []
+        self.unit = "tokens"
+        self.limit: int | None = None
+        self.setMinimumHeight(260)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(800, 280)
+
+    def set_data(
+        self,
+        steps: Sequence[str],
+        series: Sequence[ChartSeries],
+        unit: str,
+        limit: int | None = None,
+    ) -> None:
+        self.steps = list(steps)
+        self.series = list(series)
+        self.unit = unit
+        self.limit = limit
+        self.update()
+
+    def clear(self) -> None:
+        self.set_data([], [], self.unit)
+
+    def maximum(self) -> int:
+        values = [
+            v for s in self.series for p in s.points if p is not None for v in p if v is not None
+        ]
+        if self.limit is not None:
+            values.append(self.limit)
+        return max(values, default=0)
+
+    @staticmethod
+    def _nice_step(top: int) -> int:
+        raw = max(top / 5, 1)
+        magnitude = 10 ** (len(str(int(raw))) - 1)
+        for factor in (1, 2, 2.5, 5, 10):
+            if raw <= factor * magnitude:
+                return int(factor * magnitude)
+        return int(10 * magnitude)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.fillRect(self.rect(), QColor("#ffffff"))
+        metrics = QFontMetrics(self.font())
+        line = metrics.height()
+        painter.setPen(QColor("#202124"))
+        title = f"Prompt size per step ({self.unit}): pale = start of turn, solid = next input"
+        painter.drawText(QPointF(8, line), title)
+        if not self.steps or not self.series:
+            painter.setPen(QColor(MUTED))
+            painter.drawText(
+                self.rect(), Qt.AlignmentFlag.AlignCenter, "Run a comparison to see prompt sizes."
+            )
+            painter.end()
+            return
+        top_value = self.maximum()
+        tick = self._nice_step(top_value)
+        axis_top = ((top_value // tick) + 1) * tick
+        left = metrics.horizontalAdvance(f"{axis_top:,}") + 16
+        legend_h = line + 8
+        plot = QRectF(left, line * 2, self.width() - left - 12, 0)
+        plot.setBottom(self.height() - line - 8 - legend_h)
+        # grid and axis labels
+        for value in range(0, axis_top + 1, tick):
+            y = plot.bottom() - plot.height() * value / axis_top
+            painter.setPen(QPen(QColor("#e0e3e7"), 1))
+            painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
+            painter.setPen(QColor(MUTED))
+            text = f"{value:,}"
+            painter.drawText(
+                QPointF(plot.left() - 6 - metrics.horizontalAdvance(text), y + line / 3), text
+            )
+        if self.limit is not None:
+            y = plot.bottom() - plot.height() * self.limit / axis_top
+            painter.setPen(QPen(QColor(RED), 1, Qt.PenStyle.DashLine))
+            painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
+            painter.drawText(QPointF(plot.left() + 4, y - 4), f"window {self.limit:,}")
+        group_w = plot.width() / len(self.steps)
+        bar_w = min(group_w * 0.8 / len(self.series), 60.0)
+        for g, step in enumerate(self.steps):
+            x0 = plot.left() + g * group_w + (group_w - bar_w * len(self.series)) / 2
+            for s_index, series in enumerate(self.series):
+                point = series.points[g] if g < len(series.points) else None
+                x = x0 + s_index * bar_w
+                if point is None:
+                    painter.setPen(QColor(MUTED))
+                    painter.drawText(
+                        QRectF(x, plot.bottom() - line * 1.5, bar_w, line),
+                        Qt.AlignmentFlag.AlignCenter,
+                        "—",
+                    )
+                    continue
+                before, after = point
+                for amount, alpha in ((before, 70), (after, 255)):
+                    if amount is None:
+                        continue
+                    h = plot.height() * amount / axis_top
+                    color = QColor(series.color)
+                    color.setAlpha(alpha)
+                    inset = 0.0 if alpha == 70 else bar_w * 0.18
+                    painter.fillRect(
+                        QRectF(x + inset + 1, plot.bottom() - h, bar_w - 2 * inset - 2, h), color
+                    )
+                if after is None:
+                    painter.setPen(QColor(RED))
+                    painter.drawText(
+                        QRectF(x, plot.bottom() - line * 1.2, bar_w, line),
+                        Qt.AlignmentFlag.AlignCenter,
+                        FAIL,
+                    )
+            painter.setPen(QColor("#202124"))
+            painter.drawText(
+                QRectF(plot.left() + g * group_w, plot.bottom() + 4, group_w, line),
+                Qt.AlignmentFlag.AlignHCenter,
+                step,
+            )
+        painter.setPen(QPen(QColor("#9aa0a6"), 1))
+        painter.drawLine(QPointF(plot.left(), plot.bottom()), QPointF(plot.right(), plot.bottom()))
+        # legend
+        x = plot.left()
+        y = self.height() - legend_h + 4
+        for series in self.series:
+            painter.fillRect(QRectF(x, y, 14, line - 4), series.color)
+            painter.setPen(QColor("#202124"))
+            painter.drawText(QPointF(x + 20, y + line - 6), series.label)
+            x += 40 + metrics.horizontalAdvance(series.label)
+        painter.end()
+
+
+def chart_series(outcomes: Sequence[PolicyOutcome]) -> tuple[list[str], list[ChartSeries]]:
+    """Steps and bars for :class:`TokenChart` from finished outcomes (planned steps that never
+    ran show as a dash)."""
+    steps: list[str] = []
+    for outcome in outcomes:
+        for step in outcome.steps:
+            if step.step_id not in steps:
+                steps.append(step.step_id)
+        planned = max((o.planned_steps for o in outcomes), default=0)
+        while len(steps) < planned:
+            steps.append(f"step-{len(steps) + 1}")
+    series: list[ChartSeries] = []
+    for index, outcome in enumerate(outcomes):
+        by_id = {s.step_id: s for s in outcome.steps}
+        points: list[tuple[int | None, int | None] | None] = []
+        for step_id in steps:
+            found = by_id.get(step_id)
+            points.append(None if found is None else (found.prompt_before, found.prompt_after))
+        series.append(ChartSeries(outcome.label, policy_color(index), tuple(points)))
+    return steps, series
+
+
+class TextPane(QPlainTextEdit):
+    """Read-only monospaced text that scrolls; used for diffs and exact inputs."""
+
+    def __init__(self, placeholder: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setFont(monospace_font())
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setPlaceholderText(placeholder)
+
+
+def _pre(text: str) -> str:
+    return (
+        '<pre style="font-family: monospace; white-space: pre-wrap; margin: 2px 0 8px 0;">'
+        + html.escape(text)
+        + "</pre>"
+    )
+
+
+class ContextView(QTextBrowser):
+    """Records with role, protection, id and body. Against a reference snapshot, records that
+    were deleted (shown struck out, red) or replaced (amber) are highlighted."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.document().setDefaultFont(self.font())
+        self.mono = monospace_font()
+
+    def show_context(
+        self, title: str, snapshot: Snapshot, reference: Snapshot | None, working: bool
+    ) -> None:
+        """``working``: show ``snapshot`` with deletions from ``reference`` re-inserted as
+        ghosts; otherwise show ``snapshot`` as the transcript, tagging what the working
+        context (``reference``) deleted or replaced."""
+        parts = [
+            f"<p><b>{html.escape(title)}</b> · revision {snapshot.revision} · "
+            f"{len(snapshot.records)} records</p>"
+        ]
+        if working and reference is not None:
+            before = {r.id: r for r in reference.records}
+            live = {r.id for r in snapshot.records}
+            pending = list(snapshot.records)
+            for prior in reference.records:
+                if prior.id not in live:
+                    parts.append(self._record_html(prior, "deleted"))
+                    continue
+                # records that exist only in the working context keep their live position
+                while pending and pending[0].id != prior.id and pending[0].id not in before:
+                    parts.append(self._record_html(pending.pop(0), "added"))
+                if pending and pending[0].id == prior.id:
+                    record = pending.pop(0)
+                    state = "replaced" if record.body != prior.body else ""
+                    parts.append(self._record_html(record, state))
+            for record in pending:
+                parts.append(self._record_html(record, "added" if record.id not in before else ""))
+        else:
+            now = {r.id: r for r in reference.records} if reference is not None else None
+            for record in snapshot.records:
+                state = ""
+                if now is not None:
+                    if record.id not in now:
+                        state = "deleted"
+                    elif now[record.id].body != record.body:
+                        state = "replaced"
+                parts.append(self._record_html(record, state))
+        self.setHtml("".join(parts))
+
+    def _record_html(self, record: Record, state: str) -> str:
+        head = f"{record.role.value} · {record.id}"
+        if record.protected:
+            head += " · protected"
+        if record.tool_call_id:
+            head += f" · result for {record.tool_call_id}"
+        if record.tool_calls:
+            head += " · calls " + ", ".join(f"{c.name}({c.id})" for c in record.tool_calls)
+        style = "margin: 0;"
+        tag = ""
+        if state == "deleted":
+            style += f" color: {RED}; text-decoration: line-through;"
+            tag = f' <span style="color:{RED}; font-weight:bold;">DELETED</span>'
+        elif state == "added":
+            tag = ' <span style="color:#1b5e9a; font-weight:bold;">NOT IN TRANSCRIPT</span>'
+        elif state == "replaced":
+            style += " background-color: #fff4cc;"
+            tag = ' <span style="color:#8a5a00; font-weight:bold;">REPLACED</span>'
+        body = record.body if record.body else "(empty body)"
+        return (
+            f'<div style="{style}"><p style="margin: 6px 0 0 0; color: {MUTED};">'
+            f"<b>{html.escape(head)}</b>{tag}</p>"
+            f'<pre style="font-family: {html.escape(self.mono.family())}, monospace; '
+            f'white-space: pre-wrap; margin: 2px 0 6px 0; {style}">'
+            f"{html.escape(body)}</pre></div>"
+        )
+
+
+class AttemptsView(QTextBrowser):
+    """Every decision attempt of each step: outcome, detail, model output and arguments."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+
+    def show_steps(self, steps: Sequence[StepView]) -> None:
+        parts: list[str] = []
+        for step in steps:
+            parts.append(f"<h4 style='margin: 8px 0 2px 0;'>{html.escape(step.step_id)}</h4>")
+            run = step.run
+            if run is None:
+                parts.append(f"<p>No turn ran: {html.escape(step.failure or '')}</p>")
+                continue
+            parts.extend(self._attempts(run))
+        self.setHtml("".join(parts) or "<p>No decisions.</p>")
+
+    @staticmethod
+    def _attempts(run: RunReport) -> list[str]:
+        if not run.attempts:
+            return [f"<p style='color:{MUTED};'>No decision call (append-only turn).</p>"]
+        out: list[str] = []
+        for i, attempt in enumerate(run.attempts, start=1):
+            color = GREEN if attempt.accepted else RED
+            out.append(
+                f"<p style='margin: 4px 0 0 0;'><b>Attempt {i}</b> · "
+                f"<span style='color:{color}; font-weight:bold;'>{attempt.outcome.value}</span>"
+                f" · {html.escape(attempt.detail)}</p>"
+            )
+            out.append("<p style='margin: 2px 0 0 0;'>Model output:</p>")
+            out.append(_pre(attempt.model_text or "(no text; tool call only)"))
+            out.append("<p style='margin: 2px 0 0 0;'>Arguments:</p>")
+            out.append(_pre(attempt.arguments or "(none)"))
+        return out

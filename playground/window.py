@@ -1,0 +1,642 @@
+"""The main window: controls, progress, status and one result column per policy.
+
+The window only collects settings, starts a :class:`~picocontext_playground.worker.
+ComparisonWorker` in a ``QThread`` and renders what the worker sends back. Changing the task,
+the pressure, the policies or the model clears the results (when idle), so what is on screen
+always belongs to the settings shown.
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+from pathlib import Path
+
+from PySide6.QtCore import QThread, Signal, Slot
+from PySide6.QtGui import QCloseEvent, QFont
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from picocontext import CancelToken, diff_snapshots
+from picocontext_diagnostics import BUILTIN_POLICIES
+from picocontext_playground.comparison import (
+    ComparisonResult,
+    PolicyOutcome,
+    StepView,
+    policy_label,
+    step_line,
+)
+from picocontext_playground.errors import SetupError
+from picocontext_playground.models import ModelCache
+from picocontext_playground.qtenv import APP_NAME
+from picocontext_playground.settings import (
+    DEFAULT_POLICIES,
+    ComparisonSettings,
+    ModelChoice,
+    Task,
+)
+from picocontext_playground.widgets import (
+    AttemptsView,
+    ContextView,
+    ResultCard,
+    StepTable,
+    TextPane,
+    TokenChart,
+    chart_series,
+    policy_color,
+    selectable_label,
+)
+from picocontext_playground.worker import PROGRESS_MAX, ComparisonWorker
+
+DEFAULT_SIZE = (1280, 900)
+MIN_SIZE = (1000, 700)
+DETAIL_HEIGHT = 440
+
+# Optional tabs built by other parts of the project: (module, label). Imported lazily and
+# skipped when missing, so the comparison works on its own.
+EXTRA_TABS = (
+    ("picocontext_playground.manifest_tab", "Manifest"),
+    ("picocontext_playground.digest_tab", "Digest"),
+)
+
+
+def default_model() -> ModelChoice:
+    """Apple silicon gets Qwen3 (Metal); everywhere else the embedded SmolLM2 runs on the CPU."""
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return ModelChoice.QWEN3
+    return ModelChoice.SMOLLM2
+
+
+class PolicyColumn(QWidget):
+    """Card, step table and detail tabs of one policy."""
+
+    def __init__(self, policy: str, index: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.policy = policy
+        self.outcome: PolicyOutcome | None = None
+        self.setMinimumWidth(380)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.card = ResultCard()
+        self.card.set_title(policy_label(policy), policy_color(index))
+        self.steps = StepTable()
+        self.tabs = QTabWidget()
+        self.working = ContextView()
+        self.original = ContextView()
+        self.diff = TextPane("No edit committed.")
+        self.attempts = AttemptsView()
+        next_box = QWidget()
+        next_layout = QVBoxLayout(next_box)
+        next_layout.setContentsMargins(4, 4, 4, 4)
+        row = QHBoxLayout()
+        self.next_step = QComboBox()
+        self.next_step.currentIndexChanged.connect(self._show_next_input)
+        self.next_label = selectable_label("")
+        row.addWidget(QLabel("Step"))
+        row.addWidget(self.next_step)
+        row.addWidget(self.next_label, 1)
+        next_layout.addLayout(row)
+        self.next_input = TextPane("No completion call made.")
+        next_layout.addWidget(self.next_input)
+        self.tabs.addTab(self.working, "Working context")
+        self.tabs.addTab(self.original, "Original transcript")
+        self.tabs.addTab(self.diff, "Diff")
+        self.tabs.addTab(self.attempts, "Decisions")
+        self.tabs.addTab(next_box, "Next input")
+        self.tabs.setMinimumHeight(DETAIL_HEIGHT)
+        layout.addWidget(self.card)
+        layout.addWidget(self.steps)
+        layout.addWidget(self.tabs)
+
+    def add_live_step(self, step: StepView) -> None:
+        """Show a row as soon as a step finishes, before the whole policy is done."""
+        row = self.steps.rowCount()
+        self.steps._add(step)
+        if row == 0:
+            self.card.headline.setText("Running…")
+        self.steps.fit()
+
+    def show_outcome(self, outcome: PolicyOutcome, unit: str) -> None:
+        self.outcome = outcome
+        self.card.show_outcome(outcome, unit)
+        self.steps.show_steps(outcome)
+        self.working.show_context("Working context", outcome.revised, outcome.original, True)
+        self.original.show_context("Original transcript", outcome.original, outcome.revised, False)
+        self.diff.setPlainText(diff_snapshots(outcome.original, outcome.revised))
+        self.attempts.show_steps(outcome.steps)
+        self.next_step.blockSignals(True)
+        self.next_step.clear()
+        for step in outcome.steps:
+            self.next_step.addItem(step.step_id)
+        self.next_step.blockSignals(False)
+        self.next_step.setCurrentIndex(len(outcome.steps) - 1)
+        self._show_next_input(len(outcome.steps) - 1)
+
+    @Slot(int)
+    def _show_next_input(self, index: int) -> None:
+        if self.outcome is None or not 0 <= index < len(self.outcome.steps):
+            self.next_input.setPlainText("")
+            self.next_label.setText("")
+            return
+        run = self.outcome.steps[index].run
+        if run is None or run.final_prompt is None:
+            self.next_label.setText("No completion call made.")
+            self.next_input.setPlainText("")
+            return
+        prompt = run.final_prompt
+        self.next_label.setText(f"Exact next input · {prompt.token_count:,} tokens")
+        self.next_input.setPlainText(prompt.rendered)
+
+
+class MainWindow(QMainWindow):
+    """The playground window. ``run_finished`` carries the :class:`ComparisonResult` (or
+    ``None`` when the run could not start or failed during setup)."""
+
+    run_finished = Signal(object)
+    status_changed = Signal(str)
+
+    def __init__(
+        self,
+        settings: ComparisonSettings | None = None,
+        cache: ModelCache | None = None,
+    ) -> None:
+        super().__init__()
+        self.setWindowTitle(APP_NAME)
+        self.setMinimumSize(*MIN_SIZE)
+        self.resize(*DEFAULT_SIZE)
+        self._owns_cache = cache is None
+        self.cache = cache or ModelCache()
+        self.result: ComparisonResult | None = None
+        self.last_error: str | None = None
+        self.step_lines: list[str] = []
+        self._thread: QThread | None = None
+        self._worker: ComparisonWorker | None = None
+        self._cancel: CancelToken | None = None
+        self._unit = ""
+        self.columns: dict[str, PolicyColumn] = {}
+        self._loading = False
+        self._build()
+        self.apply_settings(settings or ComparisonSettings(model=default_model()))
+        self._loading = False
+        self.set_status(self._ready_text(initial=True))
+
+    # -- construction ---------------------------------------------------------------------
+    def _build(self) -> None:
+        self.tabs = QTabWidget()
+        self.setCentralWidget(self.tabs)
+        page = QWidget()
+        outer = QVBoxLayout(page)
+        outer.setContentsMargins(12, 10, 12, 6)
+        title = QLabel("PicoContext Playground")
+        font = QFont(title.font())
+        font.setPointSize(font.pointSize() + 6)
+        font.setBold(True)
+        title.setFont(font)
+        subtitle = QLabel(
+            "Run context policies side by side on one local model: what each keeps, "
+            "what it answers, and what it costs."
+        )
+        outer.addWidget(title)
+        outer.addWidget(subtitle)
+        outer.addWidget(self._controls())
+        self.progress = QProgressBar()
+        self.progress.setRange(0, PROGRESS_MAX)
+        self.progress.setValue(0)
+        self.progress.setTextVisible(False)
+        self.progress.setFixedHeight(10)
+        self.status = selectable_label()
+        self.status.setStyleSheet("font-weight: bold;")
+        self.caption = selectable_label()
+        self.caption.setStyleSheet("color: #5f6368;")
+        outer.addWidget(self.progress)
+        outer.addWidget(self.status)
+        outer.addWidget(self.caption)
+        self.results_scroll = QScrollArea()
+        self.results_scroll.setWidgetResizable(True)
+        self.results_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.results = QWidget()
+        results_layout = QVBoxLayout(self.results)
+        results_layout.setContentsMargins(0, 4, 0, 4)
+        self.chart = TokenChart()
+        results_layout.addWidget(self.chart)
+        self.columns_box = QHBoxLayout()
+        self.columns_box.setSpacing(12)
+        results_layout.addLayout(self.columns_box)
+        results_layout.addStretch(1)
+        self.results_scroll.setWidget(self.results)
+        outer.addWidget(self.results_scroll, 1)
+        self.tabs.addTab(page, "Comparison")
+        self.extra_tabs = self._add_extra_tabs()
+
+    def _controls(self) -> QWidget:
+        box = QFrame()
+        box.setObjectName("Controls")
+        box.setStyleSheet("#Controls { background: #f3f5f7; border-radius: 6px; }")
+        grid = QGridLayout(box)
+        grid.setContentsMargins(10, 8, 10, 8)
+        grid.setHorizontalSpacing(10)
+        # task: a segmented row of checkable buttons
+        self.task_group = QButtonGroup(self)
+        self.task_group.setExclusive(True)
+        self.task_buttons: dict[Task, QPushButton] = {}
+        task_row = QHBoxLayout()
+        task_row.setSpacing(0)
+        for task in Task:
+            button = QPushButton(task.label)
+            button.setCheckable(True)
+            self.task_group.addButton(button)
+            self.task_buttons[task] = button
+            task_row.addWidget(button)
+        self.task_group.buttonToggled.connect(self._task_toggled)
+        self.pressure = QCheckBox("Context pressure (48 noise lines per update)")
+        self.pressure.toggled.connect(self._settings_changed)
+        task_row.addSpacing(16)
+        task_row.addWidget(self.pressure)
+        task_row.addStretch(1)
+        grid.addWidget(QLabel("Task"), 0, 0)
+        grid.addLayout(task_row, 0, 1, 1, 3)
+        # policies: one checkbox per known policy (N columns)
+        self.policy_boxes: dict[str, QCheckBox] = {}
+        policy_row = QHBoxLayout()
+        for name, policy in BUILTIN_POLICIES.items():
+            check = QCheckBox(policy_label(name))
+            check.setToolTip(policy.description)
+            check.toggled.connect(self._settings_changed)
+            self.policy_boxes[name] = check
+            policy_row.addWidget(check)
+        policy_row.addStretch(1)
+        grid.addWidget(QLabel("Policies"), 1, 0)
+        grid.addLayout(policy_row, 1, 1, 1, 3)
+        # model
+        self.model_combo = QComboBox()
+        for choice in ModelChoice:
+            self.model_combo.addItem(choice.label, choice.value)
+        self.model_combo.currentIndexChanged.connect(self._model_changed)
+        self.model_dir = QLineEdit()
+        self.model_dir.setPlaceholderText("MLX model directory (config.json, safetensors)")
+        self.model_dir.editingFinished.connect(self._settings_changed)
+        self.browse = QPushButton("Browse…")
+        self.browse.clicked.connect(self._browse)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model_combo)
+        model_row.addWidget(self.model_dir, 1)
+        model_row.addWidget(self.browse)
+        grid.addWidget(QLabel("Model"), 2, 0)
+        grid.addLayout(model_row, 2, 1, 1, 3)
+        # decoding and actions
+        self.decoding = QComboBox()
+        self.decoding.addItem("Free decisions", False)
+        self.decoding.addItem("Constrained decisions (grammar)", True)
+        self.decoding.currentIndexChanged.connect(self._settings_changed)
+        self.prefix_cache = QCheckBox("Prefix KV cache")
+        self.prefix_cache.toggled.connect(self._settings_changed)
+        self.run_button = QPushButton("Run comparison")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(self.start_comparison)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.stop_button.setEnabled(False)
+        action_row = QHBoxLayout()
+        action_row.addWidget(self.decoding)
+        action_row.addWidget(self.prefix_cache)
+        action_row.addStretch(1)
+        action_row.addWidget(self.run_button)
+        action_row.addWidget(self.stop_button)
+        grid.addWidget(QLabel("Decoding"), 3, 0)
+        grid.addLayout(action_row, 3, 1, 1, 3)
+        grid.setColumnStretch(1, 1)
+        self._inputs: list[QWidget] = [
+            *self.task_buttons.values(),
+            self.pressure,
+            *self.policy_boxes.values(),
+            self.model_combo,
+            self.model_dir,
+            self.browse,
+            self.decoding,
+            self.prefix_cache,
+        ]
+        return box
+
+    def _add_extra_tabs(self) -> list[str]:
+        added: list[str] = []
+        for module_name, label in EXTRA_TABS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            widget = _make_tab(module, self)
+            if widget is not None:
+                self.tabs.addTab(widget, label)
+                added.append(label)
+        return added
+
+    # -- settings ---------------------------------------------------------------------------
+    def apply_settings(self, settings: ComparisonSettings) -> None:
+        """Show ``settings`` in the controls (without starting anything)."""
+        self._loading = True
+        try:
+            self.task_buttons[settings.task].setChecked(True)
+            self.pressure.setChecked(settings.pressure)
+            for name, box in self.policy_boxes.items():
+                box.setChecked(name in settings.policies)
+            self.model_combo.setCurrentIndex(self.model_combo.findData(settings.model.value))
+            self.model_dir.setText(str(settings.model_dir) if settings.model_dir else "")
+            self.decoding.setCurrentIndex(1 if settings.constrained else 0)
+            self.prefix_cache.setChecked(settings.prefix_cache)
+        finally:
+            self._loading = False
+        self._sync_enabled()
+
+    def current_task(self) -> Task:
+        for task, button in self.task_buttons.items():
+            if button.isChecked():
+                return task
+        return Task.RETENTION
+
+    def current_model(self) -> ModelChoice:
+        return ModelChoice(str(self.model_combo.currentData()))
+
+    def current_settings(self) -> ComparisonSettings:
+        """The settings the controls show; raises :class:`SetupError` when they are
+        incomplete (no policy, no model directory)."""
+        policies = tuple(name for name, box in self.policy_boxes.items() if box.isChecked())
+        if not policies:
+            raise SetupError("Select at least one policy.")
+        choice = self.current_model()
+        directory = self.model_dir.text().strip()
+        if choice is ModelChoice.DIRECTORY and not directory:
+            raise SetupError("Choose a local MLX model directory first.")
+        task = self.current_task()
+        try:
+            return ComparisonSettings(
+                task=task,
+                pressure=self.pressure.isChecked() and task.sequential,
+                policies=policies,
+                model=choice,
+                model_dir=Path(directory) if choice is ModelChoice.DIRECTORY else None,
+                constrained=bool(self.decoding.currentData()),
+                prefix_cache=self.prefix_cache.isChecked(),
+            )
+        except ValueError as exc:
+            raise SetupError(str(exc)) from None
+
+    def _ready_text(self, initial: bool = False) -> str:
+        task = self.current_task()
+        choice = self.current_model()
+        if initial and choice is ModelChoice.QWEN3:
+            return "Ready. The first run downloads Qwen3-1.7B-4bit (about 1 GB) once."
+        if initial:
+            return f"Ready for {task.label}. Press Run comparison."
+        return f"Ready for {task.label}."
+
+    @Slot(object, bool)
+    def _task_toggled(self, button: object, checked: bool) -> None:
+        if checked:
+            self._settings_changed()
+
+    @Slot(int)
+    def _model_changed(self, index: int) -> None:
+        self._settings_changed()
+
+    @Slot()
+    def _settings_changed(self) -> None:
+        self._sync_enabled()
+        if self._loading or self.running:
+            return
+        self.clear_results()
+        self.set_status(self._ready_text())
+
+    def _sync_enabled(self) -> None:
+        running = self.running
+        for widget in self._inputs:
+            widget.setEnabled(not running)
+        if not running:
+            sequential = self.current_task().sequential
+            self.pressure.setEnabled(sequential)
+            choice = self.current_model()
+            is_dir = choice is ModelChoice.DIRECTORY
+            self.model_dir.setVisible(is_dir)
+            self.browse.setVisible(is_dir)
+            real = choice.real
+            self.decoding.setEnabled(real)
+            self.prefix_cache.setEnabled(real)
+        any_policy = any(box.isChecked() for box in self.policy_boxes.values())
+        self.run_button.setEnabled(not running and any_policy)
+        self.stop_button.setEnabled(running)
+
+    @Slot()
+    def _browse(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "MLX model directory")
+        if chosen:
+            self.model_dir.setText(chosen)
+            self._settings_changed()
+
+    # -- running ----------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def set_status(self, text: str) -> None:
+        if text != self.status.text():
+            self.status.setText(text)
+            self.status_changed.emit(text)
+
+    def clear_results(self) -> None:
+        self.result = None
+        self.step_lines = []
+        self.chart.clear()
+        self.caption.setText("")
+        self.progress.setRange(0, PROGRESS_MAX)
+        self.progress.setValue(0)
+        for column in self.columns.values():
+            self.columns_box.removeWidget(column)
+            column.deleteLater()
+        self.columns = {}
+
+    @Slot()
+    def start_comparison(self) -> None:
+        """What **Run comparison** does; ignored while a run is in progress."""
+        if self.running:
+            return
+        try:
+            settings = self.current_settings()
+        except SetupError as exc:
+            self._not_started(exc.message)
+            return
+        try:
+            self._start(settings)
+        except Exception as exc:  # never leave a caller waiting for run_finished
+            self._thread, self._worker, self._cancel = None, None, None
+            self._sync_enabled()
+            self._not_started(f"Could not start the run: {type(exc).__name__}: {exc}")
+
+    def _not_started(self, message: str) -> None:
+        self.last_error = message
+        self.set_status(message)
+        self.run_finished.emit(None)
+
+    def _start(self, settings: ComparisonSettings) -> None:
+        self.clear_results()
+        self.last_error = None
+        for index, name in enumerate(settings.policies):
+            column = PolicyColumn(name, index)
+            self.columns[name] = column
+            self.columns_box.addWidget(column, 1)
+        self._cancel = CancelToken()
+        thread = QThread(self)
+        worker = ComparisonWorker(settings, self.cache, self._cancel)
+        worker.moveToThread(thread)
+        thread.started.connect(worker.run)
+        worker.status.connect(self._on_status)
+        worker.progress.connect(self._on_progress)
+        worker.model_ready.connect(self._on_model_ready)
+        worker.step.connect(self._on_step)
+        worker.outcome.connect(self._on_outcome)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        worker.done.connect(thread.quit)
+        thread.finished.connect(self._on_thread_finished)
+        self._thread, self._worker = thread, worker
+        self._sync_enabled()
+        thread.start()
+
+    @Slot()
+    def stop(self) -> None:
+        """Cancel the run; the worker stops at the next check (between or during tokens)."""
+        if self._cancel is not None and self.running:
+            self._cancel.cancel()
+            self.set_status("Stopping…")
+            self.stop_button.setEnabled(False)
+
+    @Slot(str)
+    def _on_status(self, text: str) -> None:
+        self.set_status(text)
+
+    @Slot(int)
+    def _on_progress(self, value: int) -> None:
+        if value < 0:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, PROGRESS_MAX)
+            self.progress.setValue(value)
+
+    @Slot(str, str)
+    def _on_model_ready(self, label: str, unit: str) -> None:
+        self._unit = unit
+        self.caption.setText(f"Model: {label} · greedy sampling · counts in {unit}")
+
+    @Slot(str, object)
+    def _on_step(self, policy: str, step: object) -> None:
+        assert isinstance(step, StepView)
+        line = step_line(policy, step)
+        self.step_lines.append(line)
+        self.set_status(line)
+        column = self.columns.get(policy)
+        if column is not None and self.current_task().sequential:
+            column.add_live_step(step)
+
+    @Slot(object)
+    def _on_outcome(self, outcome: object) -> None:
+        assert isinstance(outcome, PolicyOutcome)
+        column = self.columns.get(outcome.policy.name)
+        if column is not None:
+            column.show_outcome(outcome, self._unit)
+
+    @Slot(object)
+    def _on_finished(self, result: object) -> None:
+        assert isinstance(result, ComparisonResult)
+        self.result = result
+        steps, series = chart_series(result.outcomes)
+        self.chart.set_data(steps, series, result.token_unit, result.budget.context_window)
+        b = result.budget
+        self.caption.setText(
+            f"Model: {result.model_label} · greedy sampling · counts in {result.token_unit} · "
+            f"window {b.context_window:,}, {b.total_tokens:,} per turn, "
+            f"{b.max_edit_attempts} decision attempts · same model, budgets and records for "
+            "every policy; each policy starts from a fresh session and a cold cache."
+        )
+        for column in self.columns.values():
+            if column.outcome is None:
+                column.card.headline.setText("Not run (stopped before this policy finished).")
+        self.set_status(result.status)
+        self.progress.setRange(0, PROGRESS_MAX)
+        self.progress.setValue(PROGRESS_MAX if result.completed else self.progress.value())
+
+    @Slot(str)
+    def _on_failed(self, message: str) -> None:
+        self.last_error = message
+        self.set_status(message)
+        self.progress.setRange(0, PROGRESS_MAX)
+        self.progress.setValue(0)
+
+    @Slot()
+    def _on_thread_finished(self) -> None:
+        thread, worker = self._thread, self._worker
+        self._thread, self._worker, self._cancel = None, None, None
+        if worker is not None:
+            worker.deleteLater()
+        if thread is not None:
+            thread.deleteLater()
+        self._sync_enabled()
+        self.run_finished.emit(self.result)
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def shutdown(self, timeout_ms: int = 60_000) -> bool:
+        """Cancel any run and wait for the worker thread; close the model if we own it.
+        Returns whether the thread ended in time."""
+        ended = True
+        thread = self._thread
+        if thread is not None:
+            if self._cancel is not None:
+                self._cancel.cancel()
+            ended = thread.wait(timeout_ms)
+        if self._owns_cache and ended:
+            self.cache.close()
+        return ended
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.shutdown()
+        event.accept()
+
+
+def _make_tab(module: object, parent: QWidget) -> QWidget | None:
+    """Build a tab from an optional module: a ``create_tab(parent)`` function or the first
+    ``*Tab`` QWidget subclass it defines. Failures leave the tab out (the comparison never
+    depends on them)."""
+    factory = getattr(module, "create_tab", None)
+    try:
+        if callable(factory):
+            widget = factory(parent)
+            return widget if isinstance(widget, QWidget) else None
+        for name in dir(module):
+            value = getattr(module, name)
+            if (
+                name.endswith("Tab")
+                and isinstance(value, type)
+                and issubclass(value, QWidget)
+                and value.__module__ == getattr(module, "__name__", None)
+            ):
+                created = value()
+                return created if isinstance(created, QWidget) else None
+    except Exception:  # an optional tab must never take the playground down
+        return None
+    return None
+
+
+__all__ = ["DEFAULT_POLICIES", "MainWindow", "PolicyColumn", "default_model"]

@@ -1,0 +1,114 @@
+"""The worker that does all model work off the GUI thread.
+
+One :class:`ComparisonWorker` lives in one ``QThread`` per run. It loads (or reuses) the model,
+runs the comparison and reports through signals; Qt queues those signals to the ``@Slot``
+methods of the window on the GUI thread, so no widget is touched from the worker. Stop sets
+the shared :class:`picocontext.CancelToken`, which the session and the backends check between
+and during generations.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from picocontext import Cancelled, CancelToken, PicoContextError
+from picocontext_playground.comparison import (
+    ComparisonResult,
+    PolicyOutcome,
+    StepView,
+    run_comparison,
+)
+from picocontext_playground.models import ModelCache
+from picocontext_playground.settings import ComparisonSettings
+
+# Progress is reported in per-mille of the whole run. When a model must be loaded first, the
+# load takes the first LOAD_SHARE of the bar.
+PROGRESS_MAX = 1000
+LOAD_SHARE = 300
+
+
+class ComparisonWorker(QObject):
+    """Runs one comparison; emits ``finished`` or ``failed`` exactly once, then ``done``."""
+
+    status = Signal(str)
+    progress = Signal(int)  # 0..PROGRESS_MAX, or -1 for "busy, amount unknown"
+    model_ready = Signal(str, str)  # label, token unit
+    step = Signal(str, object)  # policy name, StepView
+    outcome = Signal(object)  # PolicyOutcome
+    finished = Signal(object)  # ComparisonResult
+    failed = Signal(str)
+    done = Signal()
+
+    def __init__(
+        self, settings: ComparisonSettings, cache: ModelCache, cancel: CancelToken
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.cache = cache
+        self.cancel = cancel
+        self._run_start = 0
+
+    # ComparisonEvents -----------------------------------------------------------------
+    def _status(self, text: str) -> None:
+        self.status.emit(text)
+
+    def _progress(self, done: int, total: int) -> None:
+        span = PROGRESS_MAX - self._run_start
+        value = self._run_start + (span * done // total if total else span)
+        self.progress.emit(value)
+
+    def _step(self, policy: str, step: StepView) -> None:
+        self.step.emit(policy, step)
+
+    def _outcome(self, outcome: PolicyOutcome) -> None:
+        self.outcome.emit(outcome)
+
+    def _load_progress(self, label: str, fraction: float | None) -> None:
+        self.status.emit(label)
+        if fraction is None:
+            self.progress.emit(-1)
+        else:
+            self.progress.emit(int(LOAD_SHARE * max(0.0, min(1.0, fraction))))
+        self.cancel.check()
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            self.status.emit(f"Loading {self.settings.model.label}…")
+            model = self.cache.get(self.settings, self._load_progress, self.cancel)
+            self.model_ready.emit(model.label, model.token_unit)
+            self._run_start = LOAD_SHARE if self.settings.model.real else 0
+            result = run_comparison(self.settings, model, _Events(self), self.cancel)
+        except Cancelled:
+            self.status.emit("Stopped before the model was ready.")
+            self.failed.emit("Stopped before the model was ready.")
+        except PicoContextError as exc:
+            self.failed.emit(exc.message)
+        except Exception as exc:  # a bug must reach the status line, not kill the thread
+            self.failed.emit(f"Unexpected error: {type(exc).__name__}: {exc}")
+        else:
+            self.finished.emit(result)
+        finally:
+            self.done.emit()
+
+
+class _Events:
+    """Adapts :class:`ComparisonWorker` to the plain ``ComparisonEvents`` protocol."""
+
+    def __init__(self, worker: ComparisonWorker) -> None:
+        self.worker = worker
+
+    def status(self, text: str) -> None:
+        self.worker._status(text)
+
+    def progress(self, done: int, total: int) -> None:
+        self.worker._progress(done, total)
+
+    def step(self, policy: str, step: StepView) -> None:
+        self.worker._step(policy, step)
+
+    def outcome(self, outcome: PolicyOutcome) -> None:
+        self.worker._outcome(outcome)
+
+
+__all__ = ["LOAD_SHARE", "PROGRESS_MAX", "ComparisonResult", "ComparisonWorker"]
