@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -142,6 +143,7 @@ class ManifestTab(QWidget):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["node", "title", "kind", "tokens", "facets", "links"])
         self.tree.setColumnCount(6)
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         left_box.addWidget(self.tree)
         actions = QHBoxLayout()
         self.expand_button = QPushButton("Open")
@@ -545,3 +547,4 @@ class ManifestTab(QWidget):
             for col, text in enumerate(cells):
                 self.eval_table.setItem(row, col, QTableWidgetItem(text))
         self.eval_table.resizeColumnsToContents()
+        self.eval_table.setColumnWidth(1, min(self.eval_table.columnWidth(1), 260))

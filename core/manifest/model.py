@@ -26,6 +26,10 @@ _NODE_CONFIG = ConfigDict(frozen=True, extra="forbid")
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 DescriptorLine = Annotated[StrictStr, Field(min_length=1, max_length=DESCRIPTOR_MAX_CHARS)]
+TEXT_MAX_CHARS = 4096
+# Every other free-text field is bounded too, so a hostile file cannot smuggle megabytes into
+# a title, keyword or ref; checked while parsing, before any Python sees the string.
+Text = Annotated[StrictStr, Field(max_length=TEXT_MAX_CHARS)]
 
 RenderLevel = Literal["full", "summary"]
 
@@ -35,8 +39,8 @@ class Payload(BaseModel):
 
     model_config = _NODE_CONFIG
 
-    ref: StrictStr = Field(description="Content reference, e.g. node://<id>.")
-    format: StrictStr | None = Field(default=None, description="md, json, txt, ...")
+    ref: Text = Field(description="Content reference, e.g. node://<id>.")
+    format: Text | None = Field(default=None, description="md, json, txt, ...")
     render: tuple[RenderLevel, ...] | None = Field(
         default=None, description="Available render levels; 'full' is verbatim."
     )
@@ -51,8 +55,8 @@ class Link(BaseModel):
 
     model_config = _NODE_CONFIG
 
-    to: StrictStr = Field(description="Target node id; must resolve in this manifest.")
-    why: StrictStr | None = Field(default=None, description="One line: why these relate.")
+    to: Text = Field(description="Target node id; must resolve in this manifest.")
+    why: Text | None = Field(default=None, description="One line: why these relate.")
 
 
 class Node(BaseModel):
@@ -60,21 +64,21 @@ class Node(BaseModel):
 
     model_config = _NODE_CONFIG
 
-    id: StrictStr | None = Field(default=None, description="Must equal its key in `nodes`.")
+    id: Text | None = Field(default=None, description="Must equal its key in `nodes`.")
     tier: NonNegInt | None = None
-    title: StrictStr | None = None
+    title: Text | None = None
     what: DescriptorLine = Field(description="One line: what is behind this node.")
     when: DescriptorLine = Field(description="One line: the goal that makes this the branch.")
-    keywords: tuple[StrictStr, ...] | None = None
+    keywords: tuple[Text, ...] | None = None
     desc_tokens: NonNegInt | None = Field(default=None, description="Cost of the descriptor.")
     tokens: NonNegInt | None = Field(default=None, description="Cost of a leaf's full payload.")
     summary_tokens: NonNegInt | None = None
     subtree_tokens: NonNegInt | None = None
-    content_hash: StrictStr | None = None
-    children: tuple[StrictStr, ...] | None = Field(default=None, description="Child ids.")
+    content_hash: Text | None = None
+    children: tuple[Text, ...] | None = Field(default=None, description="Child ids.")
     payload: Payload | None = None
     links: tuple[Link, ...] | None = None
-    facets: dict[StrictStr, StrictStr] | None = None
+    facets: dict[Text, Text] | None = None
 
     @model_validator(mode="after")
     def _branch_xor_leaf(self) -> Node:
@@ -169,8 +173,17 @@ class Manifest(BaseModel):
                 out.setdefault(cid, nid)
         return out
 
-    def ancestors(self, node_id: str) -> list[str]:
-        """Root first, parent last. Bounded by the node count, so a cycle cannot hang it."""
+    @cached_property
+    def _ancestor_cache(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    def ancestors(self, node_id: str) -> tuple[str, ...]:
+        """Root first, parent last; memoized. Bounded by the node count, so a cycle (in an
+        unvalidated manifest) cannot hang it."""
+        cache = self._ancestor_cache
+        hit = cache.get(node_id)
+        if hit is not None:
+            return hit
         chain: list[str] = []
         seen = {node_id}
         cur = self.parents.get(node_id)
@@ -179,7 +192,9 @@ class Manifest(BaseModel):
             seen.add(cur)
             cur = self.parents.get(cur)
         chain.reverse()
-        return chain
+        result = tuple(chain)
+        cache[node_id] = result
+        return result
 
     @cached_property
     def leaf_ids(self) -> tuple[str, ...]:

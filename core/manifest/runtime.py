@@ -369,12 +369,14 @@ class Runtime:
     def _touch(self, key: str) -> None:
         """Mark ``key`` used. Using a node uses the reveals it hangs from, so they are touched
         first: a leaf is always evicted before the branch that shows it."""
+        lru = self._lru
         for anc in self.manifest.ancestors(key):
             if anc in self._revealed:
-                self._lru[anc] = None
-                self._lru.move_to_end(anc)
-        self._lru[key] = None
-        self._lru.move_to_end(key)
+                lru[anc] = None
+                lru.move_to_end(anc)
+        if key in self._spliced or key in self._revealed:
+            lru[key] = None
+            lru.move_to_end(key)
 
     def _subtree_items(self, branch: str) -> tuple[int, list[str], list[str], list[str]]:
         """Tokens reclaimed by collapsing ``branch``'s reveal, with the hidden nodes, reveals
@@ -613,7 +615,7 @@ class Runtime:
 
     def ancestors(self, node_id: str) -> list[str]:
         self.manifest.get(node_id)
-        return self.manifest.ancestors(node_id)
+        return list(self.manifest.ancestors(node_id))
 
     def related(self, node_id: str) -> list[tuple[str, str]]:
         """(target id, why) for each see-also link that resolves. Charges nothing."""

@@ -2,8 +2,9 @@
 10,000-node manifest, ours against the peer (askfaro-progressive-context from PyPI, installed
 into a cached virtualenv) in one run, with the ratio per operation.
 
-Both sides run the same op script in their own interpreter (a subprocess each), so neither
-benefits from the other's warm caches. Times are the median of ``--repeat`` runs.
+Both sides run the same op script in their own interpreter (a subprocess each, alternating
+ours/peer run by run), so neither benefits from the other's warm caches or a quiet moment on a
+shared machine. Times are the median of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -230,10 +231,22 @@ def _run_side(python: str, side: str, manifest: Path, ops: Path, repeat: int) ->
     return result
 
 
+def _median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    import statistics
+
+    out: dict[str, Any] = {
+        "load": statistics.median(r["load"] for r in runs),
+        "validate": statistics.median(r["validate"] for r in runs),
+        "ops": {op: statistics.median(r["ops"][op] for r in runs) for op in runs[0]["ops"]},
+    }
+    out["ops_total"] = statistics.median(r["ops_total"] for r in runs)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench manifest", description=__doc__)
     parser.add_argument("--output", type=Path, default=Path("out/bench/manifest.json"))
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--ops", type=int, default=1000)
     args = parser.parse_args(argv)
     try:
@@ -246,8 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         doc = generate()
         mpath.write_text(json.dumps(doc))
         opath.write_text(json.dumps(op_script(args.ops)))
-        ours = _run_side(sys.executable, "ours", mpath, opath, args.repeat)
-        theirs = _run_side(peer, "peer", mpath, opath, args.repeat) if peer else None
+        # Alternate the two sides run by run, so a busy machine slows both alike.
+        ours_runs: list[dict[str, Any]] = []
+        peer_runs: list[dict[str, Any]] = []
+        for _ in range(args.repeat):
+            ours_runs.append(_run_side(sys.executable, "ours", mpath, opath, 1))
+            if peer:
+                peer_runs.append(_run_side(peer, "peer", mpath, opath, 1))
+        ours = _median_runs(ours_runs)
+        theirs = _median_runs(peer_runs) if peer_runs else None
     rows = [("load", "load"), ("validate", "validate")]
     report: dict[str, Any] = {
         "nodes": len(doc["nodes"]) + 1,

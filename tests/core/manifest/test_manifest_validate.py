@@ -114,7 +114,13 @@ def test_10mb_descriptor_is_rejected_without_echoing_it(b: Any) -> None:
     assert errs == ("nodes/a/what: String should have at most 160 characters",)
     d = b.tree_doc()
     d["nodes"]["a"]["title"] = "t" * 10_000_000
-    assert errors_of(d) == ("nodes/a/title: 10000000 chars exceed 4096",)
+    assert errors_of(d) == ("nodes/a/title: String should have at most 4096 characters",)
+    d = b.tree_doc()
+    d["nodes"]["a.1"]["keywords"] = ["k" * 5000]
+    d["nodes"]["a.1"]["facets"] = {"f" * 5000: "v"}
+    errs = errors_of(d)
+    assert "nodes/a.1/keywords/0: String should have at most 4096 characters" in errs
+    assert any(e.startswith("nodes/a.1/facets/") and "4096" in e for e in errs)
 
 
 def test_deeply_nested_json_is_a_clear_error() -> None:
