@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from picocontext.distill.models import (
     Altitude,
     DigestChild,
     DigestNode,
+    DigestSnapshot,
     DigestView,
     MapLine,
     MapResult,
@@ -42,6 +44,10 @@ RECALL_TOOL = "recall"
 RECALL_K = 24
 
 _ARGS = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+def whitespace_words(text: str) -> int:
+    return len(text.split())
 
 
 class MapArgs(BaseModel):
@@ -120,6 +126,36 @@ class DigestTools:
         self.tokenizer = tokenizer
         self.embedder = embedder
         self.sem_seed = sem_seed
+
+    @classmethod
+    def open(cls, corpus: str | Path) -> DigestTools:
+        """Read-only tools over a corpus directory written by a :class:`Distiller` (what the
+        CLI and the Digest tab use). Recall embeds queries with the corpus's lexical width."""
+        root = Path(corpus)
+        if not (root / "nodes.sqlite").is_file():
+            raise DistillError(f"No digest corpus at {root} (nodes.sqlite is missing).")
+        store = NodeStore(root / "nodes.sqlite")
+        dims = 256
+        recorded = store.meta_get("semantic_recipe_json")
+        if recorded:
+            data = json.loads(recorded)
+            if str(data.get("embedder_id", "")).startswith("lexical-"):
+                dims = int(data.get("dims", 256))
+        return cls(store, BlobStore(root / "cas"), whitespace_words, LexicalEmbedder(dims))
+
+    def close(self) -> None:
+        self.store.close()
+
+    def snapshot(self) -> DigestSnapshot:
+        """Every node and its verified summary; an unreadable blob shows its error text."""
+        nodes = self.store.nodes()
+        summaries: dict[str, str] = {}
+        for n in nodes:
+            try:
+                summaries[n.id] = self._summary(n)
+            except DistillError as exc:
+                summaries[n.id] = f"[unavailable: {exc}]"
+        return DigestSnapshot(nodes=tuple(nodes), summaries=summaries)
 
     def _summary(self, node: DigestNode) -> str:
         if self.cas is None or not node.summary_hash:

@@ -940,9 +940,9 @@ class Distiller:
                         break
             with self.store.transaction():
                 for node_id in dropped:
-                    node = self.store.get(node_id)
-                    if node is not None:
-                        for parent_id in node.parent_ids:
+                    bad = self.store.get(node_id)
+                    if bad is not None:
+                        for parent_id in bad.parent_ids:
                             self._unlink(parent_id, node_id)
                     self.store.delete(node_id)
                 if dropped:

@@ -1,0 +1,368 @@
+"""The "Digest" tab: the distillation tree with levels, ContentHash / SemHash, token counts and
+summaries; "what changed since" a remembered root (the map diff, highlighted); resolve a hash.
+
+The widget shows state; the core computes it. It renders a
+:class:`~picocontext.distill.DigestSnapshot` and asks a
+:class:`~picocontext.distill.DigestTools` for the map diff and for resolve results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from picocontext.distill import (
+    ROOT_ID,
+    DigestNode,
+    DigestSnapshot,
+    DigestTools,
+    MapResult,
+    ResolveResult,
+)
+from picocontext.distill.models import label_of
+from picocontext.errors import PicoContextError
+
+COLUMNS = ("Node", "Level", "Kind", "Tokens", "ContentHash", "SemHash")
+_CHANGED = QBrush(QColor(255, 236, 179))
+_NEW = QBrush(QColor(200, 235, 200))
+_ID_ROLE = Qt.ItemDataRole.UserRole
+_POPULATED = Qt.ItemDataRole.UserRole + 1
+
+
+class DigestTab(QWidget):
+    """Browse a digest tree, remember it, see what changed since, resolve hashes."""
+
+    def __init__(self, tools: DigestTools | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.tools: DigestTools | None = None
+        self.snapshot = DigestSnapshot()
+        self.remembered: dict[str, str] = {}
+        self.diff: MapResult | None = None
+        self.resolved: ResolveResult | None = None
+        self._build()
+        if tools is not None:
+            self.set_tools(tools)
+
+    # -- layout ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        bar = QHBoxLayout()
+        self.open_button = QPushButton("Open corpus…")
+        self.open_button.clicked.connect(self._choose_corpus)
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.clicked.connect(self.reload)
+        self.remember_button = QPushButton("Remember root")
+        self.remember_button.clicked.connect(self.remember)
+        self.diff_button = QPushButton("What changed since")
+        self.diff_button.clicked.connect(self.show_changes)
+        self.root_label = QLabel("no corpus")
+        for w in (self.open_button, self.reload_button, self.remember_button, self.diff_button):
+            bar.addWidget(w)
+        bar.addWidget(self.root_label, 1)
+
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(len(COLUMNS))
+        self.tree.setHeaderLabels(list(COLUMNS))
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tree.currentItemChanged.connect(self._show_details)
+        self.tree.itemExpanded.connect(self._populate)
+        self._nodes: dict[str, DigestNode] = {}
+        self._changed: set[str] = set()
+
+        self.details = QPlainTextEdit()
+        self.details.setReadOnly(True)
+        mono = QFont("DejaVu Sans Mono")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.details.setFont(mono)
+
+        resolve_row = QHBoxLayout()
+        self.resolve_input = QLineEdit()
+        self.resolve_input.setPlaceholderText("ContentHash (64 hex) or SemHash (16 hex)")
+        self.resolve_input.returnPressed.connect(self.run_resolve)
+        self.resolve_button = QPushButton("Resolve")
+        self.resolve_button.clicked.connect(self.run_resolve)
+        resolve_row.addWidget(self.resolve_input, 1)
+        resolve_row.addWidget(self.resolve_button)
+        self.resolve_results = QListWidget()
+        self.resolve_results.itemActivated.connect(self._jump_to_result)
+        self.resolve_results.itemClicked.connect(self._jump_to_result)
+
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(QLabel("Summary"))
+        right_layout.addWidget(self.details, 3)
+        right_layout.addLayout(resolve_row)
+        right_layout.addWidget(self.resolve_results, 1)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.tree)
+        split.addWidget(right)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(split, 1)
+        layout.addWidget(self.status)
+        self._set_enabled(False)
+
+    def _set_enabled(self, on: bool) -> None:
+        for w in (self.reload_button, self.remember_button, self.resolve_button):
+            w.setEnabled(on)
+        self.diff_button.setEnabled(on and bool(self.remembered))
+
+    # -- data --------------------------------------------------------------------------------
+    def set_tools(self, tools: DigestTools) -> None:
+        self.tools = tools
+        self._set_enabled(True)
+        self.reload()
+
+    def open_corpus(self, path: Path) -> bool:
+        try:
+            tools = DigestTools.open(path)
+        except PicoContextError as exc:
+            self._error(str(exc))
+            return False
+        if self.tools is not None:
+            self.tools.close()
+        self.set_tools(tools)
+        return True
+
+    def _choose_corpus(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Open a digest corpus")
+        if chosen:
+            self.open_corpus(Path(chosen))
+
+    def reload(self) -> None:
+        """Re-read the tree from the corpus (keeps the remembered root and the diff view)."""
+        if self.tools is None:
+            return
+        try:
+            snapshot = self.tools.snapshot()
+        except PicoContextError as exc:
+            self._error(str(exc))
+            return
+        self.show_snapshot(snapshot)
+
+    def show_snapshot(self, snapshot: DigestSnapshot) -> None:
+        self.snapshot = snapshot
+        self.diff = None
+        root = snapshot.node(ROOT_ID)
+        self.root_label.setText(
+            f"root {root.content_hash[:16]}…  ·  {len(snapshot.nodes)} nodes"
+            if root is not None
+            else f"no root  ·  {len(snapshot.nodes)} nodes"
+        )
+        self._fill_tree()
+        self.status.setText("")
+
+    def _fill_tree(self) -> None:
+        """Top-level items now; children are added when an item is first expanded, so a
+        10,000-leaf corpus (where a leaf sits under a scope *and* a cluster) stays cheap."""
+        self.tree.clear()
+        self._nodes = {n.id: n for n in self.snapshot.nodes}
+        self._changed = {x.id for x in self.diff.changed} if self.diff else set()
+        tops = [n for n in self.snapshot.nodes if n.id == ROOT_ID]
+        if not tops:  # no root yet: show whatever has no parent in the snapshot
+            children = {c for n in self.snapshot.nodes for c in n.child_ids}
+            tops = [n for n in self.snapshot.nodes if n.id not in children]
+        for node in tops:
+            self.tree.addTopLevelItem(self._item_for(node))
+        first = self.tree.topLevelItem(0)
+        if first is not None:
+            first.setExpanded(True)
+            self.tree.setCurrentItem(first)
+
+    def _item_for(self, node: DigestNode) -> QTreeWidgetItem:
+        item = QTreeWidgetItem(
+            [
+                label_of(node) if node.level == 0 else node.id,
+                str(node.level),
+                node.kind,
+                str(node.tokens),
+                node.content_hash[:16],
+                node.sem_hash,
+            ]
+        )
+        item.setData(0, _ID_ROLE, node.id)
+        item.setToolTip(0, node.id)
+        if node.id in self._changed:
+            brush = _NEW if node.id not in self.remembered else _CHANGED
+            for col in range(len(COLUMNS)):
+                item.setBackground(col, brush)
+        if any(c in self._nodes for c in node.child_ids):
+            item.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.ShowIndicator)
+        return item
+
+    def _populate(self, item: QTreeWidgetItem) -> None:
+        if item.childCount() or item.data(0, _POPULATED):
+            return
+        item.setData(0, _POPULATED, True)
+        node = self._nodes.get(str(item.data(0, _ID_ROLE)))
+        if node is None:
+            return
+        for child_id in node.child_ids:
+            child = self._nodes.get(child_id)
+            if child is not None:
+                item.addChild(self._item_for(child))
+
+    def changed_items(self) -> set[str]:
+        """Ids highlighted as changed or new (what the map diff reported)."""
+        return set(self._changed)
+
+    # -- details -----------------------------------------------------------------------------
+    def selected_id(self) -> str | None:
+        item = self.tree.currentItem()
+        return None if item is None else str(item.data(0, _ID_ROLE))
+
+    def select(self, node_id: str) -> bool:
+        """Select ``node_id``: find a path from a top item through child_ids, expand along it."""
+        parents: dict[str, str] = {}
+        tops = self._top_items()
+        queue = [str(t.data(0, _ID_ROLE)) for t in tops]
+        seen = set(queue)
+        while queue and node_id not in seen:
+            current = queue.pop(0)
+            for child in self._nodes[current].child_ids if current in self._nodes else ():
+                if child not in seen and child in self._nodes:
+                    seen.add(child)
+                    parents[child] = current
+                    queue.append(child)
+        if node_id not in seen:
+            return False
+        path = [node_id]
+        while path[-1] in parents:
+            path.append(parents[path[-1]])
+        path.reverse()
+        item = next((t for t in tops if t.data(0, _ID_ROLE) == path[0]), None)
+        for step in path[1:]:
+            if item is None:
+                return False
+            self._populate(item)
+            item.setExpanded(True)
+            item = next((c for c in self._children(item) if c.data(0, _ID_ROLE) == step), None)
+        if item is None:
+            return False
+        self.tree.setCurrentItem(item)
+        self.tree.scrollToItem(item)
+        return True
+
+    def _top_items(self) -> list[QTreeWidgetItem]:
+        items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return [i for i in items if i is not None]
+
+    @staticmethod
+    def _children(item: QTreeWidgetItem) -> list[QTreeWidgetItem]:
+        kids = (item.child(i) for i in range(item.childCount()))
+        return [k for k in kids if k is not None]
+
+    def _show_details(self, current: QTreeWidgetItem | None, _prev: object = None) -> None:
+        if current is None:
+            self.details.setPlainText("")
+            return
+        node = self.snapshot.node(str(current.data(0, _ID_ROLE)))
+        if node is None:
+            return
+        lines = [
+            node.id,
+            f"level {node.level} · {node.kind} · {node.tokens} tokens",
+            f"ContentHash {node.content_hash}",
+            f"SemHash     {node.sem_hash}",
+            f"Summary     {node.summary_hash}",
+        ]
+        if node.scope_name:
+            lines.append(f"scope {node.scope_name} = {node.scope_id}")
+        if node.parent_ids:
+            lines.append("parents " + ", ".join(node.parent_ids))
+        lines += ["", self.snapshot.summaries.get(node.id, "")]
+        self.details.setPlainText("\n".join(lines))
+
+    # -- remember / diff / resolve -----------------------------------------------------------
+    def remember(self) -> None:
+        """Remember every node's ContentHash, like an agent keeping the root it saw."""
+        self.remembered = self.snapshot.known_hashes()
+        root = self.remembered.get(ROOT_ID, "")
+        self.status.setText(f"Remembered {len(self.remembered)} hashes (root {root[:16]}…).")
+        self._set_enabled(self.tools is not None)
+
+    def show_changes(self) -> MapResult | None:
+        """Reload, ask the core for the map diff against the remembered hashes, highlight it."""
+        if self.tools is None or not self.remembered:
+            return None
+        try:
+            snapshot = self.tools.snapshot()
+            diff = self.tools.map(known_hashes=self.remembered)
+        except PicoContextError as exc:
+            self._error(str(exc))
+            return None
+        self.snapshot = snapshot
+        self.diff = diff
+        self._fill_tree()
+        changed = diff.changed
+        new = sum(1 for x in changed if x.id not in self.remembered)
+        text = (
+            f"{len(changed) - new} changed, {new} new, {len(diff.deleted)} deleted "
+            f"of {len(diff.lines)} nodes since the remembered root."
+        )
+        if diff.deleted:
+            text += " Deleted: " + ", ".join(diff.deleted[:8])
+            text += " …" if len(diff.deleted) > 8 else ""
+        self.status.setText(text)
+        return diff
+
+    def run_resolve(self) -> ResolveResult | None:
+        if self.tools is None:
+            return None
+        value = self.resolve_input.text().strip()
+        if not value:
+            return None
+        try:
+            result = self.tools.resolve(value)
+        except PicoContextError as exc:
+            self._error(str(exc))
+            return None
+        self.resolved = result
+        self.resolve_results.clear()
+        if result.exact is not None:
+            self._add_result(f"exact  {result.exact.id}", result.exact.id)
+        for node_id in result.also_exact:
+            self._add_result(f"exact  {node_id}", node_id)
+        for match in result.near:
+            self._add_result(f"{match.hamming_bits:>2} bits  {match.node.id}", match.node.id)
+        if not self.resolve_results.count():
+            self._add_result("no node has this hash", "")
+        return result
+
+    def _add_result(self, text: str, node_id: str) -> None:
+        item = QListWidgetItem(text)
+        item.setData(_ID_ROLE, node_id)
+        self.resolve_results.addItem(item)
+
+    def _jump_to_result(self, item: QListWidgetItem) -> None:
+        node_id = item.data(_ID_ROLE)
+        if node_id:
+            self.select(str(node_id))
+
+    def _error(self, message: str) -> None:
+        self.status.setText(f"Error: {message}")

@@ -1,0 +1,114 @@
+"""Offscreen test of the Digest tab: tree with levels and hashes, summaries, remember + what
+changed since (highlighted map diff), resolve, and opening a corpus directory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from picocontext.distill import ROOT_ID, DigestTools, Distiller
+from picocontext.distill.testing import VariedEmbedder, build, note, seven_node_units
+from picocontext_playground.digest_tab import COLUMNS, DigestTab
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[QApplication]:
+    existing = QApplication.instance()
+    yield existing if isinstance(existing, QApplication) else QApplication([])
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Iterator[Distiller]:
+    d = build(tmp_path / "corpus", embedder=VariedEmbedder())
+    d.apply([*seven_node_units(), note("n4", "gasket replaced", "s3")])
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def tab(app: QApplication, corpus: Distiller) -> Iterator[DigestTab]:
+    widget = DigestTab(corpus.tools())
+    widget.resize(1000, 600)
+    widget.show()
+    yield widget
+    widget.close()
+    widget.deleteLater()
+
+
+def test_tree_shows_levels_hashes_tokens_and_summaries(tab: DigestTab, corpus: Distiller) -> None:
+    assert tab.tree.headerItem().text(4) == "ContentHash" and len(COLUMNS) == 6
+    top = tab.tree.topLevelItem(0)
+    root = corpus.store.get(ROOT_ID)
+    assert root is not None and top is not None
+    assert top.text(0) == ROOT_ID and top.text(1) == "2" and top.text(2) == "tenant"
+    assert top.text(3) == str(root.tokens) and top.text(4) == root.content_hash[:16]
+    assert top.text(5) == root.sem_hash
+    assert top.childCount() == len(root.child_ids)  # expanded: children populated
+    assert root.content_hash in tab.details.toPlainText()
+    assert "rollup(" in tab.details.toPlainText()
+    assert tab.select("digest:0:note:n1")
+    item = tab.tree.currentItem()
+    assert item is not None and item.text(1) == "0" and item.text(2) == "entity"
+    assert "l0(Pump vibration high)" in tab.details.toPlainText()
+
+
+def test_what_changed_since_a_remembered_root(tab: DigestTab, corpus: Distiller) -> None:
+    assert not tab.diff_button.isEnabled()
+    tab.remember()
+    assert tab.diff_button.isEnabled()
+    corpus.apply([note("n1", "vibration critical", "s1", title="Pump"), note("n5", "new", "s9")])
+    diff = tab.show_changes()
+    assert diff is not None
+    expected = {x.id for x in corpus.tools().map(known_hashes=tab.remembered).changed}
+    assert tab.changed_items() == expected
+    assert "digest:0:note:n1" in expected and ROOT_ID in expected
+    assert "new" in tab.status.text() and "changed" in tab.status.text()
+    top = tab.tree.topLevelItem(0)
+    assert top is not None and top.background(0).style() == Qt.BrushStyle.SolidPattern
+    assert tab.select("digest:0:note:n4")
+    current = tab.tree.currentItem()
+    assert current is not None and current.background(0).style() == Qt.BrushStyle.NoBrush
+
+
+def test_resolve_exact_and_near(tab: DigestTab, corpus: Distiller) -> None:
+    root = corpus.store.get(ROOT_ID)
+    assert root is not None
+    tab.resolve_input.setText(root.content_hash)
+    result = tab.run_resolve()
+    assert result is not None and result.exact is not None
+    assert tab.resolve_results.item(0).text() == f"exact  {ROOT_ID}"
+    leaf = corpus.store.get("digest:0:note:n3")
+    assert leaf is not None
+    tab.resolve_input.setText(leaf.sem_hash)
+    tab.run_resolve()
+    texts = [tab.resolve_results.item(i).text() for i in range(tab.resolve_results.count())]
+    assert " 0 bits  digest:0:note:n3" in texts
+    tab._jump_to_result(tab.resolve_results.item(texts.index(" 0 bits  digest:0:note:n3")))
+    assert tab.selected_id() == "digest:0:note:n3"
+    tab.resolve_input.setText("deadbeef")
+    tab.run_resolve()
+    assert tab.resolve_results.item(0).text() == "no node has this hash"
+
+
+def test_open_corpus_directory_and_errors(
+    app: QApplication, corpus: Distiller, tmp_path: Path
+) -> None:
+    widget = DigestTab()
+    assert not widget.reload_button.isEnabled()
+    assert not widget.open_corpus(tmp_path / "missing")
+    assert widget.status.text().startswith("Error:")
+    assert widget.open_corpus(corpus.store.path.parent)
+    top = widget.tree.topLevelItem(0)
+    assert top is not None and top.text(0) == ROOT_ID
+    assert isinstance(widget.tools, DigestTools)
+    image = widget.grab()
+    assert not image.isNull()
+    widget.close()
+    widget.deleteLater()
