@@ -25,13 +25,14 @@ from picocontext_diagnostics.evaluation import (
     load_config,
 )
 from picocontext_diagnostics.fixtures import fixtures_dir
+from picocontext_diagnostics.runner import StepReport
 
 PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure")
 
 USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
                         [--model NAME_OR_DIR] [--prefix-cache on|off] [--constrained on|off]
-                        [--output PATH] [--quiet]
+                        [--output PATH] [--steps] [--quiet]
 
 Run context policies side by side on seeded notebook episodes and write a JSON report.
 
@@ -48,6 +49,7 @@ options:
                      mlx only: grammar-constrained decision calls
   --output PATH      where to write the report (default: a timestamped file in the user
                      data folder)
+  --steps            also print one line per finished step (useful with slow models)
   --quiet            print only the summary and the report path
   -h, --help         show this help
 
@@ -65,7 +67,7 @@ _VALUED = (
     "--output",
 )
 _MLX_ONLY = ("model", "prefix-cache", "constrained")
-_FLAGS = ("--quiet",)
+_FLAGS = ("--quiet", "--steps")
 
 
 class UsageError(DiagnosticsError):
@@ -166,6 +168,21 @@ def result_line(result: EvaluationResult) -> str:
     return line + (f", failure: {result.failure}" if result.failure else "")
 
 
+def step_line(step: StepReport) -> str:
+    """Progress for slow backends: one line per finished step."""
+    run = step.run
+    usage = f"input {run.total_input_tokens}, output {run.total_generated_tokens}" if run else ""
+    parts = [
+        f"  {step.step.id}: context {'ok' if step.retained_correct else 'MISS'}",
+        f"answer {'ok' if step.answer_correct else 'MISS'}",
+    ]
+    if run is not None:
+        parts.append(f"edits {run.edit_call_count}, keeps {run.keep_call_count}, {usage}")
+    if step.failure:
+        parts.append(f"failure: {step.failure}")
+    return ", ".join(parts)
+
+
 def summary_lines(report: EvaluationReport) -> list[str]:
     unit = report.provenance.token_unit
     lines = [f"Summary ({report.provenance.backend}, {report.provenance.model}; tokens: {unit})"]
@@ -198,6 +215,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
         config = choose_config(args)
         output = Path(args["output"]) if "output" in args else default_output()
         quiet = "quiet" in args
+        verbose = "steps" in args
         handle = resolve_backend(
             args.get("backend", "deterministic"),
             args.get("model"),
@@ -212,9 +230,13 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             if not quiet:
                 print(result_line(result), file=out, flush=True)
 
+        def on_step(step: StepReport) -> None:
+            if verbose:
+                print(step_line(step), file=out, flush=True)
+
         try:
             runner = EvaluationRunner(config, handle.counter, handle.backend, provenance(handle))
-            report = runner.run(on_result=on_result, cancel=cancel)
+            report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
         finally:
             if handle.close is not None:
                 handle.close()

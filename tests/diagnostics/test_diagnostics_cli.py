@@ -73,6 +73,17 @@ def test_passing_run_writes_the_report_and_exits_0(
     assert not list(output.parent.glob("*.partial"))
 
 
+def test_steps_flag_prints_one_line_per_step(tmp_path: Path) -> None:
+    code, out, _ = run_cli(
+        "--config", str(write_config(tmp_path)), "--output", str(tmp_path / "s.json"), "--steps"
+    )
+    assert code == 0
+    step_lines = [line for line in out.splitlines() if line.startswith("  step-")]
+    assert len(step_lines) == 2 * 2 * 2  # repetitions × policies × steps
+    assert step_lines[0].startswith("  step-1: context ok, answer ok, edits 0, keeps 0, input ")
+    assert "edits 1" in step_lines[2]
+
+
 def test_failing_run_keeps_the_report_and_exits_2(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,
@@ -318,6 +329,7 @@ def test_argument_parser_only_ever_raises_usage_errors(argv: list[str]) -> None:
         assert exc.message
         return
     assert set(args) <= {
+        "steps",
         "help",
         "backend",
         "config",
