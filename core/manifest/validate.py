@@ -99,6 +99,94 @@ def check_structure(
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Structure checks on a schema-valid manifest: (errors, warnings).
 
+    A clean manifest is confirmed by a few whole-manifest set operations; only when that fails
+    does the node-by-node pass run to name every problem.
+    """
+    fast = _clean_warnings(manifest, limits)
+    if fast is not None:
+        return (), fast
+    return _detailed_structure(manifest, limits)
+
+
+def _cost_warnings(manifest: Manifest, depth_of: Mapping[str, int]) -> list[str]:
+    nodes = manifest.nodes
+    warns = [
+        f"nodes/{nid}/tier: tier {nodes[nid].tier} but depth {d}"
+        for nid, d in depth_of.items()
+        if nid in nodes and nodes[nid].tier is not None and nodes[nid].tier != d
+    ]
+    baseline = manifest.variant.manifest_tokens
+    if baseline is not None and baseline > manifest.variant.budget:
+        warns.append(
+            f"variant: manifest_tokens {baseline} exceed the budget {manifest.variant.budget}"
+        )
+    for nid, node in nodes.items():
+        kids = node.children
+        if not kids or node.subtree_tokens is None:
+            continue
+        sub = [nodes[c].subtree_tokens if c in nodes else None for c in kids]
+        if None not in sub:
+            total = sum(x for x in sub if x is not None)
+            if total != node.subtree_tokens:
+                warns.append(
+                    f"nodes/{nid}/subtree_tokens: {node.subtree_tokens} but children sum to {total}"
+                )
+    return warns
+
+
+def _clean_warnings(manifest: Manifest, limits: Limits) -> tuple[str, ...] | None:
+    """Warnings if the structure is clean, None at the first sign of any error."""
+    nodes = manifest.nodes
+    root_id = manifest.root_id
+    if len(nodes) + 1 > limits.max_nodes or root_id in nodes:
+        return None
+    if any(n.id is not None and n.id != k for k, n in nodes.items()):
+        return None
+    every = [manifest.root, *nodes.values()]
+    if any(len(n.children or ()) > limits.max_children for n in every):
+        return None
+    refs = [c for n in every for c in n.children or ()]
+    ref_set = set(refs)
+    if len(ref_set) != len(refs) or len(refs) != len(nodes) or ref_set != nodes.keys():
+        return None  # a duplicate, a second parent, an unknown id, the root, or an orphan
+    for n in every:
+        links = n.links
+        if links and (
+            len(links) > limits.max_links
+            or any(x.to not in nodes and x.to != root_id for x in links)
+        ):
+            return None
+        p = n.payload
+        if p is not None and p.ref.startswith("node://"):
+            target = p.ref[7:]
+            if target not in nodes and target != root_id:
+                return None
+            if target in nodes and nodes[target].payload is None:
+                return None
+            if target == root_id and manifest.root.payload is None:
+                return None
+    # Every node is referenced exactly once and the root never: a forest hanging from the
+    # root plus possibly cycles. Level-by-level descent finds both and the depth.
+    depth_of: dict[str, int] = {}
+    level = list(manifest.root.children or ())
+    d = 1
+    while level:
+        if d > limits.max_depth:
+            return None
+        for c in level:
+            depth_of[c] = d
+        level = [c for nid in level for c in nodes[nid].children or ()]
+        d += 1
+    if len(depth_of) != len(nodes):
+        return None  # a cycle detached from the root
+    return tuple(_cost_warnings(manifest, depth_of)[: limits.max_errors])
+
+
+def _detailed_structure(
+    manifest: Manifest, limits: Limits = DEFAULT_LIMITS
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The node-by-node pass that names every structural error.
+
     Errors: id != key, the root id reused as a node key, unknown or duplicate child refs, a node
     with several parents, the root as a child, cycles, orphans, dangling links and ``node://``
     payload refs, and the size limits. Warnings: ``tier`` disagreeing with depth, a baseline
@@ -213,27 +301,7 @@ def check_structure(
                 f"nodes: {len(orphans)} orphan node(s) not reachable from the root: {head}{more}"
             )
 
-    for nid, d in depth.items():
-        if nid == root_id:
-            continue
-        tier = nodes[nid].tier
-        if tier is not None and tier != d:
-            warns.append(f"nodes/{nid}/tier: tier {tier} but depth {d}")
-    baseline = manifest.variant.manifest_tokens
-    if baseline is not None and baseline > manifest.variant.budget:
-        warns.append(
-            f"variant: manifest_tokens {baseline} exceed the budget {manifest.variant.budget}"
-        )
-    for nid, node in nodes.items():
-        if node.children and node.subtree_tokens is not None:
-            kid_sum = sum((nodes[c].subtree_tokens or 0) for c in node.children if c in nodes)
-            if all(c in nodes and nodes[c].subtree_tokens is not None for c in node.children) and (
-                kid_sum != node.subtree_tokens
-            ):
-                warns.append(
-                    f"nodes/{nid}/subtree_tokens: {node.subtree_tokens} but children sum to "
-                    f"{kid_sum}"
-                )
+    warns.extend(_cost_warnings(manifest, {k: v for k, v in depth.items() if k != root_id}))
     return errs.final(), tuple(warns[: limits.max_errors])
 
 

@@ -240,3 +240,54 @@ def test_random_graphs_are_classified_without_crashing(
         stack.extend(ch)
     ok = ok and sorted(seen) == sorted(nodes)
     assert report.ok == ok, (kids, root_kids, report.errors)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.tuples(
+            st.one_of(st.lists(_ids, max_size=3), st.none()),
+            st.lists(st.sampled_from(["a", "b", "x", "r"]), max_size=2),
+            st.sampled_from(["a", "b", "e", "zz", "r"]),
+            st.one_of(st.none(), st.integers(0, 3)),
+            st.one_of(st.none(), st.sampled_from(["a", "b", "q"])),
+        ),
+        max_size=5,
+    ),
+    st.lists(_ids, max_size=4),
+    st.integers(1, 4),
+)
+def test_fast_path_agrees_with_the_detailed_pass(
+    spec: dict[str, tuple[Any, ...]], root_kids: list[str], max_depth: int
+) -> None:
+    from picocontext.manifest.model import Manifest
+    from picocontext.manifest.validate import _clean_warnings, _detailed_structure
+
+    nodes: dict[str, dict[str, Any]] = {}
+    for k, (kids, links, ref, tier, nid) in spec.items():
+        n: dict[str, Any] = {"what": k, "when": k, "links": [{"to": t} for t in links]}
+        if kids is None:
+            n["payload"] = {"ref": f"node://{ref}"}
+        else:
+            n["children"] = kids
+        if tier is not None:
+            n["tier"] = tier
+        if nid is not None:
+            n["id"] = nid
+        nodes[k] = n
+    m = Manifest.model_validate(
+        {
+            "pcx_version": "0.2",
+            "source": {"id": "s", "kind": "k"},
+            "variant": {"budget": 9},
+            "root": {"what": "r", "when": "r", "children": root_kids},
+            "nodes": nodes,
+        }
+    )
+    limits = Limits(max_depth=max_depth)
+    fast = _clean_warnings(m, limits)
+    slow_errors, slow_warnings = _detailed_structure(m, limits)
+    assert (fast is None) == bool(slow_errors), (spec, root_kids, slow_errors)
+    if fast is not None:
+        assert fast == slow_warnings
