@@ -3,6 +3,7 @@ plus fixes A, B, C, I, J, L. Counters are the oracles."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -580,3 +581,45 @@ def test_repair_drops_nodes_with_corrupt_blobs_and_sync_rebuilds_them(
     d.reconcile("note", units)
     assert d.table() == table
     assert d.cas.retrieve_text(leaf.summary_hash).startswith("l0(")  # rewritten, verified
+
+
+def test_internal_summary_input_shape(make_distiller: MakeDistiller) -> None:
+    s = FakeSummarizer()
+    d = make_distiller(summarizer=s)
+    d.apply(seven_node_units())
+    scope_input = next(i for i in s.inputs if i.kind == "scope" and i.scope.id == "s1")
+    assert scope_input.level == 1 and scope_input.scope.name == "site"
+    assert scope_input.budget == 256 and scope_input.raw == ""
+    assert [(c.id, c.kind) for c in scope_input.children] == [
+        ("digest:0:note:n1", "entity"),
+        ("digest:0:note:n2", "entity"),
+    ]
+    assert scope_input.children[0].summary == "l0(Pump vibration high)"
+    root_input = next(i for i in s.inputs if i.level == 2)
+    assert root_input.kind == "tenant"
+
+
+def test_rows_carry_unix_nanosecond_timestamps(make_distiller: MakeDistiller) -> None:
+    before = time.time_ns()
+    d = make_distiller()
+    d.apply(seven_node_units())
+    assert all(before <= n.updated_at <= time.time_ns() for n in d.store.nodes())
+
+
+def test_delete_leaves_the_blob_for_gc(make_distiller: MakeDistiller) -> None:
+    d = make_distiller()
+    d.apply([note("n1", "to be deleted", "s1"), note("n2", "stays", "s1")])
+    leaf = d.store.get("digest:0:note:n1")
+    assert leaf is not None
+    d.apply([], deletes=[("note", "n1")])
+    assert d.cas.exists(leaf.summary_hash)
+    d.gc(grace_seconds=0.0, now=time.time() + 10)
+    assert not d.cas.exists(leaf.summary_hash)
+
+
+def test_leaf_embeddings_are_batched_per_page(make_distiller: MakeDistiller) -> None:
+    e = ConstantEmbedder()
+    d = make_distiller(embedder=e, embed_batch=2)
+    d.apply([note(f"n{i}", f"distinct text {i}", "s1") for i in range(5)])
+    assert e.batches[:3] == [2, 2, 1]  # then one single-text call per internal node
+    assert all(b == 1 for b in e.batches[3:])
