@@ -234,3 +234,24 @@ def test_document_folder_sync_edits_and_deletes(tmp_path: Path) -> None:
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="does not exist"):
         DocumentFolderSource(tmp_path / "nope")
+
+
+def test_live_context_sessions_feed_the_tree(tmp_path: Path) -> None:
+    from picocontext import ContextSession
+    from picocontext.models import ByteCounter, ScriptedBackend
+
+    session = ContextSession(
+        Snapshot(scope=SCOPE, records=_records()[:3]), ByteCounter(), ScriptedBackend()
+    )
+    source = ConversationSource(SessionsView([session]), clock=_fixed_clock)
+    d = build(tmp_path / "c")
+    assert d.sync(source).marked == 1
+    session.append_records(
+        [
+            Record(id="u2", role=Role.USER, body="Elements stay cold."),
+            Record(id="a2", role=Role.ASSISTANT, body="Measure their resistance."),
+        ]
+    )
+    report = d.sync(source)
+    assert report.marked == 1 and report.unchanged == 1
+    assert d.store.get("digest:1:scope:conversation:ana/kiln-repair/main") is not None
