@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from picocontext.build.ir import IdRegistry, SourceNode, slug
-from picocontext.build.signals import Signals, Vector, cosine, normalize
+from picocontext.build.signals import Signals, Vector, dot, normalize
 
 
 def _centroid(vectors: Sequence[Vector]) -> Vector:
@@ -28,18 +28,19 @@ def _centroid(vectors: Sequence[Vector]) -> Vector:
 def _bisect(idx: list[int], vecs: Sequence[Vector]) -> tuple[list[int], list[int]]:
     m = len(idx)
     c = _centroid([vecs[i] for i in idx])
-    p1 = min(idx, key=lambda i: (cosine(vecs[i], c), i))
-    p2 = min(idx, key=lambda i: (cosine(vecs[i], vecs[p1]), i))
+    p1 = min(idx, key=lambda i: (dot(vecs[i], c), i))
+    p2 = min(idx, key=lambda i: (dot(vecs[i], vecs[p1]), i))
     a, b = vecs[p1], vecs[p2]
-    order = idx
+    left: list[int] = []
+    right: list[int] = []
     for _ in range(2):
-        scored = sorted(order, key=lambda i: (cosine(vecs[i], b) - cosine(vecs[i], a), i))
-        scores = [cosine(vecs[i], b) - cosine(vecs[i], a) for i in scored]
+        score = {i: dot(vecs[i], b) - dot(vecs[i], a) for i in idx}
+        scored = sorted(idx, key=lambda i: (score[i], i))
+        values = [score[i] for i in scored]
         lo, hi = max(1, m // 4), min(m - 1, max(1, (3 * m) // 4))
-        cut = max(range(lo, hi + 1), key=lambda k: (scores[k] - scores[k - 1], -abs(k - m // 2)))
+        cut = max(range(lo, hi + 1), key=lambda k: (values[k] - values[k - 1], -abs(k - m // 2)))
         left, right = scored[:cut], scored[cut:]
         a, b = _centroid([vecs[i] for i in left]), _centroid([vecs[i] for i in right])
-        order = scored
     return sorted(left), sorted(right)
 
 

@@ -332,10 +332,10 @@ def compile_tree(
 
 
 def _prune(cache: DescriptorCache, described: dict[int, DescribeResult]) -> None:
-    """Keep only what this build used, so the cache does not grow without bound. Group keys
-    are not in ``keys``; a group entry is kept when the branch built on it is."""
-    used = {k for d in described.values() for k in d.keys.values()}
-    cache.nodes = {k: v for k, v in cache.nodes.items() if k in used}
+    """Keep only what this build used (in any shaping attempt), so the cache does not grow
+    without bound while a rebuild that retraces the same attempts finds all of them."""
+    del described
+    cache.nodes = {k: v for k, v in cache.nodes.items() if k in cache.node_used}
     cache.groups = {k: v for k, v in cache.groups.items() if k in cache.group_used}
 
 

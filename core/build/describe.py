@@ -115,6 +115,7 @@ class DescriptorCache:
         self.hits = 0
         self.misses = 0
         self.group_used: set[str] = set()
+        self.node_used: set[str] = set()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -189,6 +190,7 @@ def describe_tree(
 
     def node_desc(node: SourceNode) -> Descriptor:
         key = keys[node.id]
+        cache.node_used.add(key)
         hit = cache.nodes.get(key)
         if hit is not None:
             cache.hits += 1

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.manifest.model import DESCRIPTOR_MAX_CHARS
-from picocontext.manifest.text import terms
+from picocontext.manifest.text import terms as _terms
 
 _WS = re.compile(r"\s+")
 VAGUE = frozenset(
@@ -35,6 +36,16 @@ VAGUE = frozenset(
         "etc",
     ]
 )
+
+
+@lru_cache(maxsize=65536)
+def _cached_terms(text: str) -> tuple[str, ...]:
+    return tuple(_terms(text))
+
+
+def terms(text: str) -> list[str]:
+    """The navigator's stemmed content words, memoized (the pipeline re-reads lines often)."""
+    return list(_cached_terms(text))
 
 
 class Descriptor(BaseModel):

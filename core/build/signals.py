@@ -15,6 +15,7 @@ import re
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 from picocontext.build.ir import SourceNode
 from picocontext.manifest.text import STOPWORDS, stem
@@ -94,6 +95,11 @@ EXTRA_FILLER = frozenset(
 )
 
 
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    return stem(word)
+
+
 def words(text: str) -> list[tuple[str, str]]:
     """(stem, surface) pairs: camelCase and snake_case split, filler dropped."""
     out: list[tuple[str, str]] = []
@@ -102,7 +108,7 @@ def words(text: str) -> list[tuple[str, str]]:
             low = part.lower()
             if len(low) < 3 or low in STOPWORDS or low in EXTRA_FILLER or low.isdigit():
                 continue
-            out.append((stem(low), low))
+            out.append((_stem(low), low))
     return out
 
 
@@ -159,6 +165,14 @@ def cosine(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
+def dot(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Cosine of two vectors that are already unit length (everything :func:`normalize`
+    returns)."""
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(w * b.get(t, 0.0) for t, w in a.items())
+
+
 def normalize(vec: Mapping[str, float], top: int = TOP_TERMS) -> Vector:
     items = sorted(vec.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     norm = math.sqrt(sum(w * w for _, w in items))
@@ -210,15 +224,16 @@ class Signals:
         self._info: weakref.WeakKeyDictionary[SourceNode, tuple[Vector, dict[str, str]]] = (
             weakref.WeakKeyDictionary()
         )
-        self._forms: weakref.WeakKeyDictionary[SourceNode, Counter[tuple[str, str]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._own_cache: dict[tuple[str, str], tuple[Vector, dict[str, str]]] = {}
+        self._text_forms: dict[str, Counter[tuple[str, str]]] = {}
+        self._leaf_info: dict[str, tuple[Vector, dict[str, str]]] = {}
 
     def _counts(self, node: SourceNode) -> Counter[tuple[str, str]]:
-        hit = self._forms.get(node)
+        text = node_text(node)
+        hit = self._text_forms.get(text)
         if hit is None:
-            hit = Counter(words(node_text(node)))
-            self._forms[node] = hit
+            hit = Counter(words(text))
+            self._text_forms[text] = hit
         return hit
 
     @staticmethod
@@ -235,12 +250,17 @@ class Signals:
         if hit is not None:
             return hit
         if node.is_leaf:
+            cached = self._leaf_info.get(node_text(node))
+            if cached is not None:
+                self._info[node] = cached
+                return cached
             forms = self._counts(node)
             counts: Counter[str] = Counter()
             for (s, _), c in forms.items():
                 counts[s] += c
             raw = {t: (1.0 + math.log(c)) * self.idf.idf(t) for t, c in counts.items()}
             out = (normalize(raw), self._surfaces(forms))
+            self._leaf_info[node_text(node)] = out
         else:
             acc: dict[str, float] = {}
             surf: dict[str, str] = {}
@@ -249,8 +269,7 @@ class Signals:
                 for t, w in vec.items():
                     acc[t] = acc.get(t, 0.0) + w
                     surf.setdefault(t, child_surf.get(t, t))
-            own = SourceNode(id="", title=node.title, hint=node.hint)
-            own_vec, own_surf = self.info(own)
+            own_vec, own_surf = self._own(node.title, node.hint)
             for t, w in own_vec.items():
                 acc[t] = acc.get(t, 0.0) + 0.5 * w
                 surf[t] = own_surf.get(t, t)
@@ -258,6 +277,16 @@ class Signals:
             out = (vec, {t: surf.get(t, t) for t in vec})
         self._info[node] = out
         return out
+
+    def _own(self, title: str, hint: str) -> tuple[Vector, dict[str, str]]:
+        """A branch's own words (title and hint), cached by text: shaping copies branches."""
+        key = (title, hint)
+        hit = self._own_cache.get(key)
+        if hit is None:
+            holder = SourceNode(id="", title=title, hint=hint)
+            hit = self.info(holder)
+            self._own_cache[key] = hit
+        return hit
 
     def vector(self, node: SourceNode) -> Vector:
         return self.info(node)[0]

@@ -22,10 +22,9 @@ from picocontext.backend import ChatMessage, ChatModel
 from picocontext.build.engines.base import Grade
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.ir import SourceNode
-from picocontext.build.quality import Descriptor, make_descriptor
+from picocontext.build.quality import Descriptor, make_descriptor, terms
 from picocontext.build.signals import Signals
 from picocontext.errors import PicoContextError
-from picocontext.manifest.text import terms
 
 PROMPT_VERSION = "llm-prompts/1"
 

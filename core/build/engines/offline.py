@@ -18,9 +18,8 @@ from collections.abc import Sequence
 
 from picocontext.build.engines.base import Grade
 from picocontext.build.ir import SourceNode
-from picocontext.build.quality import Descriptor, make_descriptor
+from picocontext.build.quality import Descriptor, make_descriptor, terms
 from picocontext.build.signals import Signals, Vector
-from picocontext.manifest.text import terms
 
 VERSION = "offline-tfidf/1"
 

@@ -1,0 +1,183 @@
+"""``scripts/bench.sh build``: a full build and a one-file-changed incremental rebuild of a
+>= 1,000-document corpus (the standard library's docstrings, methods included), ours vs the
+reference (askfaro-progressive-context 0.5.1, ``--fake``), in one run.
+
+For each builder it reports wall time and descriptor-engine calls. After the change (one
+sentence appended to one document) it reports every engine call of the rebuild and how many
+touched a node *outside* the changed document's path (the document and its ancestors, in
+any budget variant) -- our target is zero. The reference is driven through its API
+(``compile_source(prior_manifest=...)``), since its CLI cannot rebuild incrementally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from picocontext.build.adapters import load_source
+from picocontext.build.compiler import BuildOptions, BuildResult, compile_tree
+from picocontext.build.engines.offline import OfflineEngine
+from picocontext_diagnostics.bench.navigation import ROOT, ensure_reference
+from picocontext_diagnostics.bench.stdlib_docs import BUILD_EXTRA, NAV_MODULES, write_corpus
+
+CHANGED = "shutil/shutil.copytree.md"
+CHANGED_ID = "shutil/shutil.copytree"
+APPEND = "\nThis sentence was appended by the incremental benchmark.\n"
+
+REFERENCE_DRIVER = r"""
+import json, sys, time
+from pathlib import Path
+from askfaro_progressive_context.build.adapters import get_adapter
+from askfaro_progressive_context.build.compiler import compile_source
+from askfaro_progressive_context.build.descriptors import FakeDescriptorModel
+
+corpus, changed, append = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+calls = []
+
+class Counting(FakeDescriptorModel):
+    def describe_leaf(self, node, *, feedback=None):
+        calls.append(("describe_leaf", node.id))
+        return super().describe_leaf(node, feedback=feedback)
+
+    def describe_branch(self, node, children, *, feedback=None):
+        calls.append(("describe_branch", node.id))
+        return super().describe_branch(node, children, feedback=feedback)
+
+def load():
+    a = get_adapter("docs")
+    a = a() if isinstance(a, type) else a
+    return a.load(corpus, source_id="stdlib")
+
+t0 = time.perf_counter()
+first = compile_source(load(), Counting(), [4096, 32768])
+full_s = time.perf_counter() - t0
+full_calls = len(calls)
+prior = first.manifests[32768]
+path = corpus / changed
+path.write_text(path.read_text() + append)
+calls.clear()
+t0 = time.perf_counter()
+tree = load()
+again = compile_source(tree, Counting(), [4096, 32768], prior_manifest=prior)
+inc_s = time.perf_counter() - t0
+nodes = sum(1 for _ in tree.root.walk())
+print(json.dumps({"full_seconds": full_s, "full_calls": full_calls, "nodes": nodes,
+                  "incremental_seconds": inc_s, "incremental_calls": calls,
+                  "stats": {k: again.stats.get(k) for k in ("reused", "regenerated")}}))
+"""
+
+
+def _path_ids(result: BuildResult, leaf: str) -> set[str]:
+    out = {leaf}
+    for m in result.manifests.values():
+        if m.has(leaf):
+            out.update(m.ancestors(leaf))
+    return out
+
+
+def ours(corpus: Path) -> dict[str, Any]:
+    opts = BuildOptions(budgets=(4096, 32768))
+    t0 = time.perf_counter()
+    first = compile_tree(load_source(corpus, "docs", "stdlib"), OfflineEngine(), opts)
+    full_s = time.perf_counter() - t0
+    path = corpus / CHANGED
+    original = path.read_text(encoding="utf-8")
+    path.write_text(original + APPEND, encoding="utf-8")
+    try:
+        t0 = time.perf_counter()
+        tree = load_source(corpus, "docs", "stdlib")
+        again = compile_tree(tree, OfflineEngine(), opts, cache=first.cache, incremental=True)
+        inc_s = time.perf_counter() - t0
+    finally:
+        path.write_text(original, encoding="utf-8")
+    allowed = _path_ids(again, CHANGED_ID)
+    outside = [c for c in again.log.calls if c[1] not in allowed]
+    return {
+        "documents": first.stats.leaves,
+        "nodes": first.stats.nodes,
+        "full_seconds": round(full_s, 2),
+        "full_engine_calls": len(first.log.calls),
+        "variants": [v.model_dump() for v in first.variants],
+        "incremental_seconds": round(inc_s, 2),
+        "incremental_engine_calls": len(again.log.calls),
+        "incremental_calls_outside_changed_path": len(outside),
+        "incremental_calls": again.log.calls,
+        "outside_examples": outside[:10],
+    }
+
+
+def reference(corpus: Path) -> dict[str, Any]:
+    ref, how = ensure_reference()
+    if ref is None:
+        return {"error": how}
+    env = {**os.environ, "PYTHONPATH": str(ref)}
+    proc = subprocess.run(
+        [sys.executable, "-c", REFERENCE_DRIVER, str(corpus), CHANGED, APPEND],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-600:]}
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    ref_id = "shutil-copytree"
+    calls = [tuple(c) for c in data["incremental_calls"]]
+    ancestors = {ref_id, "shutil", "r"}
+    outside = [c for c in calls if c[1] not in ancestors]
+    return {
+        "nodes": data["nodes"],
+        "full_seconds": round(data["full_seconds"], 2),
+        "full_engine_calls": data["full_calls"],
+        "incremental_seconds": round(data["incremental_seconds"], 2),
+        "incremental_engine_calls": len(calls),
+        "incremental_calls_outside_changed_path": len(outside),
+        "stats": data["stats"],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "build.json")
+    p.add_argument("--no-reference", action="store_true")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "stdlib"
+        n = write_corpus(corpus, NAV_MODULES + BUILD_EXTRA, methods=True)
+        if n < 1000:
+            raise SystemExit(f"the corpus has only {n} documents; the benchmark needs 1,000")
+        ours_row = ours(corpus)
+        ref_row = {"error": "skipped"} if args.no_reference else reference(corpus)
+    result = {"documents": n, "changed": CHANGED, "ours": ours_row, "reference": ref_row}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"{n} documents; one changed: {CHANGED}")
+    print(f"{'builder':<11}{'full s':>8}{'calls':>8}{'incr s':>8}{'calls':>8}{'outside path':>14}")
+    for name, row in (("ours", ours_row), ("reference", ref_row)):
+        if "error" in row:
+            print(f"{name:<11}  {row['error'][:200]}")
+            continue
+        print(
+            f"{name:<11}{row['full_seconds']:>8.2f}{row['full_engine_calls']:>8}"
+            f"{row['incremental_seconds']:>8.2f}{row['incremental_engine_calls']:>8}"
+            f"{row['incremental_calls_outside_changed_path']:>14}"
+        )
+    for v in ours_row["variants"]:
+        print(
+            f"  ours {v['budget']:>6}: baseline {v['manifest_tokens']}, depth {v['depth']}, "
+            f"widest {v['max_width']}, {v['verbosity']}, oracle {v['oracle_reachable']:.0%}"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
