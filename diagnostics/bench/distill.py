@@ -225,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"one-leaf edit: {edit['summaries']} summaries (leaf has {edit['leaf_parents']} parents, "
-        f"depth {edit['leaf_depth']}; locality bound {edit['locality_bound']} = 1 + "
-        f"{edit['ancestors_before_or_after']} ancestors + {edit['created_intermediates']} "
-        f"regrouped intermediates), {edit['seconds']:.3f}s"
+        f"depth {edit['leaf_depth']}; locality bound {edit['locality_bound']} = 1 + its "
+        f"{edit['ancestors_before_or_after']} ancestors before/after and the "
+        f"{edit['created_intermediates']} intermediates the regroup created, overlaps counted "
+        f"once), {edit['seconds']:.3f}s"
     )
     print(
         f"map: full {m['full_lines']} lines / {m['full_bytes']} B; diff {m['diff_lines']} lines / "
