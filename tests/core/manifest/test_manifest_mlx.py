@@ -1,0 +1,69 @@
+"""The LLM navigator and the model-tokenizer counter over the real MLX path, with the tiny
+random-weight model (its replies are forced token by token, so the route is deterministic)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picocontext.manifest.eval import NavCase, run_eval
+from picocontext.manifest.model import Manifest
+from picocontext.manifest.navigator import LLMNavigator
+from picocontext.manifest.session import NavSession
+from picocontext.manifest.tokens import ChatModelCounter
+
+pytestmark = pytest.mark.mlx
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("mlx_lm")
+    from picocontext.models.mlx_backend import MLXModel
+    from picocontext.models.tiny import write_tiny_model
+
+    directory: Path = write_tiny_model(tmp_path_factory.mktemp("tiny-nav"))
+    model = MLXModel.load(directory, model_id="tiny-nav")
+    if not hasattr(model, "extra_processors") or not hasattr(model, "tokenizer"):
+        model.close()
+        pytest.skip("MLXModel has no forcing hook in this version")
+    yield model
+    model.close()
+
+
+def _force(model: Any, *texts: str) -> Callable[[], list[Any]]:
+    from picocontext.models.mlx_backend import forced_tokens
+
+    queue = [
+        list(model.tokenizer.encode(t, add_special_tokens=False)) + [model.tokenizer.eos_token_id]
+        for t in texts
+    ]
+    return lambda: [forced_tokens(queue.pop(0))] if queue else []
+
+
+def test_llm_navigator_drives_an_mlx_model(tiny: Any, homelab: Manifest) -> None:
+    # the first reply names a node that is not offered: the navigator re-prompts once
+    tiny.extra_processors = _force(tiny, "OPEN nowhere", "OPEN network", "OPEN network.dns")
+    try:
+        nav = LLMNavigator(tiny, max_tokens=16)
+        report = run_eval(
+            homelab, [NavCase(query="nas.lab does not resolve", target="network.dns")], nav
+        )
+    finally:
+        tiny.extra_processors = None
+    case = report.cases[0]
+    assert case.success and case.path == ("network", "network.dns")
+    # route: invalid reply, re-prompt with the reason, then two valid opens
+    assert nav.transcript[0][1].startswith("OPEN nowhere")
+    assert "'nowhere' is not one of the listed option ids" in nav.transcript[1][0]
+    assert [r for _, r in nav.transcript[1:3]] == ["OPEN network", "OPEN network.dns"]
+
+
+def test_model_tokenizer_prices_the_session(tiny: Any, homelab: Manifest) -> None:
+    counter = ChatModelCounter(tiny)
+    s = NavSession(homelab, counter=counter)
+    s.open("storage")
+    assert counter.name == "model:tiny-nav"
+    assert s.spent == sum(tiny.count_tokens(e.text) for e in s.runtime.ledger())
