@@ -37,7 +37,7 @@ def _force(model: Any, *texts: str) -> Callable[[], list[Any]]:
     from picocontext.models.mlx_backend import forced_tokens
 
     queue = [
-        list(model.tokenizer.encode(t, add_special_tokens=False)) + [model.tokenizer.eos_token_id]
+        [*model.tokenizer.encode(t, add_special_tokens=False), model.tokenizer.eos_token_id]
         for t in texts
     ]
     return lambda: [forced_tokens(queue.pop(0))] if queue else []
