@@ -67,7 +67,7 @@ class BuildOptions(BaseModel):
     link_k: int = Field(default=3, ge=1)
     link_min_sim: float = Field(default=0.3, ge=0, le=1)
     flatten: bool = False
-    reveal_share: float = Field(default=0.2, gt=0, le=1)
+    reveal_share: float = Field(default=0.3, gt=0, le=1)
     leaf_share: float = Field(default=0.5, gt=0, le=1)
     max_attempts: int = Field(default=8, ge=1)
 

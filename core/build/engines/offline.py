@@ -65,8 +65,17 @@ def _strip_common_prefix(names: list[str]) -> list[str]:
     return [n[cut + 1 :] or n for n in names]
 
 
-def _dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
+def _interleave(first: list[str], second: list[str]) -> list[str]:
+    """a1, b1, a2, b2, ... without repeats: the subtree's strongest words alternate with
+    words that stand for individual children."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for i in range(max(len(first), len(second))):
+        for seq in (first, second):
+            if i < len(seq) and seq[i] not in seen:
+                seen.add(seq[i])
+                out.append(seq[i])
+    return out
 
 
 def _ranked(vec: Vector, exclude: set[str]) -> list[str]:
@@ -165,7 +174,7 @@ class OfflineEngine:
         rest = len(names) - len(listed)
         what = head + ", ".join(listed) + (f" (+{rest} more)" if rest else "")
         exclude = set(terms(node.title))
-        ranked = _dedupe(self._coverage(node) + _ranked(self.signals.vector(node), exclude))
+        ranked = _interleave(_ranked(self.signals.vector(node), exclude), self._coverage(node))
         leaves = sum(1 for _ in node.leaves())
         return self._lines(node, what, ranked, feedback, extra=min(12, 2 * leaves.bit_length()))
 
@@ -180,7 +189,8 @@ class OfflineEngine:
             best = next((t for t in _ranked(vec, skip)), None)
             if best is not None:
                 out.append(best)
-        return out
+        weight = self.signals.vector(node)
+        return sorted(out, key=lambda t: (-weight.get(t, 0.0), t))
 
     @staticmethod
     def _overview(node: SourceNode, children: Sequence[tuple[SourceNode, Descriptor]]) -> str:
@@ -212,7 +222,7 @@ class OfflineEngine:
             ranked = _ranked(scored, exclude)
             if not node.is_leaf:
                 cover = [t for t in self._coverage(node) if g == 1 or df.get(t, 0) < g]
-                ranked = _dedupe(cover + ranked)
+                ranked = _interleave(ranked, cover)
             extra = 0 if node.is_leaf else min(12, 2 * sum(1 for _ in node.leaves()).bit_length())
             fresh = self._lines(node, desc.what, ranked, None, extra=extra)
             out.append(fresh)
