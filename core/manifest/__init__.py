@@ -6,6 +6,7 @@ navigators, the identity-revalidating loader and the eval harness. ``pcx`` is th
 (:mod:`.cli`). See ``docs/manifest.md``.
 """
 
+from picocontext.manifest.costs import annotate_costs
 from picocontext.manifest.errors import (
     BudgetTooSmall,
     DisclosureRefused,
@@ -112,6 +113,7 @@ __all__ = [
     "UnknownNode",
     "ValidationReport",
     "Variant",
+    "annotate_costs",
     "check_structure",
     "dict_resolver",
     "generate_schema",
