@@ -9,8 +9,10 @@ our runtime charges and the file says which counter produced them (``source.toke
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from picocontext.manifest.errors import ManifestError, ManifestInvalid
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.runtime import LeafResolver, render_line
 from picocontext.manifest.tokens import TextCounter
@@ -22,8 +24,6 @@ def annotate_costs(
 ) -> Manifest:
     """A copy of ``manifest`` with every cost field recomputed by ``counter``. Leaves whose
     content the resolver cannot produce keep their declared ``tokens``."""
-    from picocontext.manifest.errors import ManifestError, ManifestInvalid
-
     errors, _ = check_structure(manifest)
     if errors:
         raise ManifestInvalid(errors, "annotate_costs input")
@@ -32,10 +32,8 @@ def annotate_costs(
     for nid, node in manifest.nodes.items():
         nodes[nid]["desc_tokens"] = counter.count(render_line(nid, node, "full"))
         if node.is_leaf and resolver is not None:
-            try:
+            with contextlib.suppress(ManifestError):  # no resident content: keep the declared cost
                 nodes[nid]["tokens"] = counter.count(resolver(nid))
-            except ManifestError:
-                pass
     # Post-order without recursion: children before parents.
     order: list[str] = []
     stack = list(manifest.root.children or ())
