@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -39,6 +39,7 @@ from picocontext.distill import (
 )
 from picocontext.distill.models import label_of
 from picocontext.errors import PicoContextError
+from picocontext_playground.qtenv import monospace_font
 
 COLUMNS = ("Node", "Level", "Kind", "Tokens", "ContentHash", "SemHash")
 _CHANGED = QBrush(QColor(255, 236, 179))
@@ -80,7 +81,11 @@ class DigestTab(QWidget):
         self.tree = QTreeWidget()
         self.tree.setColumnCount(len(COLUMNS))
         self.tree.setHeaderLabels(list(COLUMNS))
-        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.tree.header()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(False)
         self.tree.currentItemChanged.connect(self._show_details)
         self.tree.itemExpanded.connect(self._populate)
         self._nodes: dict[str, DigestNode] = {}
@@ -88,9 +93,7 @@ class DigestTab(QWidget):
 
         self.details = QPlainTextEdit()
         self.details.setReadOnly(True)
-        mono = QFont("DejaVu Sans Mono")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        self.details.setFont(mono)
+        self.details.setFont(monospace_font())
 
         resolve_row = QHBoxLayout()
         self.resolve_input = QLineEdit()
@@ -197,7 +200,7 @@ class DigestTab(QWidget):
     def _item_for(self, node: DigestNode) -> QTreeWidgetItem:
         item = QTreeWidgetItem(
             [
-                label_of(node) if node.level == 0 else node.id,
+                label_of(node),
                 str(node.level),
                 node.kind,
                 str(node.tokens),
@@ -319,6 +322,7 @@ class DigestTab(QWidget):
         self.snapshot = snapshot
         self.diff = diff
         self._fill_tree()
+        self._set_enabled(True)
         changed = diff.changed
         new = sum(1 for x in changed if x.id not in self.remembered)
         text = (
@@ -366,3 +370,59 @@ class DigestTab(QWidget):
 
     def _error(self, message: str) -> None:
         self.status.setText(f"Error: {message}")
+
+
+def save_screenshot(
+    corpus: Path,
+    output: Path,
+    select: str | None = None,
+    known: dict[str, str] | None = None,
+    size: tuple[int, int] = (1280, 760),
+) -> Path:
+    """Render the tab for ``corpus`` offscreen (or on screen) into a PNG, optionally with a
+    node selected and the diff against ``known`` hashes highlighted — for READMEs and reports."""
+    from picocontext_playground.qtenv import application, choose_platform, require_glyphs
+
+    choose_platform(headless=True)
+    app = application()
+    require_glyphs(app)
+    tab = DigestTab()
+    tab.resize(*size)
+    if not tab.open_corpus(corpus):
+        raise PicoContextError(tab.status.text())
+    if known:
+        tab.remembered = dict(known)
+        tab.show_changes()
+    if select:
+        tab.select(select)
+    tab.show()
+    app.processEvents()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if not tab.grab().save(str(output), "PNG"):
+        raise PicoContextError(f"Could not write {output}.")
+    tab.close()
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m picocontext_playground.digest_tab CORPUS OUT.png [--select ID] [--known F]``"""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="digest_tab", description=main.__doc__)
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("output", type=Path)
+    parser.add_argument("--select", default=None)
+    parser.add_argument("--known", type=Path, default=None, help="JSON from `snapshot`")
+    args = parser.parse_args(argv)
+    known = json.loads(args.known.read_text(encoding="utf-8")) if args.known else None
+    try:
+        print(save_screenshot(args.corpus, args.output, args.select, known))
+    except PicoContextError as exc:
+        print(f"error: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -83,6 +83,10 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grace", type=float, default=3600.0, help="seconds (default 3600)")
     st = sub.add_parser("stats", help="node counts, pending marks, recipes")
     st.add_argument("--json", action="store_true")
+    w = sub.add_parser("watch", help="poll the sources and sweep with the debounced worker")
+    w.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
+    w.add_argument("--debounce", type=float, default=1.0)
+    w.add_argument("--iterations", type=int, default=0, help="stop after N polls (0: never)")
     sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
     sub.add_parser("repair", help="drop nodes whose blobs are corrupt or missing, then sync")
     c = sub.add_parser("call", help="run one tool call as a model would")
@@ -168,6 +172,8 @@ def run(argv: Sequence[str]) -> int:
         return _sync(corpus, args)
     if args.command == "repair":
         return _repair(corpus)
+    if args.command == "watch":
+        return _watch(corpus, args)
     if not (corpus / "nodes.sqlite").exists():
         print(
             f"No corpus at {corpus}; run `picocontext-distill sync --docs DIR` first.",
@@ -227,6 +233,54 @@ def _sync(corpus: Path, args: argparse.Namespace) -> int:
         return 1 if any(r.sweep.failures for r in reports) else 0
     finally:
         distiller.close()
+
+
+def _watch(corpus: Path, args: argparse.Namespace) -> int:
+    """Poll every source; changed units are marked and the worker sweeps once the marks go
+    quiet (debounce) or at the latest after 10x the debounce."""
+    import time
+
+    from picocontext.distill.models import SweepReport
+    from picocontext.distill.worker import DistillWorker
+
+    if not (corpus / "nodes.sqlite").exists():
+        print(f"No corpus at {corpus}; run `sync --docs DIR` first.", file=sys.stderr)
+        return 2
+    probe = NodeStore(corpus / "nodes.sqlite")
+    try:
+        config = _load_config(probe)
+    finally:
+        probe.close()
+    distiller, adapters = _open_distiller(corpus, config)
+
+    def report(r: SweepReport) -> None:
+        if r.processed or r.rollup is not None:
+            print(
+                f"sweep: {r.processed} changes, {r.failures} failures, {r.seconds:.2f}s", flush=True
+            )
+
+    worker = DistillWorker(distiller, debounce=args.debounce, on_sweep=report)
+    worker.start()
+    polls = 0
+    try:
+        while not args.iterations or polls < args.iterations:
+            for adapter in adapters:
+                synced = distiller.sync(adapter, sweep=False)
+                if synced.marked or synced.deletes:
+                    print(
+                        f"{adapter.source_kind}: {synced.marked} changed, {synced.deletes} deleted",
+                        flush=True,
+                    )
+            worker.poke()
+            polls += 1
+            if not args.iterations or polls < args.iterations:
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        worker.stop(flush=True)
+        distiller.close()
+    return 0
 
 
 def _repair(corpus: Path) -> int:

@@ -645,10 +645,11 @@ class Distiller:
         with self.gate():
             return self._rollup()
 
-    def reconcile(self, source_kind: str, units: Sequence[Unit]) -> SyncReport:
+    def reconcile(self, source_kind: str, units: Sequence[Unit], sweep: bool = True) -> SyncReport:
         """Compare a source's complete unit set with the tree and mark only what differs:
         new or changed units, and leaves of this source kind whose unit is gone (fix I).
-        Then sweep. An unchanged source costs no marks, no writes and no model calls."""
+        Then sweep (unless ``sweep=False``: a worker will). An unchanged source costs no
+        marks, no writes and no model calls."""
         prefix = f"{L0_PREFIX}{source_kind}:"
         stored = {
             node_id: hashes
@@ -682,14 +683,14 @@ class Distiller:
             if gone is not None:
                 self.mark_delete(source_kind, gone.source_id)
                 deletes += 1
-        report = self.sweep()
+        report = self.sweep() if sweep else SweepReport()
         return SyncReport(
             units=len(seen), unchanged=unchanged, marked=marked, deletes=deletes, sweep=report
         )
 
-    def sync(self, adapter: SourceAdapter) -> SyncReport:
+    def sync(self, adapter: SourceAdapter, sweep: bool = True) -> SyncReport:
         """Reconcile one source adapter's current units with the tree, then sweep."""
-        return self.reconcile(adapter.source_kind, adapter.units(self.store))
+        return self.reconcile(adapter.source_kind, adapter.units(self.store), sweep=sweep)
 
     # -- rollup ------------------------------------------------------------------------------
     def _rollup(self) -> RollupReport:

@@ -12,7 +12,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.distill.ids import (
-    KIND_CLUSTER,
     KIND_SCOPE,
     ROOT_ID,
     is_intermediate,
@@ -366,11 +365,17 @@ class DigestSnapshot(BaseModel):
 
 
 def label_of(node: DigestNode) -> str:
-    """A short human label: the unit title, scope value or cluster prefix."""
-    if node.title:
-        return node.title
+    """A short human label: the unit title, ``name: value`` for scopes, the prefix for
+    clusters, ``#prefix`` for intermediates (the full id stays in tooltips and details)."""
+    if node.id == ROOT_ID:
+        return "root"
+    if node.is_intermediate:
+        return "#" + node.id.rsplit("#", 1)[1].rstrip("0")[:8] + "…"
     if node.kind == KIND_SCOPE and node.scope_id:
         return f"{node.scope_name}: {node.scope_id}"
-    if node.kind == KIND_CLUSTER:
-        return node.id.rsplit(":", 2)[-2] if not node.is_intermediate else node.id
-    return node.source_id or node.id
+    if node.id.startswith("digest:1:cluster:"):
+        prefix, bits = node.id.split(":")[3:5]
+        return f"cluster {prefix[: max(1, (int(bits) + 3) // 4)]}/{bits}"
+    if node.level == 1:
+        return node.id.removeprefix("digest:1:")
+    return node.title or node.source_id or node.id

@@ -102,6 +102,12 @@ class DistillWorker:
         self.distiller.mark_delete(source_kind, unit_id)
         self._schedule()
 
+    def poke(self) -> None:
+        """Arm the window for marks made directly on the distiller (e.g. a reconcile with
+        ``sweep=False``); does nothing when nothing is pending."""
+        if self.distiller.store.pending_count():
+            self._schedule()
+
     def _schedule(self) -> None:
         with self._cv:
             now = self._clock()

@@ -47,7 +47,8 @@ def test_tree_shows_levels_hashes_tokens_and_summaries(tab: DigestTab, corpus: D
     top = tab.tree.topLevelItem(0)
     root = corpus.store.get(ROOT_ID)
     assert root is not None and top is not None
-    assert top.text(0) == ROOT_ID and top.text(1) == "2" and top.text(2) == "tenant"
+    assert top.text(0) == "root" and top.toolTip(0) == ROOT_ID
+    assert top.text(1) == "2" and top.text(2) == "tenant"
     assert top.text(3) == str(root.tokens) and top.text(4) == root.content_hash[:16]
     assert top.text(5) == root.sem_hash
     assert top.childCount() == len(root.child_ids)  # expanded: children populated
@@ -106,9 +107,23 @@ def test_open_corpus_directory_and_errors(
     assert widget.status.text().startswith("Error:")
     assert widget.open_corpus(corpus.store.path.parent)
     top = widget.tree.topLevelItem(0)
-    assert top is not None and top.text(0) == ROOT_ID
+    assert top is not None and top.toolTip(0) == ROOT_ID
     assert isinstance(widget.tools, DigestTools)
     image = widget.grab()
     assert not image.isNull()
     widget.close()
     widget.deleteLater()
+
+
+def test_screenshot_with_a_highlighted_diff(
+    app: QApplication, corpus: Distiller, tmp_path: Path
+) -> None:
+    from picocontext_playground.digest_tab import save_screenshot
+
+    known = corpus.snapshot(with_summaries=False).known_hashes()
+    corpus.apply([note("n2", "pressure high", "s1", title="Valve")])
+    out = save_screenshot(
+        corpus.store.path.parent, tmp_path / "digest.png", select="digest:0:note:n2", known=known
+    )
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

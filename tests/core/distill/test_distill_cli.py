@@ -107,3 +107,17 @@ def test_tools_prints_the_schemas(capsys: pytest.CaptureFixture[str]) -> None:
         "resolve",
         "recall",
     ]
+
+
+def test_watch_marks_changes_and_the_worker_sweeps(
+    tmp_path: Path, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = str(tmp_path / "corpus")
+    assert _run(capsys, "--corpus", corpus, "sync", "--docs", str(docs))[0] == 0
+    (docs / "glaze.md").write_text("# Glazes\n\nCone 5 now.\n", encoding="utf-8")
+    code, out, _ = _run(
+        capsys, "--corpus", corpus, "watch", "--iterations", "1", "--debounce", "0.05"
+    )
+    assert code == 0 and "doc: 1 changed, 0 deleted" in out and "sweep: 1 changes" in out
+    code, out, _ = _run(capsys, "--corpus", corpus, "sync")
+    assert "0 marked" in out

@@ -221,3 +221,20 @@ def test_storing_over_a_torn_blob_rewrites_it(tmp_path: Path) -> None:
     cas.path_of(a).write_bytes(b"")
     assert cas.store_text("intact text") == a
     assert cas.retrieve_text(a) == "intact text"
+
+
+def test_labels_are_short_and_readable() -> None:
+    from picocontext.distill.models import label_of
+
+    assert label_of(DigestNode(id=ROOT_ID, level=2, kind="tenant")) == "root"
+    scope = DigestNode(
+        id="digest:1:scope:site:s1", level=1, kind="scope", scope_name="site", scope_id="s1"
+    )
+    assert label_of(scope) == "site: s1"
+    cluster = DigestNode(id="digest:1:cluster:abc0000000000000:12", level=1, kind="cluster")
+    assert label_of(cluster) == "cluster abc/12"
+    sub = DigestNode(id="digest:1:scope:site:s1#a400000000000000", level=1, kind="cluster")
+    assert label_of(sub) == "#a4…"
+    leaf = DigestNode(id="digest:0:n:1", level=0, kind="entity", source_id="1", title="Pump")
+    assert label_of(leaf) == "Pump"
+    assert label_of(leaf.model_copy(update={"title": ""})) == "1"
