@@ -22,7 +22,7 @@ from typing import Any
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
 from picocontext.distill.distiller import DistillConfig, Distiller, whitespace_tokens
 from picocontext.distill.embedder import Embedder, LexicalEmbedder
-from picocontext.distill.errors import ConfigError, DistillError
+from picocontext.distill.errors import ConfigError, DistillError, SourceError
 from picocontext.distill.guard import Guard, RegexGuard
 from picocontext.distill.models import Altitude
 from picocontext.distill.sources import ConversationSource, DocumentFolderSource, SourceAdapter
@@ -133,6 +133,8 @@ def _adapters(config: dict[str, Any]) -> list[SourceAdapter]:
     for i, db in enumerate(config.get("sessions", [])):
         from picocontext.persistence import SQLiteStore
 
+        if not Path(db).is_file():  # SQLiteStore would create an empty store here
+            raise SourceError(f"Session store {db} does not exist.")
         adapters.append(ConversationSource(SQLiteStore(db), source_kind=f"turn{i or ''}"))
     return adapters
 

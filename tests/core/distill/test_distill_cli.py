@@ -121,3 +121,40 @@ def test_watch_marks_changes_and_the_worker_sweeps(
     assert code == 0 and "doc: 1 changed, 0 deleted" in out and "sweep: 1 changes" in out
     code, out, _ = _run(capsys, "--corpus", corpus, "sync")
     assert "0 marked" in out
+
+
+def test_sessions_from_a_session_store_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from picocontext import Record, Role, Scope, Snapshot, SQLiteStore
+    from picocontext.working import WorkingContext
+
+    scope = Scope(user_id="u", conversation_id="c", branch_id="b")
+    store = SQLiteStore(tmp_path / "s.sqlite")
+    store.save(
+        WorkingContext.start(
+            Snapshot(
+                scope=scope,
+                records=(
+                    Record(id="q", role=Role.USER, protected=True, body="How hot is cone 6?"),
+                    Record(id="a", role=Role.ASSISTANT, body="About 1220 C."),
+                ),
+            )
+        )
+    )
+    store.close()
+    corpus = str(tmp_path / "corpus")
+    code, out, _ = _run(
+        capsys, "--corpus", corpus, "sync", "--sessions", str(tmp_path / "s.sqlite")
+    )
+    assert code == 0 and "turn: 1 units" in out
+    code, _, err = _run(
+        capsys,
+        "--corpus",
+        str(tmp_path / "c2"),
+        "sync",
+        "--sessions",
+        str(tmp_path / "nope.sqlite"),
+    )
+    assert code == 1 and "does not exist" in err
+    assert not (tmp_path / "nope.sqlite").exists()
