@@ -214,6 +214,12 @@ def _sync(corpus: Path, args: argparse.Namespace) -> int:
     distiller, adapters = _open_distiller(corpus, config)
     try:
         distiller.store.meta_set(CONFIG_KEY, json.dumps(config, sort_keys=True))
+        if config.get("summarizer", "fake") == "fake" and not args.json:
+            print(
+                "summarizer: fake (deterministic l0(...)/rollup(...) texts); pass "
+                "--summarizer model --model DIR for real summaries",
+                file=sys.stderr,
+            )
         reports = [distiller.sync(a) for a in adapters]
         counters = distiller.counters.snapshot()
         if args.json:

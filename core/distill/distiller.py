@@ -643,7 +643,10 @@ class Distiller:
     def rollup(self) -> RollupReport:
         """One rollup pass outside a sweep (requests it even if nothing is pending)."""
         with self.gate():
-            return self._rollup()
+            try:
+                return self._rollup()
+            finally:
+                self._fresh.clear()
 
     def reconcile(self, source_kind: str, units: Sequence[Unit], sweep: bool = True) -> SyncReport:
         """Compare a source's complete unit set with the tree and mark only what differs:

@@ -7,6 +7,8 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from picocontext import (
     AppendTransaction,
@@ -255,3 +257,34 @@ def test_live_context_sessions_feed_the_tree(tmp_path: Path) -> None:
     report = d.sync(source)
     assert report.marked == 1 and report.unchanged == 1
     assert d.store.get("digest:1:scope:conversation:ana/kiln-repair/main") is not None
+
+
+_BLOCKS = st.one_of(
+    st.tuples(
+        st.just("h"), st.integers(1, 6), st.sampled_from(["Intro", "Setup", "Usage", "Notes"])
+    ),
+    st.tuples(st.just("p"), st.integers(0, 0), st.sampled_from(["Some text.", "More words here."])),
+    st.tuples(st.just("f"), st.integers(0, 0), st.sampled_from(["# fenced", "code()"])),
+)
+
+
+@given(st.lists(_BLOCKS, max_size=25), st.integers(1, 6))
+def test_sections_partition_the_document(
+    blocks: list[tuple[str, int, str]], max_level: int
+) -> None:
+    lines: list[str] = []
+    for kind, level, text in blocks:
+        if kind == "h":
+            lines.append("#" * level + " " + text)
+        elif kind == "p":
+            lines.append(text)
+        else:
+            lines += ["```", text, "```"]
+        lines.append("")
+    doc = "\n".join(lines)
+    sections = split_sections(doc, "doc.md", max_level)
+    ids = [s[0] for s in sections]
+    assert len(ids) == len(set(ids))  # stable, unique ids
+    kept = [x for s in sections for x in s[2].splitlines() if x.strip()]
+    original = [x for x in doc.splitlines() if x.strip()]
+    assert kept == original  # every line lands in exactly one section, in order
