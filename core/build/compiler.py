@@ -41,7 +41,13 @@ from picocontext.build.errors import ConfigError, GateFailed, SelfCheckFailed
 from picocontext.build.ir import SourceNode, SourceTree, flatten_single_child
 from picocontext.build.links import betweenness, graph_of, infer_links
 from picocontext.build.quality import lexical_fidelity
-from picocontext.build.shape import CheckResult, initial_width, self_check, shape_tree
+from picocontext.build.shape import (
+    CheckResult,
+    initial_width,
+    self_check,
+    shape_tree,
+    wide_reveals,
+)
 from picocontext.build.signals import IdfSnapshot, Signals, node_text
 from picocontext.cancel import CancelToken
 from picocontext.manifest.model import Manifest
@@ -68,7 +74,7 @@ class BuildOptions(BaseModel):
     link_min_sim: float = Field(default=0.3, ge=0, le=1)
     flatten: bool = False
     reveal_share: float = Field(default=0.3, gt=0, le=1)
-    leaf_share: float = Field(default=0.5, gt=0, le=1)
+    leaf_share: float = Field(default=0.35, gt=0, le=1)
     max_attempts: int = Field(default=8, ge=1)
 
 
@@ -390,14 +396,21 @@ def _shape_budget(
         width = initial_width(budget, LINE_GUESS[verbosity.name], options.reveal_share)
         leaf_cap = max(16, int(budget * options.leaf_share))
         floor = MIN_WIDTH[verbosity.name]
-        tried: set[tuple[int, int]] = set()
+        overrides: dict[str, int] = {}
+        tried: set[tuple[int, int, tuple[tuple[str, int], ...]]] = set()
         while attempts < options.max_attempts * len(VERBOSITIES):
-            if (width, leaf_cap) in tried:
+            state = (width, leaf_cap, tuple(sorted(overrides.items())))
+            if state in tried:
                 break
-            tried.add((width, leaf_cap))
+            tried.add(state)
             attempts += 1
             shaped, sstats = shape_tree(
-                canonical, width=width, leaf_cap=leaf_cap, counter=counter, signals=signals
+                canonical,
+                width=width,
+                leaf_cap=leaf_cap,
+                counter=counter,
+                signals=signals,
+                overrides=overrides,
             )
             desc = describe_tree(
                 shaped, engine, cache, popts, log, progress=progress.advance, cancel=cancel
@@ -419,6 +432,12 @@ def _shape_budget(
             if fitted < width * 0.85 and fitted >= floor:
                 width = fitted
                 continue
+            # Any single reveal over its share is re-clustered narrower before checking.
+            wide = wide_reveals(shaped, manifest, options.reveal_share * budget)
+            merged = {k: min(v, overrides.get(k, width)) for k, v in wide.items()}
+            if any(overrides.get(k) != v for k, v in merged.items()):
+                overrides.update(merged)
+                continue
             check = self_check(manifest, counter)
             if check.ok:
                 stats = (sstats.width, sstats.leaf_cap, sstats.clusters, sstats.pages)
@@ -426,15 +445,21 @@ def _shape_budget(
             last = check
             if any(p.startswith(("schema:", "structure:")) for p in check.problems):
                 raise SelfCheckFailed(budget, check.problems)
-            big_leaf = any(
-                (manifest.nodes[u].tokens or 0) > leaf_cap * 0.6 for u in check.unreachable
-            )
-            if big_leaf and leaf_cap > 32:
-                leaf_cap = max(16, int(leaf_cap * 0.7))
-            if width <= floor:
-                if not big_leaf:
+            # A leaf whose path fits but whose content does not is paged smaller; a path that
+            # does not fit by itself needs a narrower tree.
+            # An unreachable leaf bigger than a quarter of the budget is paged smaller; any
+            # other unreachable leaf (or a path that does not fit at all) needs a narrower tree.
+            big = {
+                u
+                for u, r in check.room.items()
+                if r is not None and (manifest.nodes[u].tokens or 0) > 0.25 * budget
+            }
+            narrow = not check.room or len(big) < len(check.room)
+            if big:
+                leaf_cap = max(int(0.15 * budget), int(leaf_cap * 0.6), 32)
+            if narrow:
+                if width <= floor:
                     break
-            else:
                 width = max(floor, int(width * 0.7))
     problems = last.problems if last else ("no shaping attempt could be made",)
     raise SelfCheckFailed(budget, problems)

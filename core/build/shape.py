@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -93,7 +94,11 @@ def shape_tree(
     leaf_cap: int,
     counter: TextCounter,
     signals: Signals,
+    overrides: Mapping[str, int] | None = None,
 ) -> tuple[SourceNode, ShapeStats]:
+    """``overrides`` narrows particular (natural) branches below ``width``: the compiler sets
+    them for branches whose measured reveal did not fit its share of the budget."""
+    overrides = overrides or {}
     root = canonical.copy_tree()
     ids = IdRegistry(tuple(n.id for n in root.walk()))
     pages = 0
@@ -120,8 +125,9 @@ def shape_tree(
         pages += 1
     clusters = 0
     for node in list(root.walk()):
-        if len(node.children) > width:
-            clusters += group_children(node, width, signals, ids)
+        limit = overrides.get(node.id, width)
+        if len(node.children) > limit:
+            clusters += group_children(node, limit, signals, ids)
     return root, ShapeStats(width=width, leaf_cap=leaf_cap, clusters=clusters, pages=pages)
 
 
@@ -130,6 +136,9 @@ class CheckResult(BaseModel):
 
     problems: tuple[str, ...]
     unreachable: tuple[str, ...]
+    # unreachable leaf -> tokens left after opening its ancestors (None: the path itself
+    # does not fit), so shaping can tell "page this leaf" from "narrow the tree"
+    room: dict[str, int | None] = {}
     reachable: int
     leaves: int
     max_oracle_tokens: int
@@ -155,7 +164,7 @@ def oracle_cost(
 
 def _oracle_all(
     manifest: Manifest, counter: TextCounter, protocol: str
-) -> tuple[dict[str, int], list[str]]:
+) -> tuple[dict[str, int], dict[str, int | None]]:
     """Oracle cost of every leaf: one session per parent branch opens the ancestors once,
     then opens and closes each leaf below it. Closing reclaims the splice exactly, so each
     cost equals a fresh oracle walk (:func:`oracle_cost`), at a fraction of the work."""
@@ -163,20 +172,20 @@ def _oracle_all(
     for leaf in manifest.leaf_ids:
         by_parent.setdefault(manifest.parents.get(leaf, manifest.root_id), []).append(leaf)
     costs: dict[str, int] = {}
-    unreachable: list[str] = []
+    unreachable: dict[str, int | None] = {}
     for leaves in by_parent.values():
         try:
             session = NavSession(manifest, config=ORACLE_VIEW, counter=counter, protocol=protocol)
             for nid in manifest.ancestors(leaves[0])[1:]:
                 session.open(nid)
         except (DisclosureRefused, BudgetTooSmall):
-            unreachable.extend(leaves)
+            unreachable.update(dict.fromkeys(leaves))
             continue
         for leaf in leaves:
             try:
                 session.open(leaf)
             except DisclosureRefused:
-                unreachable.append(leaf)
+                unreachable[leaf] = session.budget_remaining
                 continue
             costs[leaf] = session.spent
             session.close(leaf)
@@ -203,7 +212,7 @@ def self_check(
     baseline = manifest.variant.manifest_tokens or 0
     if baseline > budget:
         problems.append(f"baseline: manifest_tokens {baseline} exceed the budget {budget}")
-    unreachable: list[str] = []
+    unreachable: dict[str, int | None] = {}
     worst = 0
     leaves = manifest.leaf_ids
     if not problems:
@@ -214,7 +223,7 @@ def self_check(
             costs = {}
         worst = max(costs.values(), default=0)
         if unreachable:
-            head = ", ".join(unreachable[:5])
+            head = ", ".join(list(unreachable)[:5])
             problems.append(
                 f"oracle: {len(unreachable)} of {len(leaves)} leaves cannot be reached within "
                 f"{budget} tokens (e.g. {head})"
@@ -222,11 +231,36 @@ def self_check(
     return CheckResult(
         problems=tuple(problems),
         unreachable=tuple(unreachable),
+        room=unreachable,
         reachable=len(leaves) - len(unreachable) if not report.errors else 0,
         leaves=len(leaves),
         max_oracle_tokens=worst,
         schema_checked=schema_checked,
     )
+
+
+def wide_reveals(shaped: SourceNode, manifest: Manifest, limit: float) -> dict[str, int]:
+    """Natural branch id -> a width that would bring its over-budget reveals under ``limit``
+    (a reveal is the sum of the children's lines; clusters count for the branch they split)."""
+    natural: dict[str, str] = {}
+    stack: list[tuple[SourceNode, str]] = [(shaped, shaped.id)]
+    while stack:
+        node, owner = stack.pop()
+        own = owner if node.synthetic else node.id
+        natural[node.id] = own
+        stack.extend((c, own) for c in node.children)
+    out: dict[str, int] = {}
+    for node in shaped.walk():
+        kids = node.children
+        if len(kids) < 3:
+            continue
+        reveal = sum(manifest.nodes[c.id].desc_tokens or 0 for c in kids)
+        if reveal <= limit:
+            continue
+        width = max(2, math.floor(len(kids) * limit / reveal))
+        key = natural[node.id]
+        out[key] = min(out.get(key, width), width)
+    return out
 
 
 def initial_width(budget: int, line_tokens: float, share: float = 0.2) -> int:
