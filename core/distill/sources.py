@@ -56,21 +56,30 @@ class SessionHistory(Protocol):
     def load(self, scope: Scope) -> WorkingContext | None: ...
 
 
-class SessionsView:
-    """Adapts live :class:`picocontext.ContextSession` objects (or anything with ``.state`` and
-    ``.scope``) to :class:`SessionHistory`."""
+class LiveSession(Protocol):
+    """What :class:`SessionsView` needs of a session: ``picocontext.ContextSession`` has it."""
 
-    def __init__(self, sessions: Sequence[object]) -> None:
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def state(self) -> WorkingContext: ...
+
+
+class SessionsView:
+    """Adapts live sessions (e.g. :class:`picocontext.ContextSession`) to
+    :class:`SessionHistory`, so a running chat can be distilled without a store."""
+
+    def __init__(self, sessions: Sequence[LiveSession]) -> None:
         self._sessions = list(sessions)
 
     def scopes(self) -> list[Scope]:
-        return [s.scope for s in self._sessions]  # type: ignore[attr-defined]
+        return [s.scope for s in self._sessions]
 
     def load(self, scope: Scope) -> WorkingContext | None:
         for s in self._sessions:
-            if s.scope == scope:  # type: ignore[attr-defined]
-                state: WorkingContext = s.state  # type: ignore[attr-defined]
-                return state
+            if s.scope == scope:
+                return s.state
         return None
 
 
