@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import KeysView, Mapping
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,15 @@ def check_structure(
     return _detailed_structure(manifest, limits)
 
 
-def _cost_warnings(manifest: Manifest, depth_of: Mapping[str, int]) -> list[str]:
+def _cost_warnings(manifest: Manifest, levels: list[list[str]]) -> list[str]:
+    """Warnings from ``levels`` (node ids by depth, depth 1 first): tier vs depth, a baseline
+    above the budget, subtree sums that do not add up."""
     nodes = manifest.nodes
     warns = [
-        f"nodes/{nid}/tier: tier {nodes[nid].tier} but depth {d}"
-        for nid, d in depth_of.items()
-        if nid in nodes and nodes[nid].tier is not None and nodes[nid].tier != d
+        f"nodes/{nid}/tier: tier {tier} but depth {d}"
+        for d, level in enumerate(levels, start=1)
+        for nid in level
+        if (tier := nodes[nid].tier) is not None and tier != d
     ]
     baseline = manifest.variant.manifest_tokens
     if baseline is not None and baseline > manifest.variant.budget:
@@ -135,51 +139,50 @@ def _cost_warnings(manifest: Manifest, depth_of: Mapping[str, int]) -> list[str]
 
 
 def _clean_warnings(manifest: Manifest, limits: Limits) -> tuple[str, ...] | None:
-    """Warnings if the structure is clean, None at the first sign of any error."""
+    """Warnings if the structure is clean, None at the first sign of any error. Whole-manifest
+    comprehensions and set operations only: the common case pays no per-node branching."""
     nodes = manifest.nodes
+    root = manifest.root
     root_id = manifest.root_id
     if len(nodes) + 1 > limits.max_nodes or root_id in nodes:
         return None
-    if any(n.id is not None and n.id != k for k, n in nodes.items()):
+    if [k for k, n in nodes.items() if n.id is not None and n.id != k]:
         return None
-    every = [manifest.root, *nodes.values()]
-    if any(len(n.children or ()) > limits.max_children for n in every):
+    every = [root, *nodes.values()]
+    kid_lists = [n.children for n in every if n.children]
+    if kid_lists and max(map(len, kid_lists)) > limits.max_children:
         return None
-    refs = [c for n in every for c in n.children or ()]
+    refs = list(chain.from_iterable(kid_lists))
     ref_set = set(refs)
     if len(ref_set) != len(refs) or len(refs) != len(nodes) or ref_set != nodes.keys():
         return None  # a duplicate, a second parent, an unknown id, the root, or an orphan
-    for n in every:
-        links = n.links
-        if links and (
-            len(links) > limits.max_links
-            or any(x.to not in nodes and x.to != root_id for x in links)
-        ):
-            return None
-        p = n.payload
-        if p is not None and p.ref.startswith("node://"):
-            target = p.ref[7:]
-            if target not in nodes and target != root_id:
-                return None
-            if target in nodes and nodes[target].payload is None:
-                return None
-            if target == root_id and manifest.root.payload is None:
-                return None
+    link_lists = [n.links for n in every if n.links]
+    if link_lists and max(map(len, link_lists)) > limits.max_links:
+        return None
+    targets = {x.to for links in link_lists for x in links}
+    if not targets <= nodes.keys() | {root_id}:
+        return None
+    leaves = {k for k, n in nodes.items() if n.payload is not None}
+    if root.payload is not None:
+        leaves.add(root_id)
+    payload_refs = [n.payload.ref for n in every if n.payload is not None]
+    pointed = {r[7:] for r in payload_refs if r.startswith("node://")}
+    if not pointed <= leaves:
+        return None  # a dangling payload ref, or one that points at a branch
     # Every node is referenced exactly once and the root never: a forest hanging from the
-    # root plus possibly cycles. Level-by-level descent finds both and the depth.
-    depth_of: dict[str, int] = {}
-    level = list(manifest.root.children or ())
-    d = 1
+    # root plus possibly detached cycles. Level-by-level descent finds both and the depth.
+    levels: list[list[str]] = []
+    level = list(root.children or ())
+    seen = 0
     while level:
-        if d > limits.max_depth:
+        if len(levels) >= limits.max_depth:
             return None
-        for c in level:
-            depth_of[c] = d
-        level = [c for nid in level for c in nodes[nid].children or ()]
-        d += 1
-    if len(depth_of) != len(nodes):
+        levels.append(level)
+        seen += len(level)
+        level = [c for nid in level if (k := nodes[nid].children) for c in k]
+    if seen != len(nodes):
         return None  # a cycle detached from the root
-    return tuple(_cost_warnings(manifest, depth_of)[: limits.max_errors])
+    return tuple(_cost_warnings(manifest, levels)[: limits.max_errors])
 
 
 def _detailed_structure(
@@ -301,7 +304,11 @@ def _detailed_structure(
                 f"nodes: {len(orphans)} orphan node(s) not reachable from the root: {head}{more}"
             )
 
-    warns.extend(_cost_warnings(manifest, {k: v for k, v in depth.items() if k != root_id}))
+    by_level: dict[int, list[str]] = {}
+    for k, v in depth.items():
+        if k != root_id:
+            by_level.setdefault(v, []).append(k)
+    warns.extend(_cost_warnings(manifest, [by_level[d] for d in sorted(by_level)]))
     return errs.final(), tuple(warns[: limits.max_errors])
 
 
