@@ -1,11 +1,12 @@
 """``pcx``: the manifest command line.
 
-Subcommands are plug-ins. Each is an object with ``name``, ``help``, ``configure(parser)`` and
-``run(args) -> int`` (:class:`Subcommand`), exported in a module-level ``COMMANDS`` sequence.
-``pcx`` collects them from :data:`COMMAND_MODULES` (the built-ins here, and
-``picocontext.build.pcx_command`` once the compiler lands -- a missing module is skipped) and
-from the ``picocontext.pcx_commands`` entry-point group, so ``pcx build`` plugs in without
-editing this file.
+Subcommands are plug-ins, in one of two shapes: a module-level ``COMMANDS`` sequence of objects
+with ``name``, ``help``, ``configure(parser)`` and ``run(args) -> int`` (:class:`Subcommand`),
+or an argparse-style ``register(subparsers)`` function that adds its parser and sets a
+``func`` default (``func(args) -> int``). ``pcx`` collects them from :data:`COMMAND_MODULES`
+(the built-ins here and the compiler's ``picocontext.build`` modules -- a missing module is
+skipped) and from the ``picocontext.pcx_commands`` entry-point group, so ``pcx build`` plugs
+in without editing this file.
 
 Exit codes: 0 ok, 1 the input is invalid (validate), 2 usage or input errors, 3 a gate failed.
 """
@@ -16,7 +17,7 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from picocontext.manifest.validate import DEFAULT_LIMITS, Limits, load_manifest,
 COMMAND_MODULES: tuple[str, ...] = (
     "picocontext.manifest.cli",
     "picocontext.build.pcx_command",
+    "picocontext.build.cli",
 )
 ENTRY_POINT_GROUP = "picocontext.pcx_commands"
 
@@ -277,11 +279,18 @@ COMMANDS: tuple[Subcommand, ...] = (
 )
 
 
-def load_commands(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, Subcommand]:
-    """Every registered subcommand by name. A module that does not exist (yet) is skipped
-    quietly; one that exists but fails to import is reported on stderr and skipped, so a
-    broken plug-in never takes ``pcx validate`` down with it."""
+Registrar = Callable[[Any], object]
+
+
+def load_plugins(
+    modules: Sequence[str] = COMMAND_MODULES,
+) -> tuple[dict[str, Subcommand], list[Registrar]]:
+    """Subcommands by name, plus argparse-style ``register(subparsers)`` functions from modules
+    that export no ``COMMANDS``. A module that does not exist (yet) is skipped quietly; one that
+    exists but fails to import is reported on stderr and skipped, so a broken plug-in never
+    takes ``pcx validate`` down with it."""
     found: dict[str, Subcommand] = {}
+    registrars: list[Registrar] = []
     for name in modules:
         try:
             module = importlib.import_module(name)
@@ -293,15 +302,27 @@ def load_commands(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, Subcomm
         except Exception as exc:  # a plug-in's own bug: report, keep the CLI usable
             _err(f"warning: pcx plug-in {name} failed to import ({exc}); its commands are off")
             continue
-        for cmd in getattr(module, "COMMANDS", ()):
-            found.setdefault(cmd.name, cmd)
+        commands = getattr(module, "COMMANDS", None)
+        if commands is not None:
+            for cmd in commands:
+                found.setdefault(cmd.name, cmd)
+            continue
+        register = getattr(module, "register", None)
+        if callable(register) and register not in registrars:
+            registrars.append(register)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         cmd = ep.load()
         found.setdefault(cmd.name, cmd)
-    return found
+    return found, registrars
 
 
-def build_parser(commands: dict[str, Subcommand]) -> argparse.ArgumentParser:
+def load_commands(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, Subcommand]:
+    return load_plugins(modules)[0]
+
+
+def build_parser(
+    commands: dict[str, Subcommand], registrars: Sequence[Registrar] = ()
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pcx", description="Progressive-context (pcx 0.2) manifests: validate, inspect, eval."
     )
@@ -312,16 +333,24 @@ def build_parser(commands: dict[str, Subcommand]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=cmd.help, description=cmd.help)
         cmd.configure(p)
         p.set_defaults(_command=cmd)
+    for register in registrars:
+        try:
+            register(sub)  # sets its own ``func`` default
+        except argparse.ArgumentError as exc:
+            _err(f"warning: a pcx plug-in could not register: {exc}")
     return parser
 
 
 def main(argv: Sequence[str] | None = None, modules: Sequence[str] | None = None) -> int:
-    commands = load_commands(COMMAND_MODULES if modules is None else modules)
-    parser = build_parser(commands)
+    commands, registrars = load_plugins(COMMAND_MODULES if modules is None else modules)
+    parser = build_parser(commands, registrars)
     args = parser.parse_args(argv)
-    cmd: Subcommand = args._command
+    cmd: Subcommand | None = getattr(args, "_command", None)
     try:
-        return cmd.run(args)
+        if cmd is not None:
+            return cmd.run(args)
+        result = args.func(args)
+        return result if isinstance(result, int) else 0
     except ManifestInvalid as exc:
         _err(f"INVALID: {exc.message}")
         return 1

@@ -148,3 +148,21 @@ def test_broken_plugin_is_reported_not_fatal(monkeypatch: Any, capsys: Any) -> N
     assert "validate" in commands
     err = capsys.readouterr().err
     assert "pcx_broken_plugin failed to import" in err and "bad plugin" in err
+
+
+def test_register_style_plugins_plug_in(capsys: Any, monkeypatch: Any) -> None:
+    mod = types.ModuleType("pcx_register_plugin")
+
+    def register(subparsers: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = subparsers.add_parser("greet", help="greet someone")
+        p.add_argument("who")
+        p.set_defaults(func=lambda args: print(f"hi {args.who}") or 4)
+        return p
+
+    mod.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pcx_register_plugin", mod)
+    rc = cli.main(["greet", "you"], modules=("picocontext.manifest.cli", "pcx_register_plugin"))
+    assert rc == 4 and capsys.readouterr().out == "hi you\n"
+    # a COMMANDS module that also defines register is used through COMMANDS only
+    commands, registrars = cli.load_plugins(("picocontext.manifest.cli",))
+    assert "validate" in commands and registrars == []
