@@ -171,7 +171,10 @@ def compile_tree(
     incremental: bool = False,
     progress: Progress | None = None,
     cancel: CancelToken | None = None,
+    watch: frozenset[str] = frozenset(),
 ) -> BuildResult:
+    """``watch``: leaf ids known to have changed; the call log then lists every engine call
+    made outside their paths (``result.log.outside``)."""
     t0 = time.perf_counter()
     counter = counter or HeuristicCounter()
     progress = progress or Progress()
@@ -202,8 +205,10 @@ def compile_tree(
     if old is not None:
         work.nodes.update(old.nodes)
         work.groups.update(old.groups)
+        work.checks.update(old.checks)
+        work.reasons.update(old.reasons)
     work.extra["idf"] = idf.to_json()
-    log = CallLog()
+    log = CallLog(watch)
     popts = PipelineOptions(
         collision_threshold=options.collision_threshold,
         max_contrast_rounds=options.max_contrast_rounds,
@@ -342,6 +347,8 @@ def _prune(cache: DescriptorCache, described: dict[int, DescribeResult]) -> None
     without bound while a rebuild that retraces the same attempts finds all of them."""
     del described
     cache.nodes = {k: v for k, v in cache.nodes.items() if k in cache.node_used}
+    cache.checks = {k: v for k, v in cache.checks.items() if k in cache.check_used}
+    cache.reasons = {k: v for k, v in cache.reasons.items() if k in cache.check_used}
     cache.groups = {k: v for k, v in cache.groups.items() if k in cache.group_used}
 
 

@@ -91,13 +91,25 @@ class PipelineOptions(BaseModel):
 
 
 class CallLog:
-    """Every engine call, as (kind, node id). The incremental benchmark reads it."""
+    """Every engine call, as (kind, node id). With ``watch`` (ids of changed leaves) it also
+    lists the calls made for nodes whose subtree contains none of them -- the incremental
+    benchmark's "outside the changed path"."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch: frozenset[str] = frozenset()) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.watch = watch
+        self.outside: list[tuple[str, str]] = []
 
-    def add(self, kind: str, node_id: str) -> None:
-        self.calls.append((kind, node_id))
+    def add(self, kind: str, node: SourceNode) -> None:
+        self.calls.append((kind, node.id))
+        if self.watch and not any(leaf.id in self.watch for leaf in node.leaves()):
+            self.outside.append((kind, node.id))
+
+    def undo(self) -> None:
+        """Drop the last call: the engine declined (an offline engine does not grade)."""
+        last = self.calls.pop()
+        if self.outside and self.outside[-1] == last:
+            self.outside.pop()
 
     def count(self, kind: str | None = None) -> int:
         return sum(1 for k, _ in self.calls if kind is None or k == kind)
@@ -116,6 +128,10 @@ class DescriptorCache:
         self.misses = 0
         self.group_used: set[str] = set()
         self.node_used: set[str] = set()
+        # grades, fidelity scores and repairs, keyed by what they depend on
+        self.checks: dict[str, float | None] = {}
+        self.check_used: set[str] = set()
+        self.reasons: dict[str, str] = {}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +140,8 @@ class DescriptorCache:
             "extra": self.extra,
             "nodes": {k: v.model_dump() for k, v in self.nodes.items()},
             "groups": {k: [d.model_dump() for d in v] for k, v in self.groups.items()},
+            "checks": self.checks,
+            "reasons": self.reasons,
         }
 
     def save(self, path: Path) -> None:
@@ -145,6 +163,10 @@ class DescriptorCache:
             cache.groups = {
                 k: [Descriptor.model_validate(d) for d in v] for k, v in data["groups"].items()
             }
+            cache.checks = {
+                str(k): (None if v is None else float(v)) for k, v in data["checks"].items()
+            }
+            cache.reasons = {str(k): str(v) for k, v in data["reasons"].items()}
             return cache
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -197,10 +219,10 @@ def describe_tree(
             return hit
         cache.misses += 1
         if node.is_leaf:
-            log.add("describe_leaf", node.id)
+            log.add("describe_leaf", node)
             d = engine.describe_leaf(node)
         else:
-            log.add("describe_branch", node.id)
+            log.add("describe_branch", node)
             d = engine.describe_branch(node, [(c, final[c.id]) for c in node.children])
         cache.nodes[key] = d
         return d
@@ -226,7 +248,16 @@ def describe_tree(
         else:
             cache.misses += 1
             descs = _finish_group(
-                node, [draft[c.id] for c in kids], engine, options, log, final, ungraded, fidelity
+                node,
+                [draft[c.id] for c in kids],
+                engine,
+                options,
+                log,
+                final,
+                ungraded,
+                fidelity,
+                cache,
+                keys,
             )
             cache.groups[gkey] = descs
         for c, d in zip(kids, descs, strict=True):
@@ -268,7 +299,7 @@ def _contrast_loop(
     for rnd in range(max(options.max_contrast_rounds, 1)):
         if worst < options.collision_threshold and not (force_first and rnd == 0):
             break
-        log.add("contrast", parent.id)
+        log.add("contrast", parent)
         new = engine.contrast(parent, list(zip(kids, descs, strict=True)))
         if len(new) != len(descs):
             raise BuildError(f"engine {engine.name} returned {len(new)} of {len(descs)} items")
@@ -282,6 +313,10 @@ def _contrast_loop(
     return descs
 
 
+def _dj(d: Descriptor) -> str:
+    return d.model_dump_json()
+
+
 def _finish_group(
     parent: SourceNode,
     descs: list[Descriptor],
@@ -291,8 +326,67 @@ def _finish_group(
     final: Mapping[str, Descriptor],
     ungraded: list[str],
     fidelity: dict[str, float],
+    cache: DescriptorCache,
+    keys: Mapping[str, str],
 ) -> list[Descriptor]:
+    """Contrast, then grade/repair with re-grading and re-contrast (B22). Grades, fidelity
+    scores and repairs are cached on everything they depend on, so re-running a group
+    because one member changed costs no calls for the members that did not."""
     kids = parent.children
+    sig = engine.signature
+
+    def grade(node: SourceNode, d: Descriptor, siblings: list[Descriptor]) -> str | None:
+        key = _h(sig, "grade", keys[node.id], _dj(d), *map(_dj, siblings))
+        cache.check_used.add(key)
+        if key not in cache.checks:
+            log.add("grade", node)
+            g = engine.grade(node, d, siblings)
+            if g is None:
+                log.undo()
+                cache.checks[key] = None
+            else:
+                bad = g.failed or g.score < options.grade_threshold
+                cache.checks[key] = g.score if not g.failed else -1.0
+                if bad:
+                    why = g.reason or "the grade could not be read"
+                    cache.reasons[key] = (
+                        why if g.failed else f"grade {g.score:.2f}: {g.reason}".rstrip(": ")
+                    )
+        score = cache.checks[key]
+        if score is None:
+            return None
+        if score < 0 or score < options.grade_threshold:
+            return cache.reasons.get(key, "the grade could not be read")
+        return None
+
+    def fid(node: SourceNode, d: Descriptor) -> float | None:
+        key = _h(sig, "fidelity", keys[node.id], _dj(d))
+        cache.check_used.add(key)
+        if key not in cache.checks:
+            log.add("fidelity", node)
+            value = engine.fidelity(node, d)
+            if value is None:
+                log.undo()
+            cache.checks[key] = value
+        return cache.checks[key]
+
+    def repair(node: SourceNode, why: str, current: Descriptor) -> Descriptor:
+        grand = [(g, final[g.id]) for g in node.children]
+        why = f"{why}. Rejected lines: what={current.what!r} when={current.when!r}"
+        key = _h(sig, "repair", keys[node.id], why, *(_dj(d) for _, d in grand))
+        hit = cache.nodes.get(key)
+        cache.node_used.add(key)
+        if hit is not None:
+            return hit
+        if node.is_leaf:
+            log.add("repair_leaf", node)
+            out = engine.describe_leaf(node, feedback=why)
+        else:
+            log.add("repair_branch", node)
+            out = engine.describe_branch(node, grand, feedback=why)
+        cache.nodes[key] = out
+        return out
+
     if len(kids) >= 2:
         # Round one always runs: contrast is what turns shared words into distinguishing ones.
         descs = _contrast_loop(parent, kids, descs, engine, options, log, force_first=True)
@@ -300,23 +394,14 @@ def _finish_group(
         failing: list[tuple[int, str]] = []
         for i, (node, d) in enumerate(zip(kids, descs, strict=True)):
             reasons = vacuity_flags(node.title, d)
-            siblings = [x for j, x in enumerate(descs) if j != i]
-            log.add("grade", node.id)
-            grade = engine.grade(node, d, siblings)
-            if grade is None:
-                log.calls.pop()
-            elif grade.failed:
-                reasons.append(grade.reason or "the grade could not be read")
-            elif grade.score < options.grade_threshold:
-                reasons.append(f"grade {grade.score:.2f}: {grade.reason}")
-            log.add("fidelity", node.id)
-            fid = engine.fidelity(node, d)
-            if fid is None:
-                log.calls.pop()
-            else:
-                fidelity[node.id] = fid
-            if fid is not None and fid < options.fidelity_repair_below:
-                reasons.append(f"the content does not match what the line promises ({fid:.1f}/5)")
+            bad = grade(node, d, [x for j, x in enumerate(descs) if j != i])
+            if bad:
+                reasons.append(bad)
+            f = fid(node, d)
+            if f is not None:
+                fidelity[node.id] = f
+                if f < options.fidelity_repair_below:
+                    reasons.append(f"the content does not match what the line promises ({f:.1f}/5)")
             if reasons:
                 failing.append((i, "; ".join(reasons)))
         if not failing:
@@ -325,16 +410,7 @@ def _finish_group(
             ungraded.extend(kids[i].id for i, _ in failing)
             break
         for i, why in failing:
-            node = kids[i]
-            if node.is_leaf:
-                log.add("repair_leaf", node.id)
-                descs[i] = engine.describe_leaf(node, feedback=why)
-            else:
-                log.add("repair_branch", node.id)
-                grand = node.children
-                descs[i] = engine.describe_branch(
-                    node, [(g, final[g.id]) for g in grand], feedback=why
-                )
+            descs[i] = repair(kids[i], why, descs[i])
         if len(kids) >= 2 and worst_pair(descs)[0] >= options.collision_threshold:
             descs = _contrast_loop(parent, kids, descs, engine, options, log, force_first=False)
     return descs

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from picocontext.build.adapters import load_source
-from picocontext.build.compiler import BuildOptions, BuildResult, compile_tree
+from picocontext.build.compiler import BuildOptions, compile_tree
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext_diagnostics.bench.navigation import ROOT, ensure_reference
 from picocontext_diagnostics.bench.stdlib_docs import BUILD_EXTRA, NAV_MODULES, write_corpus
@@ -75,14 +75,6 @@ print(json.dumps({"full_seconds": full_s, "full_calls": full_calls, "nodes": nod
 """
 
 
-def _path_ids(result: BuildResult, leaf: str) -> set[str]:
-    out = {leaf}
-    for m in result.manifests.values():
-        if m.has(leaf):
-            out.update(m.ancestors(leaf))
-    return out
-
-
 def ours(corpus: Path) -> dict[str, Any]:
     opts = BuildOptions(budgets=(4096, 32768))
     t0 = time.perf_counter()
@@ -94,12 +86,18 @@ def ours(corpus: Path) -> dict[str, Any]:
     try:
         t0 = time.perf_counter()
         tree = load_source(corpus, "docs", "stdlib")
-        again = compile_tree(tree, OfflineEngine(), opts, cache=first.cache, incremental=True)
+        again = compile_tree(
+            tree,
+            OfflineEngine(),
+            opts,
+            cache=first.cache,
+            incremental=True,
+            watch=frozenset({CHANGED_ID}),
+        )
         inc_s = time.perf_counter() - t0
     finally:
         path.write_text(original, encoding="utf-8")
-    allowed = _path_ids(again, CHANGED_ID)
-    outside = [c for c in again.log.calls if c[1] not in allowed]
+    outside = again.log.outside
     return {
         "documents": first.stats.leaves,
         "nodes": first.stats.nodes,

@@ -95,9 +95,15 @@ def test_b22_parent_is_described_from_final_contrasted_children(fake_chat: Any, 
 
 
 def test_b17_unparseable_grade_is_a_failure_that_triggers_repair(fake_chat: Any, good: Any) -> None:
+    repairs = 0
+
     def reply(kind: str, user: str) -> str:
+        nonlocal repairs
         if kind.endswith("grade"):
             return "looks fine to me!"  # no JSON at all, even on the retry
+        if kind == "leaf" and "rejected" in user:
+            repairs += 1
+            return json.dumps({"what": f"alpha, take {repairs}", "when": f"alpha goal {repairs}"})
         return str(good(kind, user))
 
     root = SourceNode(
@@ -114,6 +120,7 @@ def test_b17_unparseable_grade_is_a_failure_that_triggers_repair(fake_chat: Any,
 
 def test_b22_every_repair_is_regraded_and_recontrasted(fake_chat: Any, good: Any) -> None:
     grades: dict[str, int] = {}
+    contrasts = [0]
 
     def reply(kind: str, user: str) -> str:
         base = kind.removeprefix("retry:")
@@ -123,6 +130,14 @@ def test_b22_every_repair_is_regraded_and_recontrasted(fake_chat: Any, good: Any
             # alpha fails its first grade only
             score = 0.2 if title == "alpha" and grades[title] == 1 else 0.9
             return json.dumps({"score": score, "reason": "too vague"})
+        if base == "contrast":
+            contrasts[0] += 1
+            rows = [ln for ln in user.splitlines() if ln[:1].isdigit()]
+            titles = [row.split(". ", 1)[1].split(" | ", 1)[0] for row in rows]
+            n = contrasts[0]
+            return json.dumps(
+                {"items": [{"what": f"{t} explained", "when": f"only {t} {t}{n}"} for t in titles]}
+            )
         if base == "leaf" and "rejected" in user:
             # the repair collides with beta again
             return json.dumps(
