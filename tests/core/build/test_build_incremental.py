@@ -96,3 +96,28 @@ def test_cache_round_trips_through_disk(corpora: Path, tmp_path: Path) -> None:
     assert build(src, loaded).log.calls == []
     path.write_text("{corrupt")
     assert DescriptorCache.load(path) is None
+
+
+def test_clustered_rebuild_makes_no_calls_outside_the_changed_path(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    topics = ["pump valve pressure", "lamp light spectrum", "soil compost mulch", "vent fan air"]
+    for i in range(60):
+        words = topics[i % 4]
+        text = f"# Note {i}\n\nAbout {words} in bed {i}. The {words} schedule for bed {i}.\n"
+        (folder / f"n{i:02d}.md").write_text(text)
+    opts = BuildOptions(budgets=(2048, 16384))
+    first = compile_tree(load_source(tmp_path, "docs", "d"), OfflineEngine(), opts)
+    assert any(v.clusters for v in first.variants)
+    changed = folder / "n07.md"
+    changed.write_text(changed.read_text() + "\nA new sentence about valve gaskets.\n")
+    again = compile_tree(
+        load_source(tmp_path, "docs", "d"),
+        OfflineEngine(),
+        opts,
+        cache=first.cache,
+        incremental=True,
+        watch=frozenset({"notes/n07"}),
+    )
+    assert ("describe_leaf", "notes/n07") in again.log.calls
+    assert again.log.outside == []
