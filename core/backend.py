@@ -19,8 +19,12 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Phase(StrEnum):
+    """``edit``: the context decision (edit/keep tools); ``completion``: the answer, no tools;
+    ``tools``: a policy's own tool step (navigation or digest verbs, given in ``tools_json``)."""
+
     EDIT = "edit"
     COMPLETION = "completion"
+    TOOLS = "tools"
 
 
 class EditStyle(StrEnum):
@@ -37,12 +41,39 @@ class ModelInput(BaseModel):
     phase: Phase
     control_records: tuple[Record, ...] = ()
     edit_style: EditStyle = EditStyle.TARGETED
+    # Policies with their own protocol (navigation, digests) override the phase defaults. Tools
+    # are kept as canonical JSON text (a list of OpenAI-style function specs) so inputs stay
+    # hashable and render identically everywhere.
+    tools_json: str | None = None
+    system_text: str | None = None
+    guidance: str | None = None
 
     @property
     def instructions(self) -> str:
         from picocontext.prompts import system_instructions
 
-        return system_instructions(self)
+        return self.system_text if self.system_text is not None else system_instructions(self)
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The tools offered with this input: the override, or the phase's own."""
+        import json
+
+        from picocontext.prompts import decision_tools
+
+        if self.tools_json is not None:
+            loaded: list[dict[str, Any]] = json.loads(self.tools_json)
+            return loaded
+        return decision_tools(self.context) if self.phase is Phase.EDIT else None
+
+    @property
+    def trailing_guidance(self) -> str:
+        """The final runtime user message: the override, or the phase's own."""
+        from picocontext.prompts import COMPLETION_GUIDANCE, decision_guidance
+
+        if self.guidance is not None:
+            return self.guidance
+        return decision_guidance(self) if self.phase is Phase.EDIT else COMPLETION_GUIDANCE
 
 
 class PreparedPrompt(BaseModel):
@@ -79,6 +110,28 @@ class ModelResponse(BaseModel):
     reached_token_limit: bool = False
     prefill_tokens: int | None = None
     seconds: float = 0.0
+
+
+def tools_json(specs: Sequence[ToolSpec]) -> str:
+    """Canonical JSON of tool specs for :attr:`ModelInput.tools_json`."""
+    import json
+
+    return json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters or {"type": "object", "properties": {}},
+                },
+            }
+            for t in specs
+        ],
+        ensure_ascii=False,
+        sort_keys=True,
+        separators=(",", ":"),
+    )
 
 
 class ChatMessage(BaseModel):

@@ -42,6 +42,11 @@ class ByteCounter:
                 record.tool_call_id,
             )
             parts.append(f"{record.role.value} {header}\n{record.body}")
+        # Policy overrides are rendered too, so their bytes are charged like everything else.
+        if model_input.tools_json is not None:
+            parts.append(f"tools {model_input.tools_json}")
+        if model_input.guidance is not None:
+            parts.append(model_input.guidance)
         return "\n".join(parts)
 
     def prepare(self, model_input: ModelInput) -> PreparedPrompt:

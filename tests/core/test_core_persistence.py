@@ -158,6 +158,7 @@ CHILD = textwrap.dedent(
     from kettle import SCOPE, kettle_snapshot
     store = SQLiteStore(sys.argv[1])
     s = ContextSession.open(store, SCOPE, ByteCounter(), ScriptedBackend(), kettle_snapshot())
+    print("ready", s.context.revision, flush=True)
     i = s.context.revision
     while True:
         i += 1
@@ -183,7 +184,10 @@ def test_kill_minus_nine_never_exposes_a_half_written_commit(tmp_path: Path) -> 
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(rng.uniform(0.25, 0.6))
+        assert child.stdout is not None
+        ready = child.stdout.readline()  # imports done and the session is stored
+        assert ready.startswith("ready"), ready + (child.stderr.read() if child.stderr else "")
+        time.sleep(rng.uniform(0.05, 0.4))
         os.kill(child.pid, signal.SIGKILL)
         out, err = child.communicate()
         printed = [int(line) for line in out.split()]
