@@ -371,6 +371,17 @@ class SQLiteStore:
                 )
             ]
 
+    def committed_at(self, scope: Scope) -> dict[int, float]:
+        """Revision -> commit time (Unix seconds); records carry no time of their own."""
+        with self._lock:
+            return {
+                int(r[0]): float(r[1])
+                for r in self._db.execute(
+                    "SELECT revision, committed_at FROM revisions WHERE scope_key=?",
+                    (_scope_key(scope),),
+                )
+            }
+
     def load_revision(self, scope: Scope, revision: int) -> Snapshot:
         """A past working revision, for history views and audits."""
         with self._lock:

@@ -52,6 +52,8 @@ def test_reopen_resumes_exactly_where_it_was(tmp_path: Path) -> None:
         assert store.load_revision(SCOPE, 0).records == kettle_snapshot().records
         assert store.tombstones(SCOPE) == {"old-call": 1, "old-result": 1}
         assert store.scopes() == [SCOPE]
+        times = store.committed_at(SCOPE)
+        assert sorted(times) == [0, 1, 2] and times[0] <= times[1] <= times[2]
 
 
 def test_open_without_history_or_initial_is_a_clear_error(tmp_path: Path) -> None:
