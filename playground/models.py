@@ -9,14 +9,13 @@ loader with the same signature.
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from picocontext import CancelToken, ModelBackend, PicoContextError, TokenCounter
+from picocontext import Cancelled, CancelToken, ModelBackend, PicoContextError, TokenCounter
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import ComparisonSettings, ModelChoice
 
@@ -91,55 +90,61 @@ def scripted_model(delay: float = 0.0) -> LoadedModel:
     )
 
 
-def _call_with_supported(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` passing only the keyword arguments its signature accepts."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return fn(*args)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **kwargs)
-    return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
-
-
 def _real_model(
     settings: ComparisonSettings, progress: Progress, cancel: CancelToken
 ) -> LoadedModel:
-    try:
-        import picocontext.models as models
-    except ImportError as exc:  # pragma: no cover - the core always ships models
-        raise SetupError(f"picocontext.models cannot be imported: {exc}") from None
-    target: str = (
-        str(settings.model_dir) if settings.model is ModelChoice.DIRECTORY else settings.model.value
-    )
-    if settings.model is ModelChoice.DIRECTORY:
-        assert settings.model_dir is not None
-        if not Path(settings.model_dir).is_dir():
-            raise SetupError(f"model directory {settings.model_dir} does not exist")
-    loader = getattr(models, "load_model", None)
-    try:
-        if loader is not None:
-            loaded = _call_with_supported(
-                loader,
-                target,
-                progress=progress,
-                cancel=cancel,
-                prefix_cache=settings.prefix_cache,
-                constrained=settings.constrained,
-            )
-        elif settings.model is ModelChoice.DIRECTORY:
-            from picocontext.models.mlx_backend import MLXModel
+    """Resolve the files through :mod:`picocontext.models` (hub download with progress, the
+    embedded wheel conversion, or a local directory) and load them with MLX.
 
-            progress(f"Loading {target}…", None)
-            loaded = MLXModel.load(
-                target, prefix_cache=settings.prefix_cache, constrained=settings.constrained
-            )
+    The choice made in the window is explicit, so it is honoured as chosen (no fallback to
+    another model, and ``PICOCONTEXT_MODEL_DIR`` only matters for the directory choice)."""
+    try:
+        from picocontext.models import registry
+        from picocontext.models.mlx_backend import MLXModel
+    except ImportError as exc:
+        raise SetupError(
+            f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
+        ) from None
+
+    def fraction(value: float) -> None:
+        progress(f"Downloading {settings.model.value}: {value:.0%}", value)
+
+    def log(message: str) -> None:
+        progress(message[:1].upper() + message[1:], None)
+
+    revision: str | None = None
+    try:
+        if settings.model is ModelChoice.DIRECTORY:
+            assert settings.model_dir is not None
+            path = Path(settings.model_dir).expanduser()
+            if not (path / "config.json").is_file():
+                raise SetupError(
+                    f"{path} is not an MLX model directory (no config.json); choose a folder "
+                    "written by mlx_lm.convert or by picocontext's model import"
+                )
+            model_id = path.name
         else:
-            raise SetupError(
-                f"this build of picocontext cannot fetch {settings.model.value} yet "
-                "(picocontext.models.load_model is missing); choose a local MLX directory or "
-                "the scripted model"
-            )
+            spec = registry.MODELS[settings.model.value]
+            if spec.source == "embedded":
+                from picocontext.models.embedded import MODEL_NAME, ensure_embedded_model
+
+                progress(f"Preparing the embedded {MODEL_NAME}…", None)
+                path = ensure_embedded_model(log=log)
+                model_id = MODEL_NAME
+            else:
+                progress(f"Looking for {spec.repo_id} (about {spec.approx_mb} MB)…", None)
+                path = registry.fetch_hub_model(spec, progress=fraction)
+                model_id = spec.repo_id or spec.name
+                revision = spec.revision
+        cancel.check()
+        progress(f"Loading {model_id} with MLX…", None)
+        loaded = MLXModel.load(
+            path,
+            model_id=model_id,
+            revision=revision,
+            prefix_cache=settings.prefix_cache,
+            constrained=settings.constrained,
+        )
     except ImportError as exc:
         raise SetupError(
             f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
@@ -147,23 +152,37 @@ def _real_model(
     except SetupError:
         raise
     except PicoContextError as exc:
-        if type(exc).__name__ == "Cancelled":
+        if cancel.cancelled:
+            raise Cancelled() from None
+        if isinstance(exc, Cancelled):
             raise
         raise SetupError(exc.message) from None
-    cancel.check()
+    if cancel.cancelled:
+        loaded.close()
+        raise Cancelled()
+    return wrap_model(loaded)
+
+
+def wrap_model(loaded: Any) -> LoadedModel:
+    """Describe a loaded real model (anything that is both counter and backend)."""
     if not isinstance(loaded, TokenCounter) or not isinstance(loaded, ModelBackend):
         raise SetupError(f"{type(loaded).__name__} is not a token counter and backend")
-    model_id = str(getattr(loaded, "model_id", target))
+    model_id = str(getattr(loaded, "model_id", type(loaded).__name__))
     revision = getattr(loaded, "revision", None)
     label = model_id + (f" @ {str(revision)[:12]}" if revision else "")
-    closer = getattr(loaded, "close", None)
     details: list[str] = ["greedy sampling (temperature 0)"]
+    seconds = getattr(loaded, "load_seconds", None)
+    if isinstance(seconds, float):
+        details.append(f"load time {seconds:.2f} s (excluded from run times)")
     describe = getattr(loaded, "describe", None)
     if callable(describe):
         info = describe()
         if isinstance(info, dict):
-            details.extend(f"{k}: {v}" for k, v in info.items() if v not in (None, ""))
-    result = LoadedModel(
+            skip = {"backend", "model", "modelRevision", "loadSeconds", "sampling"}
+            details.extend(f"{k}: {v}" for k, v in info.items() if k not in skip and v != "")
+    details.extend(str(note) for note in getattr(loaded, "notes", ()) or ())
+    closer = getattr(loaded, "close", None)
+    return LoadedModel(
         counter=loaded,
         backend=loaded,
         model_id=model_id,
@@ -174,8 +193,6 @@ def _real_model(
         close=closer if callable(closer) else _no_close,
         raw=loaded,
     )
-    result.apply_options(settings)
-    return result
 
 
 def load_model(

@@ -69,13 +69,18 @@ def application(argv: list[str] | None = None) -> QApplication:
     if isinstance(existing, QApplication):
         return existing
     app = QApplication(argv or [sys.argv[0] if sys.argv else "picocontext"])
+    configure(app)
+    return app
+
+
+def configure(app: QApplication) -> None:
+    """Name the application and give it a readable sans-serif font (10 pt)."""
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("picocontext")
     family = _first_family(_SANS)
     font = QFont(family) if family else app.font()
     font.setPointSize(BASE_POINT_SIZE)
     app.setFont(font)
-    return app
 
 
 def require_glyphs(app: QApplication) -> None:

@@ -30,12 +30,17 @@ EXIT_STOPPED = 1
 EXIT_SETUP = 2
 IMAGE_WIDTH = 1400
 MAX_IMAGE_HEIGHT = 6000
+MAX_PANE_HEIGHT = 2400
 
 
 def fit_for_capture(window: MainWindow, width: int = IMAGE_WIDTH) -> None:
     """Resize the window so the scroll area shows all results without scrolling (capped)."""
     app = QApplication.instance()
     window.resize(width, window.height())
+    if app is not None:
+        app.processEvents()
+    for column in window.columns.values():
+        column.expand_for_capture(MAX_PANE_HEIGHT)
     if app is not None:
         app.processEvents()
     chrome = window.height() - window.results_scroll.viewport().height()

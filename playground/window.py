@@ -12,7 +12,7 @@ import importlib
 import platform
 from pathlib import Path
 
-from PySide6.QtCore import QThread, Signal, Slot
+from PySide6.QtCore import Qt, QThread, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QFont
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -147,6 +147,14 @@ class PolicyColumn(QWidget):
         self.next_step.blockSignals(False)
         self.next_step.setCurrentIndex(len(outcome.steps) - 1)
         self._show_next_input(len(outcome.steps) - 1)
+
+    def expand_for_capture(self, limit: int) -> None:
+        """Make the detail tabs tall enough to show the whole working context (up to
+        ``limit`` pixels), so a screenshot shows it without a scroll bar where possible."""
+        document = self.working.document()
+        document.setTextWidth(self.working.viewport().width())
+        needed = int(document.size().height()) + self.tabs.tabBar().sizeHint().height() + 16
+        self.tabs.setMinimumHeight(max(DETAIL_HEIGHT, min(limit, needed)))
 
     @Slot(int)
     def _show_next_input(self, index: int) -> None:
@@ -510,7 +518,9 @@ class MainWindow(QMainWindow):
         worker.outcome.connect(self._on_outcome)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
-        worker.done.connect(thread.quit)
+        # Direct: quit() is thread-safe, and a queued call would wait for the GUI thread, which
+        # may itself be blocked in shutdown() waiting for this thread.
+        worker.done.connect(thread.quit, Qt.ConnectionType.DirectConnection)
         thread.finished.connect(self._on_thread_finished)
         self._thread, self._worker = thread, worker
         self._sync_enabled()
@@ -605,6 +615,7 @@ class MainWindow(QMainWindow):
         if thread is not None:
             if self._cancel is not None:
                 self._cancel.cancel()
+            thread.quit()  # the event loop ends as soon as the running slot returns
             ended = thread.wait(timeout_ms)
         if self._owns_cache and ended:
             self.cache.close()

@@ -1,0 +1,98 @@
+"""The text report: every section a reader needs, exact texts, atomic writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
+from picocontext_playground.models import scripted_model
+from picocontext_playground.settings import ComparisonSettings, Task
+from picocontext_playground.textreport import facts_text, render_report, write_atomically
+
+
+def result_for(task: Task, pressure: bool = False) -> ComparisonResult:
+    settings = ComparisonSettings(task=task, pressure=pressure)
+    return run_comparison(settings, scripted_model(), PrintEvents(lambda _line: None))
+
+
+def test_episode_report_has_header_summaries_and_every_step() -> None:
+    result = result_for(Task.RETENTION)
+    text = render_report(result)
+    head = text.split("\n")[:12]
+    assert head[0] == "PicoContext playground report"
+    assert "Task: Exact retention" in head
+    assert (
+        "Model: Scripted deterministic model (rules, no weights) (scripted-deterministic)" in head
+    )
+    assert any(line.startswith("Settings: Exact retention · normal context") for line in head)
+    assert any(line.startswith("Budget per turn: window 16,384") for line in head)
+    assert "Episode allowance: 320,000" in text and "Noise lines per update: 12" in text
+    assert f"Status: {result.status}" in text
+    for outcome in result.outcomes:
+        assert f"{outcome.title} · {outcome.label}: completed" in text
+        assert f"POLICY {outcome.label} ({outcome.policy.name})" in text
+        for step in outcome.steps:
+            assert f"Expected: {facts_text(step.expected)}" in text
+            assert f"Retained: {facts_text(step.retained)}" in text
+            assert step.run is not None and step.run.final_prompt is not None
+            # the exact next input, verbatim, with its size
+            assert step.run.final_prompt.rendered in text
+            count = step.run.final_prompt.token_count
+            assert f"EXACT NEXT INPUT ({count:,} tokens)" in text
+    assert text.endswith("\n")
+
+
+def test_attempts_show_model_output_and_arguments() -> None:
+    result = result_for(Task.STATE_UPDATES)
+    text = render_report(result)
+    edit = result.outcomes[1]
+    run = edit.steps[0].run
+    assert run is not None and run.attempts
+    attempt = run.attempts[0]
+    block = (
+        f"Attempt 1: {attempt.outcome.value} — {attempt.detail}\nMODEL OUTPUT\n"
+        "(no text; tool call only)\nARGUMENTS\n" + attempt.arguments
+    )
+    assert block in text
+    assert "Attempts: none (no decision call in this mode)" in text  # the baseline
+    assert run.diff in text
+
+
+def test_failures_and_missing_steps_are_spelled_out() -> None:
+    result = result_for(Task.RETENTION, pressure=True)
+    text = render_report(result)
+    base = result.outcomes[0]
+    assert base.failure is not None
+    assert f"Exact retention · Append-only: {base.failure}" in text
+    assert "answer=FAILED" in text and f"failure={base.failure}" in text
+    assert "EXACT NEXT INPUT\n(no completion call was made)" in text
+    assert "Noise lines per update: 48" in text
+
+
+def test_order_lookup_report_has_diff_and_working_context() -> None:
+    text = render_report(result_for(Task.ORDER_LOOKUP))
+    assert "Task: Order lookup" in text
+    assert "Deleted earlier-result (tool)" in text
+    assert "WORKING CONTEXT · revision 1" in text
+    assert "[latest-result · tool · result for stock-latest]" in text
+    assert "Episode allowance" not in text
+
+
+def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "report.txt"
+    write_atomically(target, b"first")
+    write_atomically(target, "second ✓".encode())
+    assert target.read_text(encoding="utf-8") == "second ✓"
+    assert [p.name for p in target.parent.iterdir()] == ["report.txt"]
+
+
+def test_atomic_write_failure_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "report.txt"
+    write_atomically(target, b"kept")
+
+    with pytest.raises(TypeError):
+        write_atomically(target, 42)  # type: ignore[arg-type]
+    assert target.read_bytes() == b"kept"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.txt"]

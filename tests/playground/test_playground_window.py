@@ -1,0 +1,235 @@
+"""The window, offscreen, with pytest-qt: build, run, fill every pane, stop, clear, close."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QApplication, QLabel
+from pytestqt.qtbot import QtBot
+
+from picocontext_playground.comparison import ComparisonResult
+from picocontext_playground.models import ModelCache
+from picocontext_playground.qtenv import glyphs_render, monospace_font
+from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
+from picocontext_playground.window import MainWindow, PolicyColumn, default_model
+
+SCRIPTED = ComparisonSettings(model=ModelChoice.SCRIPTED)
+RUN_TIMEOUT_MS = 20_000
+
+
+@pytest.fixture
+def window(qt_app: QApplication, qtbot: QtBot) -> Iterator[MainWindow]:
+    win = MainWindow(SCRIPTED)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    win.shutdown()
+
+
+def run_and_wait(qtbot: QtBot, win: MainWindow) -> ComparisonResult:
+    with qtbot.waitSignal(win.run_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        qtbot.mouseClick(win.run_button, Qt.MouseButton.LeftButton)  # type: ignore[no-untyped-call]
+    result = blocker.args[0] if blocker.args else None
+    assert isinstance(result, ComparisonResult), win.last_error
+    return result
+
+
+def cell_text(column: PolicyColumn, row: int, col: int) -> str:
+    item = column.steps.item(row, col)
+    assert item is not None
+    return item.text()
+
+
+def test_window_builds_with_controls_for_every_task_policy_and_model(window: MainWindow) -> None:
+    assert window.windowTitle() == "PicoContext Playground"
+    assert window.minimumWidth() >= 1000 and window.minimumHeight() >= 700
+    assert set(window.task_buttons) == set(Task)
+    assert window.current_task() is Task.RETENTION
+    assert {"append-only", "editable"} <= set(window.policy_boxes)
+    models = {window.model_combo.itemData(i) for i in range(window.model_combo.count())}
+    assert models == {c.value for c in ModelChoice}
+    assert window.run_button.isEnabled() and not window.stop_button.isEnabled()
+    assert window.status.text().startswith("Ready")
+    assert window.tabs.tabText(0) == "Comparison"
+
+
+def test_default_model_is_embedded_smollm2_off_apple_silicon() -> None:
+    import platform
+
+    expected = (
+        ModelChoice.QWEN3
+        if platform.system() == "Darwin" and platform.machine() == "arm64"
+        else ModelChoice.SMOLLM2
+    )
+    assert default_model() is expected
+
+
+def test_run_comparison_fills_every_pane(qtbot: QtBot, window: MainWindow) -> None:
+    result = run_and_wait(qtbot, window)
+    assert result.completed
+    assert list(window.columns) == ["append-only", "editable"]
+    assert window.status.text() == result.status
+    assert window.progress.value() == window.progress.maximum()
+    assert "Scripted deterministic model" in window.caption.text()
+    # chart: one bar group per step, one series per policy
+    assert window.chart.steps == ["step-1", "step-2", "step-3", "step-4"]
+    assert [s.label for s in window.chart.series] == ["Append-only", "Editable"]
+    edit = window.columns["editable"]
+    outcome = result.outcomes[1]
+    # card
+    assert "Context 4/4 · answers 4/4" in edit.card.checks.text()
+    assert f"{outcome.prompt_before:,} → {outcome.prompt_after:,}" in edit.card.prompt.text()
+    assert f"Total input {outcome.total_input:,}" in edit.card.usage.text()
+    assert "Edit calls 4" in edit.card.calls.text()
+    assert edit.card.answer.text().startswith('Last answer: {"facts":')
+    # per-step table
+    assert edit.steps.rowCount() == 4
+    assert [cell_text(edit, r, 0) for r in range(4)] == ["step-1", "step-2", "step-3", "step-4"]
+    assert "passed" in cell_text(edit, 0, 1)
+    # context panes with highlights
+    working = edit.working.toPlainText()
+    assert "REPLACED" in working and "step-1-data" in working
+    original = edit.original.toPlainText()
+    assert "Sensor sweep 1, frame 0" in original and "REPLACED" in original
+    # diff, decisions, exact next input
+    assert edit.diff.toPlainText().startswith("Replaced step-1-data (tool)")
+    attempts = edit.attempts.toPlainText()
+    assert "Attempt 1" in attempts and "edited" in attempts and "Arguments:" in attempts
+    final = outcome.steps[-1].run
+    assert final is not None and final.final_prompt is not None
+    assert edit.next_input.toPlainText() == final.final_prompt.rendered
+    assert f"{final.final_prompt.token_count:,} tokens" in edit.next_label.text()
+    edit.next_step.setCurrentIndex(0)
+    first = outcome.steps[0].run
+    assert first is not None and first.final_prompt is not None
+    assert edit.next_input.toPlainText() == first.final_prompt.rendered
+    # the baseline made no decisions and has no diff
+    base = window.columns["append-only"]
+    assert "No decision call" in base.attempts.toPlainText()
+    assert base.diff.toPlainText() == ""
+
+
+def test_order_lookup_shows_deleted_records_and_one_step(qtbot: QtBot, window: MainWindow) -> None:
+    window.task_buttons[Task.ORDER_LOOKUP].click()
+    assert not window.pressure.isEnabled()
+    result = run_and_wait(qtbot, window)
+    assert result.title == "Order lookup"
+    edit = window.columns["editable"]
+    assert edit.steps.rowCount() == 1
+    assert "DELETED" in edit.working.toPlainText()
+    assert "Deleted earlier-result (tool)" in edit.diff.toPlainText()
+    assert window.chart.steps == ["order-lookup"]
+
+
+def test_switching_task_or_pressure_clears_results(qtbot: QtBot, window: MainWindow) -> None:
+    run_and_wait(qtbot, window)
+    assert window.result is not None and window.columns
+    window.task_buttons[Task.STATE_UPDATES].click()
+    assert window.result is None and not window.columns
+    assert window.chart.series == []
+    assert window.status.text() == "Ready for State updates."
+    run_and_wait(qtbot, window)
+    window.pressure.setChecked(True)
+    assert window.result is None and not window.columns
+
+
+def test_stop_cancels_mid_run_and_the_window_stays_usable(
+    qt_app: QApplication, qtbot: QtBot, slow_model_cache: ModelCache
+) -> None:
+    win = MainWindow(SCRIPTED, slow_model_cache)
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitSignal(win.run_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        win.run_button.click()
+        assert win.running and win.stop_button.isEnabled() and not win.run_button.isEnabled()
+        assert not win.task_buttons[Task.ORDER_LOOKUP].isEnabled()
+        qtbot.waitUntil(lambda: len(win.step_lines) >= 1, timeout=RUN_TIMEOUT_MS)
+        win.stop_button.click()
+    result = blocker.args[0]
+    assert isinstance(result, ComparisonResult)
+    assert result.cancelled and win.status.text().startswith("Stopped.")
+    assert not win.running and win.run_button.isEnabled() and not win.stop_button.isEnabled()
+    assert win.columns["append-only"].steps.rowCount() >= 1  # live rows stay visible
+    win.shutdown()
+
+
+def test_run_is_ignored_while_running(
+    qt_app: QApplication, qtbot: QtBot, slow_model_cache: ModelCache
+) -> None:
+    win = MainWindow(SCRIPTED, slow_model_cache)
+    qtbot.addWidget(win)
+    finished: list[object] = []
+    win.run_finished.connect(finished.append)
+    win.start_comparison()
+    thread = win._thread
+    win.start_comparison()  # ignored
+    assert win._thread is thread
+    win.stop()
+    qtbot.waitUntil(lambda: not win.running, timeout=RUN_TIMEOUT_MS)
+    assert len(finished) == 1
+
+
+def test_closing_mid_run_ends_the_worker_thread(
+    qt_app: QApplication, qtbot: QtBot, slow_model_cache: ModelCache
+) -> None:
+    win = MainWindow(SCRIPTED, slow_model_cache)
+    qtbot.addWidget(win)
+    win.show()
+    win.start_comparison()
+    thread = win._thread
+    assert thread is not None
+    qtbot.waitUntil(lambda: thread.isRunning(), timeout=RUN_TIMEOUT_MS)
+    win.close()
+    assert thread.isFinished()
+
+
+def test_three_policies_make_three_columns(qtbot: QtBot, window: MainWindow) -> None:
+    window.policy_boxes["summarize"].setChecked(True)
+    result = run_and_wait(qtbot, window)
+    assert [o.policy.name for o in result.outcomes] == ["append-only", "editable", "summarize"]
+    assert list(window.columns) == ["append-only", "editable", "summarize"]
+    assert len(window.chart.series) == 3
+
+
+def test_no_policy_selected_disables_run_and_explains(qtbot: QtBot, window: MainWindow) -> None:
+    for box in window.policy_boxes.values():
+        box.setChecked(False)
+    assert not window.run_button.isEnabled()
+    finished: list[object] = []
+    window.run_finished.connect(finished.append)
+    window.start_comparison()
+    assert finished == [None] and window.status.text() == "Select at least one policy."
+
+
+def test_directory_model_needs_a_directory(qtbot: QtBot, window: MainWindow) -> None:
+    window.model_combo.setCurrentIndex(window.model_combo.findData("directory"))
+    assert window.model_dir.isVisibleTo(window) and window.decoding.isEnabled()
+    window.start_comparison()
+    assert window.status.text() == "Choose a local MLX model directory first."
+
+
+def test_settings_round_trip_through_the_controls(window: MainWindow, tmp_path: object) -> None:
+    wanted = ComparisonSettings(
+        task=Task.STATE_UPDATES,
+        pressure=True,
+        policies=("append-only", "summarize"),
+        model=ModelChoice.SMOLLM2,
+        constrained=True,
+        prefix_cache=False,
+    )
+    window.apply_settings(wanted)
+    assert window.current_settings() == wanted
+
+
+def test_text_renders_with_real_glyphs(qt_app: QApplication, window: MainWindow) -> None:
+    label = QLabel("iiii WWWW")
+    metrics = QFontMetrics(label.font())
+    assert metrics.horizontalAdvance("iiii") < metrics.horizontalAdvance("WWWW")
+    assert glyphs_render(qt_app.font())
+    # the monospaced panes use a real monospaced face: equal advances, non-zero
+    mono = QFontMetrics(monospace_font())
+    assert mono.horizontalAdvance("iiii") == mono.horizontalAdvance("WWWW") > 0
+    assert mono.inFontUcs4(ord("W")) and QFontMetrics(qt_app.font()).inFontUcs4(ord("→"))
