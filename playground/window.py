@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from picocontext import CancelToken, diff_snapshots
+from picocontext import CancelToken, ChatModel, diff_snapshots
 from picocontext_diagnostics import BUILTIN_POLICIES
 from picocontext_playground.comparison import (
     ComparisonResult,
@@ -199,6 +199,7 @@ class MainWindow(QMainWindow):
         self._unit = ""
         self.columns: dict[str, PolicyColumn] = {}
         self._loading = False
+        self._model_settings: ComparisonSettings | None = None
         self._build()
         self.apply_settings(settings or ComparisonSettings(model=default_model()))
         self._loading = False
@@ -369,7 +370,7 @@ class MainWindow(QMainWindow):
             self.prefix_cache.setChecked(settings.prefix_cache)
         finally:
             self._loading = False
-        self._sync_enabled()
+        self._settings_changed()
 
     def current_task(self) -> Task:
         for task, button in self.task_buttons.items():
@@ -425,6 +426,10 @@ class MainWindow(QMainWindow):
     @Slot()
     def _settings_changed(self) -> None:
         self._sync_enabled()
+        try:
+            self._model_settings = self.current_settings()
+        except SetupError:
+            self._model_settings = None
         if self._loading or self.running:
             return
         self.clear_results()
@@ -605,6 +610,22 @@ class MainWindow(QMainWindow):
             thread.deleteLater()
         self._sync_enabled()
         self.run_finished.emit(self.result)
+
+    # -- sharing the model with other tabs ---------------------------------------------------
+    def chat_model_factory(self) -> ChatModel:
+        """The model chosen in the Comparison tab as a :class:`picocontext.ChatModel`, for the
+        Manifest tab's LLM navigator. Called on that tab's worker thread; it loads through the
+        same cache as the comparison, so a model is never loaded twice."""
+        settings = self._model_settings
+        if settings is None or not settings.model.real:
+            raise SetupError(
+                "The LLM navigator needs a real model: choose Qwen3, SmolLM2 or a local "
+                "directory in the Comparison tab."
+            )
+        model = self.cache.get(settings, lambda _label, _fraction: None, CancelToken())
+        if not isinstance(model.raw, ChatModel):
+            raise SetupError(f"{model.label} cannot be used as a chat model")
+        return model.raw
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self, timeout_ms: int = 60_000) -> bool:

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
 from picocontext_playground.comparison import ComparisonResult
-from picocontext_playground.models import ModelCache
+from picocontext_playground.errors import SetupError
+from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.qtenv import glyphs_render, monospace_font
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 from picocontext_playground.window import MainWindow, PolicyColumn, default_model
@@ -233,3 +234,42 @@ def test_text_renders_with_real_glyphs(qt_app: QApplication, window: MainWindow)
     mono = QFontMetrics(monospace_font())
     assert mono.horizontalAdvance("iiii") == mono.horizontalAdvance("WWWW") > 0
     assert mono.inFontUcs4(ord("W")) and QFontMetrics(qt_app.font()).inFontUcs4(ord("→"))
+
+
+def test_manifest_tab_gets_the_comparison_model(
+    qt_app: QApplication, qtbot: QtBot, tmp_path: object
+) -> None:
+    loaded: list[ComparisonSettings] = []
+
+    class FakeChat:
+        model_id = "fake-chat"
+
+        def count_tokens(self, text: str) -> int:
+            return len(text)
+
+        def chat(
+            self, messages: object, max_tokens: int, tools: object = (), cancel: object = None
+        ) -> object:
+            raise AssertionError("not called here")
+
+        def prepare(self, model_input: object) -> object:
+            raise AssertionError("not called here")
+
+        def generate(self, prompt: object, max_tokens: int, cancel: object = None) -> object:
+            raise AssertionError("not called here")
+
+    def loader(settings: ComparisonSettings, progress: object, cancel: object) -> LoadedModel:
+        loaded.append(settings)
+        model = scripted_model()
+        model.raw = FakeChat()
+        return model
+
+    win = MainWindow(SCRIPTED, ModelCache(loader))
+    qtbot.addWidget(win)
+    with pytest.raises(SetupError, match="needs a real model"):
+        win.chat_model_factory()
+    win.model_combo.setCurrentIndex(win.model_combo.findData(ModelChoice.SMOLLM2.value))
+    chat = win.chat_model_factory()
+    assert chat.model_id == "fake-chat"
+    assert [s.model for s in loaded] == [ModelChoice.SMOLLM2]
+    assert win.chat_model_factory() is chat and len(loaded) == 1  # cached, not reloaded
