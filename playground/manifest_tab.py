@@ -57,17 +57,20 @@ def leaves_next_to(path: Path) -> LeafResolver | None:
     )
 
 
-class _EvalWorker(QObject):
-    finished = Signal(object)
+class _EvalThread(QThread):
+    """Runs one eval job. The thread object itself lives in the GUI thread (parented to the
+    tab), so Qt owns and deletes it there; its signals arrive queued in the GUI thread."""
+
+    succeeded = Signal(object)
     failed = Signal(str)
 
-    def __init__(self, job: Callable[[], EvalReport]) -> None:
-        super().__init__()
+    def __init__(self, job: Callable[[], EvalReport], parent: QObject) -> None:
+        super().__init__(parent)
         self._job = job
 
     def run(self) -> None:
         try:
-            self.finished.emit(self._job())
+            self.succeeded.emit(self._job())
         except PicoContextError as exc:
             self.failed.emit(exc.message)
         except Exception as exc:  # a worker must report, never die silently
@@ -92,8 +95,7 @@ class ManifestTab(QWidget):
         self.session: NavSession | None = None
         self.last_report: EvalReport | None = None
         self._chat_model_factory = chat_model_factory
-        self._thread: QThread | None = None
-        self._worker: _EvalWorker | None = None
+        self._thread: _EvalThread | None = None
         self._items: dict[str, QTreeWidgetItem] = {}
         self._build()
 
@@ -469,8 +471,8 @@ class ManifestTab(QWidget):
         self.details.setPlainText("\n".join(lines))
 
     # ------------------------------------------------------------------ eval
-    def _navigator(self) -> Navigator:
-        if self.navigator_box.currentText() == "llm" and self._chat_model_factory is not None:
+    def _navigator(self, use_llm: bool) -> Navigator:
+        if use_llm and self._chat_model_factory is not None:
             return LLMNavigator(self._chat_model_factory())
         return KeywordNavigator()
 
@@ -486,9 +488,11 @@ class ManifestTab(QWidget):
         manifest = self.manifest
         level: ViewLevel = self.view_level.currentText()  # type: ignore[assignment]
         budget, reserve, resolver = self.budget.value(), self.reserve.value(), self.resolver
-        navigator = self._navigator()
+        use_llm = self.navigator_box.currentText() == "llm"
 
         def job() -> EvalReport:
+            # Built on the worker: loading a model must never block the window.
+            navigator = self._navigator(use_llm)
             return run_eval(
                 manifest,
                 cases,
@@ -501,27 +505,24 @@ class ManifestTab(QWidget):
 
         self.eval_button.setEnabled(False)
         self.eval_summary.setPlainText("running…")
-        thread = QThread(self)
-        worker = _EvalWorker(job)
-        worker.moveToThread(thread)
-        thread.started.connect(worker.run)
-        worker.finished.connect(self._eval_done)
-        worker.failed.connect(self._eval_failed)
-        worker.finished.connect(thread.quit)
-        worker.failed.connect(thread.quit)
+        thread = _EvalThread(job, self)
+        thread.succeeded.connect(self._eval_done)
+        thread.failed.connect(self._eval_failed)
         thread.finished.connect(self._thread_done)
-        self._thread, self._worker = thread, worker
+        self._thread = thread
         thread.start()
         return True
 
     def _thread_done(self) -> None:
         if self._thread is not None:
             self._thread.deleteLater()
-        if self._worker is not None:
-            self._worker.deleteLater()
         self._thread = None
-        self._worker = None
         self.eval_button.setEnabled(self.manifest is not None)
+
+    def shutdown(self, timeout_ms: int = 30_000) -> None:
+        """Wait for a running eval (window close); the job itself is not interruptible."""
+        if self._thread is not None:
+            self._thread.wait(timeout_ms)
 
     def _eval_failed(self, message: str) -> None:
         self.eval_summary.setPlainText(f"eval failed: {message}")
@@ -548,3 +549,10 @@ class ManifestTab(QWidget):
                 self.eval_table.setItem(row, col, QTableWidgetItem(text))
         self.eval_table.resizeColumnsToContents()
         self.eval_table.setColumnWidth(1, min(self.eval_table.columnWidth(1), 260))
+
+
+def create_tab(parent: QWidget | None = None) -> ManifestTab:
+    """Entry point for the playground window. A window that can hand out its loaded chat
+    model exposes ``chat_model_factory() -> ChatModel``; that enables the LLM navigator."""
+    factory = getattr(parent, "chat_model_factory", None)
+    return ManifestTab(parent, chat_model_factory=factory if callable(factory) else None)

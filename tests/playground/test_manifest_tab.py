@@ -7,11 +7,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("PySide6")
 
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 
 from picocontext.manifest.eval import EvalReport
@@ -32,8 +34,10 @@ def tab(app: QApplication) -> Iterator[ManifestTab]:
     assert widget.load_path(HOMELAB / "homelab.pcx.2k.json")
     widget.show()
     yield widget
+    widget.shutdown()
     widget.close()
     widget.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 def test_loads_tree_costs_and_budget(tab: ManifestTab) -> None:
@@ -128,3 +132,56 @@ def test_eval_runs_on_a_worker_and_shows_routes(tab: ManifestTab, app: QApplicat
     assert route_cell.text() == (" › ".join(first.path) or f"— ({first.stop_reason})")
     assert "navigation_success" in tab.eval_summary.toPlainText()
     assert tab.eval_button.isEnabled()
+
+
+class _ScriptChat:
+    """A deterministic ChatModel: always opens the first listed option whose id contains
+    the query's first word, else stops."""
+
+    model_id = "script"
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def chat(self, messages: Any, max_tokens: int, tools: Any = (), cancel: Any = None) -> Any:
+        from picocontext.backend import ModelResponse
+
+        user = messages[-1].content
+        query = user.split("\n")[0].removeprefix("Query: ").split()[0]
+        for line in user.splitlines():
+            if line.startswith("- ") and query in line.split(" | ")[0]:
+                return ModelResponse(text=f"OPEN {line[2:].split(' | ')[0]}")
+        return ModelResponse(text="STOP")
+
+
+def test_llm_navigator_in_the_tab_and_create_tab(app: QApplication, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QWidget
+
+    from picocontext_playground.manifest_tab import create_tab
+
+    class Host(QWidget):
+        def chat_model_factory(self) -> Any:
+            return _ScriptChat()
+
+    host = Host()
+    tab = create_tab(host)
+    assert tab.load_path(HOMELAB / "homelab.pcx.2k.json")
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"query": "network dns", "target": "network.dns"}]))
+    tab.cases_edit.setText(str(cases))
+    tab.navigator_box.setCurrentText("llm")
+    results: list[EvalReport] = []
+    tab.eval_finished.connect(results.append)
+    assert tab.start_eval()
+    deadline = time.monotonic() + 30
+    while (not results or tab._thread is not None) and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.01)
+    assert results and results[0].navigator == "llm"
+    assert results[0].cases[0].path == ("network", "network.dns")
+    orphan = create_tab(None)
+    assert orphan._chat_model_factory is None
+    orphan.deleteLater()
+    tab.shutdown()
+    host.deleteLater()  # the tab is its child
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
