@@ -334,7 +334,7 @@ def _final_status(outcomes: list[PolicyOutcome]) -> str:
         return "Finished. Every policy passed every check; compare the cost of each column."
     names = ", ".join(o.label for o in failed)
     first = next((o.failure for o in failed if o.failure), None)
-    tail = f" First failure: {first}" if first else ""
+    tail = f" First failure: {first.rstrip('.')}." if first else ""
     return f"Finished. Failed checks in: {names}.{tail} Inspect the columns below."
 
 

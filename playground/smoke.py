@@ -23,7 +23,7 @@ from picocontext_playground.models import ModelCache
 from picocontext_playground.qtenv import application, require_glyphs
 from picocontext_playground.settings import ComparisonSettings
 from picocontext_playground.textreport import render_report, summary_block, write_atomically
-from picocontext_playground.window import MainWindow
+from picocontext_playground.window import COLUMN_MIN_WIDTH, MainWindow
 
 EXIT_OK = 0
 EXIT_STOPPED = 1
@@ -33,9 +33,15 @@ MAX_IMAGE_HEIGHT = 6000
 MAX_PANE_HEIGHT = 2400
 
 
-def fit_for_capture(window: MainWindow, width: int = IMAGE_WIDTH) -> None:
+def capture_width(columns: int) -> int:
+    """Wide enough that every policy column gets at least its minimum width."""
+    return max(IMAGE_WIDTH, columns * (COLUMN_MIN_WIDTH + 20) + 60)
+
+
+def fit_for_capture(window: MainWindow, width: int | None = None) -> None:
     """Resize the window so the scroll area shows all results without scrolling (capped)."""
     app = QApplication.instance()
+    width = width or capture_width(len(window.columns))
     window.resize(width, window.height())
     if app is not None:
         app.processEvents()

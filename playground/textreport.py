@@ -102,9 +102,10 @@ def step_block(step: StepView) -> list[str]:
         lines.append(f"No turn ran: {step.failure}")
         return lines
     lines.append(f"Answer: {run.answer}" if run.answer else "Answer: (none)")
+    answer_problem = None if step.failure else step.answer_problem
     lines.append(
         f"Answer check: {'passed' if step.answer_passed else 'FAILED'}"
-        + (f" ({step.answer_problem})" if step.answer_problem else "")
+        + (f" ({answer_problem})" if answer_problem else "")
     )
     if step.failure:
         lines.append(f"Failure: {step.failure}")

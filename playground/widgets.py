@@ -11,16 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QPen, QResizeEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFrame,
-    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QSizePolicy,
-    QTableWidget,
-    QTableWidgetItem,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -137,69 +133,101 @@ class ResultCard(QFrame):
             self.failure.hide()
 
 
-class StepTable(QTableWidget):
-    """One row per step: checks, prompt size, retained state and the failure, if any."""
+class StepTable(QTextBrowser):
+    """One row per step: both checks, prompt size, retained state and the problem, if any.
 
-    HEADERS = ("Step", "Context", "Answer", "Prompt tokens", "Retained", "Failure")
+    An HTML table in a text browser rather than a QTableWidget: cells wrap (at word
+    boundaries, else anywhere), so even a narrow column never cuts a value off, and the widget
+    grows to show every row."""
+
+    HEADERS = ("Step", "Checks", "Prompt", "Retained", "Problem")
+    WIDTHS = (15, 18, 17, 30, 20)
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(0, len(self.HEADERS), parent)
-        self.setHorizontalHeaderLabels(list(self.HEADERS))
-        self.verticalHeader().setVisible(False)
-        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.setWordWrap(True)
-        self.setAlternatingRowColors(True)
-        header = self.horizontalHeader()
-        for col in range(len(self.HEADERS)):
-            mode = QHeaderView.ResizeMode.ResizeToContents
-            if col in (4, 5):
-                mode = QHeaderView.ResizeMode.Stretch
-            header.setSectionResizeMode(col, mode)
+        super().__init__(parent)
+        self.setOpenLinks(False)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.rows: list[tuple[str, ...]] = []
+        self._html_rows: list[str] = []
+        self._render()
+
+    def rowCount(self) -> int:
+        return len(self.rows)
+
+    def cell(self, row: int, column: int) -> str:
+        """Plain text of one cell (what the row shows, without colours)."""
+        return self.rows[row][column]
 
     def show_steps(self, outcome: PolicyOutcome) -> None:
-        self.setRowCount(0)
+        self.rows, self._html_rows = [], []
         for step in outcome.steps:
-            self._add(step)
+            self._append(step)
         for missing in range(len(outcome.steps), outcome.planned_steps):
-            row = self.rowCount()
-            self.insertRow(row)
-            self.setItem(row, 0, QTableWidgetItem(f"step {missing + 1}"))
-            self.setItem(row, 5, QTableWidgetItem("not run (episode stopped earlier)"))
-        self.fit()
+            cells = (f"step-{missing + 1}", "not run", "", "", "the episode stopped earlier")
+            self.rows.append(cells)
+            self._html_rows.append(
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+            )
+        self._render()
 
-    def _add(self, step: StepView) -> None:
-        row = self.rowCount()
-        self.insertRow(row)
-
-        def mark(ok: bool) -> QTableWidgetItem:
-            item = QTableWidgetItem(f"{PASS} passed" if ok else f"{FAIL} failed")
-            item.setForeground(QColor(GREEN if ok else RED))
-            return item
-
-        retained = "; ".join(f"{k}={v}" for k, v in sorted(step.retained.items())) or "(none)"
-        problems = [p for p in (step.failure, step.context_problem, step.answer_problem) if p]
-        self.setItem(row, 0, QTableWidgetItem(step.step_id))
-        self.setItem(row, 1, mark(step.context_passed))
-        self.setItem(row, 2, mark(step.answer_passed))
-        prompt = f"{_num(step.prompt_before)} {ARROW} {_num(step.prompt_after)}"
-        self.setItem(row, 3, QTableWidgetItem(prompt))
-        self.setItem(row, 4, QTableWidgetItem(retained))
-        failure = QTableWidgetItem("; ".join(problems))
-        failure.setForeground(QColor(RED))
-        self.setItem(row, 5, failure)
+    def add_step(self, step: StepView) -> None:
+        self._append(step)
+        self._render()
 
     def clear_rows(self) -> None:
-        self.setRowCount(0)
+        self.rows, self._html_rows = [], []
+        self._render()
+
+    def _append(self, step: StepView) -> None:
+        # After a run failure the answer is absent or partial; its parse error adds nothing.
+        answer_problem = None if step.failure else step.answer_problem
+        problems = [p for p in (step.failure, step.context_problem, answer_problem) if p]
+        retained = "; ".join(f"{k}={v}" for k, v in sorted(step.retained.items())) or "(none)"
+        context = f"{PASS if step.context_passed else FAIL} context"
+        answer = f"{PASS if step.answer_passed else FAIL} answer"
+        prompt = f"{_num(step.prompt_before)} {ARROW} {_num(step.prompt_after)}"
+        cells = (step.step_id, f"{context} {answer}", prompt, retained, "; ".join(problems))
+        self.rows.append(cells)
+
+        def mark(text: str, ok: bool) -> str:
+            return f'<span style="color:{GREEN if ok else RED};">{html.escape(text)}</span>'
+
+        self._html_rows.append(
+            "<tr>"
+            f"<td>{html.escape(step.step_id)}</td>"
+            f"<td>{mark(context, step.context_passed)}<br>{mark(answer, step.answer_passed)}</td>"
+            f"<td>{html.escape(prompt)}</td>"
+            f"<td>{html.escape(retained)}</td>"
+            f'<td style="color:{RED};">{html.escape(cells[4])}</td>'
+            "</tr>"
+        )
+
+    def _render(self) -> None:
+        head = "".join(
+            f'<th align="left" width="{w}%">{h}</th>'
+            for h, w in zip(self.HEADERS, self.WIDTHS, strict=True)
+        )
+        self.setHtml(
+            '<table width="100%" cellspacing="0" cellpadding="3">'
+            f'<tr style="background-color:#eef1f4;">{head}</tr>'
+            + "".join(self._html_rows)
+            + "</table>"
+        )
         self.fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit()  # wrapped cells need a new height when the width changes
 
     def fit(self) -> None:
         """Grow to show every row (the page scrolls, not the table)."""
-        self.resizeRowsToContents()
-        height = self.horizontalHeader().height() + 2 * self.frameWidth()
-        height += sum(self.rowHeight(r) for r in range(self.rowCount()))
-        self.setFixedHeight(max(height, self.horizontalHeader().height() + 24))
+        document = self.document()
+        document.setTextWidth(self.viewport().width())
+        height = int(document.size().height()) + 2 * self.frameWidth() + 2
+        if height != self.height():
+            self.setFixedHeight(height)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +296,10 @@ class TokenChart(QWidget):
         metrics = QFontMetrics(self.font())
         line = metrics.height()
         painter.setPen(QColor("#202124"))
-        title = f"Prompt size per step ({self.unit}): pale = start of turn, solid = next input"
+        title = (
+            f"Prompt size per step in {self.unit}: pale bar = prompt when the turn started, "
+            "solid bar = the exact next input"
+        )
         painter.drawText(QPointF(8, line), title)
         if not self.steps or not self.series:
             painter.setPen(QColor(MUTED))

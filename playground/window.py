@@ -67,6 +67,7 @@ from picocontext_playground.worker import PROGRESS_MAX, ComparisonWorker
 DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
+COLUMN_MIN_WIDTH = 440
 
 # Optional tabs built by other parts of the project: (module, label). Imported lazily and
 # skipped when missing, so the comparison works on its own.
@@ -90,7 +91,7 @@ class PolicyColumn(QWidget):
         super().__init__(parent)
         self.policy = policy
         self.outcome: PolicyOutcome | None = None
-        self.setMinimumWidth(380)
+        self.setMinimumWidth(COLUMN_MIN_WIDTH)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.card = ResultCard()
@@ -115,7 +116,7 @@ class PolicyColumn(QWidget):
         self.next_input = TextPane("No completion call made.")
         next_layout.addWidget(self.next_input)
         self.tabs.addTab(self.working, "Working context")
-        self.tabs.addTab(self.original, "Original transcript")
+        self.tabs.addTab(self.original, "Original")
         self.tabs.addTab(self.diff, "Diff")
         self.tabs.addTab(self.attempts, "Decisions")
         self.tabs.addTab(next_box, "Next input")
@@ -126,11 +127,9 @@ class PolicyColumn(QWidget):
 
     def add_live_step(self, step: StepView) -> None:
         """Show a row as soon as a step finishes, before the whole policy is done."""
-        row = self.steps.rowCount()
-        self.steps._add(step)
-        if row == 0:
+        if self.steps.rowCount() == 0:
             self.card.headline.setText("Running…")
-        self.steps.fit()
+        self.steps.add_step(step)
 
     def show_outcome(self, outcome: PolicyOutcome, unit: str) -> None:
         self.outcome = outcome

@@ -39,9 +39,7 @@ def run_and_wait(qtbot: QtBot, win: MainWindow) -> ComparisonResult:
 
 
 def cell_text(column: PolicyColumn, row: int, col: int) -> str:
-    item = column.steps.item(row, col)
-    assert item is not None
-    return item.text()
+    return column.steps.cell(row, col)
 
 
 def test_window_builds_with_controls_for_every_task_policy_and_model(window: MainWindow) -> None:
@@ -89,7 +87,7 @@ def test_run_comparison_fills_every_pane(qtbot: QtBot, window: MainWindow) -> No
     # per-step table
     assert edit.steps.rowCount() == 4
     assert [cell_text(edit, r, 0) for r in range(4)] == ["step-1", "step-2", "step-3", "step-4"]
-    assert "passed" in cell_text(edit, 0, 1)
+    assert cell_text(edit, 0, 1) == "✓ context ✓ answer"
     # context panes with highlights
     working = edit.working.toPlainText()
     assert "REPLACED" in working and "step-1-data" in working
