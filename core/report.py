@@ -17,6 +17,8 @@ MINUS = "\u2212"
 class RunMode(StrEnum):
     APPEND_ONLY = "appendOnly"
     EDITABLE = "editable"
+    NAVIGATED = "navigated"
+    DISTILLED = "distilled"
 
 
 class Outcome(StrEnum):
@@ -38,6 +40,19 @@ class EditAttempt(BaseModel):
     @property
     def accepted(self) -> bool:
         return self.outcome is not Outcome.REJECTED
+
+
+class ToolStep(BaseModel):
+    """One tool call of a tool-using policy (navigation or digest verbs) and its result."""
+
+    model_config = _FROZEN
+
+    step: int
+    name: str
+    arguments: str
+    ok: bool
+    result: str
+    model_text: str = ""
 
 
 class RunReport(BaseModel):
@@ -64,6 +79,8 @@ class RunReport(BaseModel):
     edit_call_count: int
     keep_call_count: int
     elapsed_seconds: float
+    policy: str = ""
+    tool_steps: tuple[ToolStep, ...] = ()
 
     @property
     def succeeded(self) -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from picocontext.backend import (
     EditStyle,
@@ -20,6 +21,8 @@ from picocontext.backend import (
     Phase,
     PreparedPrompt,
     TokenCounter,
+    ToolSpec,
+    tools_json,
 )
 from picocontext.budget import RunBudget, Usage, check_prompt
 from picocontext.cancel import CancelToken, check
@@ -44,7 +47,7 @@ from picocontext.errors import (
 from picocontext.persistence import ContextStore
 from picocontext.prompts import accepted_detail, kept_detail, retry_feedback
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
-from picocontext.report import EditAttempt, Outcome, RunMode, RunReport
+from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep
 from picocontext.working import WorkingContext, validate_snapshot
 
 
@@ -87,6 +90,36 @@ class FreshIds:
 
 def _store_error(exc: Exception) -> StorageError:
     return exc if isinstance(exc, StorageError) else StorageError(f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a policy's tool executor returns: the text shown to the model and whether the
+    call was valid."""
+
+    ok: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolLoop:
+    """One turn of a tool-using policy: what the model sees and what it may call.
+
+    ``view`` is the history the model is shown (a valid snapshot built by the policy from the
+    working context, for example protected records plus a recent tail); ``preamble`` are
+    runtime-owned protected records shown after it (for example a manifest index or a digest
+    map). The model may make up to ``max_steps`` tool steps; a step without a tool call is its
+    answer; after the last step one completion call without tools forces an answer.
+    """
+
+    mode: RunMode
+    view: Snapshot
+    preamble: tuple[Record, ...]
+    tools: tuple[ToolSpec, ...]
+    execute: Callable[[str, str], ToolResult]
+    system_text: str
+    guidance: str
+    max_steps: int = 4
 
 
 class ContextSession:
@@ -221,6 +254,23 @@ class ContextSession:
         finally:
             self._busy.release()
 
+    def run_tools(
+        self,
+        build: Callable[[WorkingContext], ToolLoop],
+        budget: RunBudget | None = None,
+        policy: str = "",
+        cancel: CancelToken | None = None,
+    ) -> RunReport:
+        """One turn of a tool-using policy. ``build`` gets the state under the busy guard and
+        returns the turn's :class:`ToolLoop`; budgets, accounting, receipts, cancellation and
+        the report work exactly as in :meth:`run`. The working context is never changed."""
+        self._acquire()
+        try:
+            run = _Run(self, RunMode.NAVIGATED, budget or RunBudget(), EditStyle.TARGETED, cancel)
+            return run.execute(tools=build, policy=policy)
+        finally:
+            self._busy.release()
+
 
 class _Run:
     """State of one ``ContextSession.run`` call."""
@@ -245,6 +295,7 @@ class _Run:
         self.final_prompt: PreparedPrompt | None = None
         self.edit_calls = 0
         self.keep_calls = 0
+        self.tool_steps: list[ToolStep] = []
 
     def prepare(
         self, snapshot: Snapshot, phase: Phase, control: tuple[Record, ...] = ()
@@ -267,7 +318,11 @@ class _Run:
         self.usage.prefill_tokens += prompt.token_count if prefill is None else prefill
         return response
 
-    def execute(self) -> RunReport:
+    def execute(
+        self,
+        tools: Callable[[WorkingContext], ToolLoop] | None = None,
+        policy: str = "",
+    ) -> RunReport:
         started = time.perf_counter()
         original = self.s._state.original
         run_start = self.s._state.snapshot
@@ -287,9 +342,14 @@ class _Run:
                     raise
                 except PicoContextError as exc:
                     original_failure = exc.message
-            if self.mode is RunMode.EDITABLE:
-                self.decide()
-            self.complete()
+            if tools is not None:
+                loop = tools(self.s._state)
+                self.mode = loop.mode
+                self.tool_loop(loop)
+            else:
+                if self.mode is RunMode.EDITABLE:
+                    self.decide()
+                self.complete()
         except Cancelled:
             raise
         except _Commit as exc:
@@ -316,6 +376,8 @@ class _Run:
             edit_call_count=self.edit_calls,
             keep_call_count=self.keep_calls,
             elapsed_seconds=time.perf_counter() - started,
+            policy=policy or self.mode.value,
+            tool_steps=tuple(self.tool_steps),
         )
 
     # -- decision loop ------------------------------------------------------------------
@@ -462,3 +524,109 @@ class _Run:
             raise InvalidContext("tools are disabled during completion")
         if response.reached_token_limit:
             raise BudgetExceeded("completion hit its output limit")
+
+    # -- tool-using policies --------------------------------------------------------------
+    def tool_loop(self, loop: ToolLoop) -> None:
+        """Bounded tool steps over ``loop.view``; the exchange accumulates as protected
+        control records (runtime ids never collide with caller ids)."""
+        validate_snapshot(loop.view)
+        if not 1 <= loop.max_steps <= 16:
+            raise InvalidContext("a tool policy allows 1...16 steps")
+        budget = self.budget
+        current = self.s._state
+        control: tuple[Record, ...] = loop.preamble
+        spec_json = tools_json(loop.tools)
+        allowed = {t.name for t in loop.tools}
+        for step in range(loop.max_steps):
+            check(self.cancel)
+            model_input = ModelInput(
+                context=loop.view,
+                phase=Phase.TOOLS,
+                control_records=control,
+                tools_json=spec_json,
+                system_text=loop.system_text,
+                guidance=loop.guidance,
+            )
+            prompt = self.s._counter.prepare(model_input)
+            check_prompt(
+                budget,
+                self.usage,
+                prompt.token_count,
+                budget.edit_output_tokens,
+                reserve=budget.completion_output_tokens,
+                cancel=self.cancel,
+            )
+            response = self.dispatch(prompt, budget.edit_output_tokens)
+            if response.reached_token_limit:
+                raise BudgetExceeded("tool step hit its output limit")
+            if not response.tool_calls:
+                # No call: this is the answer (tools were offered, not required).
+                self.final_prompt = prompt
+                self.answer = response.text
+                return
+            fresh = FreshIds(
+                reserved_ids(current.original.records, current.snapshot.records, control)
+            )
+            links = [fresh(f"runtime-tool-{step}-{i}") for i in range(len(response.tool_calls))]
+            results: list[Record] = []
+            for link, call in zip(links, response.tool_calls, strict=True):
+                if call.name in allowed:
+                    outcome = loop.execute(call.name, call.arguments)
+                else:
+                    outcome = ToolResult(
+                        ok=False,
+                        text=f"Unknown tool. Available tools: {', '.join(sorted(allowed))}.",
+                    )
+                self.tool_steps.append(
+                    ToolStep(
+                        step=step,
+                        name=call.name,
+                        arguments=call.arguments,
+                        ok=outcome.ok,
+                        result=outcome.text,
+                        model_text=response.text,
+                    )
+                )
+                results.append(
+                    Record(
+                        id=fresh(f"runtime-result-{link}"),
+                        role=Role.TOOL,
+                        body=outcome.text,
+                        protected=True,
+                        tool_call_id=link,
+                    )
+                )
+            assistant = Record(
+                id=fresh(f"runtime-call-{step}"),
+                role=Role.ASSISTANT,
+                body="",
+                protected=True,
+                tool_calls=tuple(
+                    ToolCall(id=link, name=call.name, arguments=_object_text(call.arguments))
+                    for link, call in zip(links, response.tool_calls, strict=True)
+                ),
+            )
+            # Results must follow their assistant record to form a valid group.
+            control = (*control, assistant, *results)
+        check(self.cancel)
+        final = ModelInput(
+            context=loop.view,
+            phase=Phase.COMPLETION,
+            control_records=control,
+            system_text=loop.system_text,
+        )
+        self.final_prompt = self.s._counter.prepare(final)
+        self.complete()
+
+
+def _object_text(arguments: str) -> str:
+    """Echo the model's arguments in the receipt only when they are a JSON object (chat
+    templates cannot render anything else); otherwise an empty object stands in. The raw text
+    stays in the report's tool steps."""
+    import json
+
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return "{}"
+    return arguments if isinstance(value, dict) else "{}"

@@ -1,0 +1,57 @@
+"""ContextPolicy: how one caller turn uses the model and the window.
+
+Every policy runs a turn over a :class:`~picocontext.session.ContextSession` and returns a
+:class:`~picocontext.report.RunReport`, so runners, evaluations and the playground treat all
+policies alike. Append-only and editable are thin wrappers over the session loop; tool-using
+policies (navigated, distilled) build a :class:`~picocontext.session.ToolLoop` per turn.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from picocontext.backend import EditStyle
+from picocontext.budget import RunBudget
+from picocontext.cancel import CancelToken
+from picocontext.report import RunMode, RunReport
+from picocontext.session import ContextSession
+
+
+@runtime_checkable
+class ContextPolicy(Protocol):
+    """``name`` is stable (used in configs, reports and column titles)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        """Run one turn; failures other than cancellation are report outcomes."""
+        ...
+
+
+class AppendOnlyPolicy:
+    """The baseline: the model answers from the full working history, nothing is edited."""
+
+    name = "append-only"
+
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        report = session.run(RunMode.APPEND_ONLY, budget, EditStyle.TARGETED, cancel)
+        return report.model_copy(update={"policy": self.name})
+
+
+class EditablePolicy:
+    """One bounded decision per turn may replace or delete unprotected records."""
+
+    def __init__(self, style: EditStyle = EditStyle.TARGETED, name: str | None = None) -> None:
+        self.style = style
+        self.name = name or ("editable" if style is EditStyle.TARGETED else "summarize")
+
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        report = session.run(RunMode.EDITABLE, budget, self.style, cancel)
+        return report.model_copy(update={"policy": self.name})
