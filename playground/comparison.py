@@ -19,7 +19,6 @@ from picocontext import (
     Cancelled,
     CancelToken,
     ContextSession,
-    PicoContextError,
     RunBudget,
     RunReport,
     Snapshot,
@@ -415,9 +414,6 @@ def run_comparison(
         cancelled = True
         finished = ", ".join(o.label for o in outcomes) or "none"
         status = f"Stopped. Finished policies: {finished}."
-    except PicoContextError as exc:
-        status = f"Stopped by an error: {exc.message}"
-        raise
     events.status(status)
     return ComparisonResult(
         settings=settings,
