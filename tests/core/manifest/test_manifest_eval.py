@@ -79,6 +79,19 @@ def test_facets_and_related_options(tree: Manifest) -> None:
     assert r.cases[0].shown_tokens > 0
 
 
+def test_facet_first_navigation_opens_the_match_directly(homelab: Manifest) -> None:
+    case = NavCase(
+        query="the power went out, in which order do machines shut down",
+        target="monitoring.ups",
+        facet={"kind": "runbook"},
+    )
+    cold = run_eval(homelab, [case], KeywordNavigator()).cases[0]
+    faceted = run_eval(homelab, [case], KeywordNavigator(), use_facets=True).cases[0]
+    assert cold.path == ("monitoring", "monitoring.ups")
+    assert faceted.path == ("monitoring.ups",)  # the filter put it on the frontier, charged
+    assert faceted.success and faceted.tokens_to_answer is not None
+
+
 class Replay:
     model_id = "replay"
 
