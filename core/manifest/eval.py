@@ -50,6 +50,7 @@ class CaseResult(BaseModel):
     target: str
     success: bool
     path: tuple[str, ...]
+    # steps that open nothing: looked-at ids, and "related:<id>" / "filter:k=v" lateral steps
     looks: tuple[str, ...] = ()
     first_hop_correct: bool
     hops: int
@@ -267,6 +268,14 @@ def run_case(
             if action.verb == "look":
                 session.look(action.ids)
                 looks.extend(action.ids)
+                continue
+            if action.verb == "related":
+                session.related(action.ids[0])
+                looks.append(f"related:{action.ids[0]}")
+                continue
+            if action.verb == "filter":
+                session.filter(**action.facets)
+                looks.append("filter:" + ",".join(f"{k}={v}" for k, v in action.facets.items()))
                 continue
             choice = action.ids[0]
             if first_hop is None:

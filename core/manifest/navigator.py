@@ -29,8 +29,9 @@ from picocontext.manifest.text import IdfTable, score, terms
 class NavAction(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    verb: Literal["open", "look", "stop"]
+    verb: Literal["open", "look", "related", "filter", "stop"]
     ids: tuple[str, ...] = ()
+    facets: dict[str, str] = {}
     reason: str = ""
 
     @classmethod
@@ -108,8 +109,13 @@ NAVIGATOR_SYSTEM = (
     "LOOK <id>[, <id>]  -- see the full descriptors of options you cannot decide between\n"
     "STOP        -- nothing here can answer the query"
 )
+_RELATED_LINE = (
+    "RELATED <id>  -- follow the see-also links of an option that is close but not exact"
+)
+_FILTER_LINE = "FILTER <key>=<value>  -- list only entries tagged so; tags here: {vocab}"
 
-_REPLY = re.compile(r"^\s*(OPEN|LOOK|STOP)\b[\s:=]*(.*)$", re.IGNORECASE)
+_REPLY = re.compile(r"^\s*(OPEN|LOOK|RELATED|FILTER|STOP)\b[\s:=]*(.*)$", re.IGNORECASE)
+_FACET = re.compile(r"([A-Za-z0-9_.-]+)\s*=\s*([^\s,;]+)")
 
 
 def _option_line(e: FrontierEntry) -> str:
@@ -126,35 +132,65 @@ def _option_line(e: FrontierEntry) -> str:
 
 
 class LLMNavigator:
-    """Asks a chat model for the next step. Deterministic when the model is greedy."""
+    """Asks a chat model for the next step with a stated one-line protocol. Deterministic when
+    the model is greedy. ``allow_lateral`` adds the RELATED and FILTER verbs (FILTER only when
+    the manifest has facets, whose vocabulary is listed in the prompt)."""
 
     name = "llm"
 
     def __init__(
-        self, model: ChatModel, *, max_tokens: int = 24, protocol: str = "", allow_look: bool = True
+        self,
+        model: ChatModel,
+        *,
+        max_tokens: int = 24,
+        protocol: str = "",
+        allow_look: bool = True,
+        allow_lateral: bool = True,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.protocol = protocol
         self.allow_look = allow_look
+        self.allow_lateral = allow_lateral
+        self.facet_vocab: dict[str, list[str]] = {}
         self.calls = 0
         self.reprompts = 0
         self.transcript: list[tuple[str, str]] = []
 
     def prepare(self, manifest: Manifest) -> None:
-        del manifest
+        """Learn the facet vocabulary (at most 8 keys x 12 values) for the FILTER verb."""
+        vocab: dict[str, list[str]] = {}
+        for node in manifest.nodes.values():
+            for key, value in (node.facets or {}).items():
+                values = vocab.setdefault(key, []) if (key in vocab or len(vocab) < 8) else None
+                if values is not None and value not in values and len(values) < 12:
+                    values.append(value)
+        self.facet_vocab = vocab
+
+    def system_prompt(self) -> str:
+        lines = [NAVIGATOR_SYSTEM]
+        if self.allow_lateral:
+            lines.append(_RELATED_LINE)
+            if self.facet_vocab:
+                vocab = "; ".join(f"{k}={'|'.join(v)}" for k, v in self.facet_vocab.items())
+                lines.append(_FILTER_LINE.format(vocab=vocab))
+        text = "\n".join(lines)
+        return text if not self.protocol else f"{self.protocol}\n\n{text}"
 
     def prompt(
         self, query: str, frontier: Sequence[FrontierEntry], budget_remaining: int
     ) -> list[ChatMessage]:
-        system = NAVIGATOR_SYSTEM if not self.protocol else f"{self.protocol}\n\n{NAVIGATOR_SYSTEM}"
         options = [e for e in frontier if not e.expanded and e.expand_cost <= budget_remaining]
         body = "\n".join(_option_line(e) for e in options) or "(no affordable options)"
         user = f"Query: {query}\nBudget remaining: {budget_remaining} tokens\nOptions:\n{body}"
-        return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=user)]
+        return [
+            ChatMessage(role="system", content=self.system_prompt()),
+            ChatMessage(role="user", content=user),
+        ]
 
-    def parse(self, reply: str, valid: set[str]) -> NavAction | str:
-        """A NavAction, or the reason the reply is unusable (for the re-prompt)."""
+    def parse(self, reply: str, valid: set[str], linked: set[str] | None = None) -> NavAction | str:
+        """A NavAction, or the reason the reply is unusable (for the re-prompt). ``valid`` are
+        the openable option ids, ``linked`` the visible ids that have see-also links."""
         line = next((ln for ln in reply.strip().splitlines() if ln.strip()), "")
         line = line.strip().strip("`*").strip()
         m = _REPLY.match(line)
@@ -163,14 +199,32 @@ class LLMNavigator:
             bare = line.strip("'\"` ").removeprefix("id=")
             if bare in valid:
                 return NavAction(verb="open", ids=(bare,), reason="bare id")
-            return f"the reply {line[:80]!r} does not start with OPEN, LOOK or STOP"
+            return (
+                f"the reply {line[:80]!r} does not start with OPEN, LOOK, RELATED, FILTER or STOP"
+            )
         verb = m.group(1).lower()
         if verb == "stop":
             return NavAction.stop("model stopped")
+        if verb == "filter":
+            if not (self.allow_lateral and self.facet_vocab):
+                return "FILTER is not available here"
+            facets = dict(_FACET.findall(m.group(2)))
+            if not facets:
+                return "FILTER needs key=value"
+            unknown = [k for k in facets if k not in self.facet_vocab]
+            if unknown:
+                return f"{unknown[0]!r} is not a facet key; keys: {', '.join(self.facet_vocab)}"
+            return NavAction(verb="filter", facets=facets)
         raw = [p.strip().strip("'\"`").removeprefix("id=") for p in re.split(r"[,\s]+", m.group(2))]
         ids = tuple(p for p in raw if p)
         if not ids:
             return f"{verb.upper()} needs an id"
+        if verb == "related":
+            if not self.allow_lateral:
+                return "RELATED is not available here"
+            if ids[0] not in (linked or set()):
+                return f"{ids[0]!r} is not a listed id with see-also links"
+            return NavAction(verb="related", ids=ids[:1])
         bad = [i for i in ids if i not in valid]
         if bad:
             return f"{bad[0]!r} is not one of the listed option ids"
@@ -187,13 +241,14 @@ class LLMNavigator:
         valid = {
             e.node_id for e in frontier if not e.expanded and e.expand_cost <= budget_remaining
         }
+        linked = {e.node_id for e in frontier if e.links}
         if not valid:
             return NavAction.stop("no affordable options")
         for attempt in range(2):
             self.calls += 1
             reply = self.model.chat(messages, max_tokens=self.max_tokens).text
             self.transcript.append((messages[-1].content, reply))
-            parsed = self.parse(reply, valid)
+            parsed = self.parse(reply, valid, linked)
             if isinstance(parsed, NavAction):
                 return parsed
             if attempt == 0:

@@ -125,3 +125,16 @@ def test_load_cases_errors(tmp_path: Any) -> None:
         load_cases(p)
     with pytest.raises(EvalError, match="Cannot read"):
         load_cases(tmp_path / "none.json")
+
+
+def test_llm_navigator_lateral_verbs(tree: Manifest, homelab: Manifest) -> None:
+    nav = LLMNavigator(Replay(["OPEN a", "RELATED a.1", "OPEN b.2"]))
+    r = run_eval(tree, [NavCase(query="second beta", target="b.2")], nav)
+    case = r.cases[0]
+    assert case.success and case.path == ("a", "b.2") and case.looks == ("related:a.1",)
+    nav = LLMNavigator(Replay(["FILTER kind=runbook", "OPEN monitoring.ups"]))
+    r = run_eval(homelab, [NavCase(query="power outage", target="monitoring.ups")], nav)
+    case = r.cases[0]
+    assert case.success and case.path == ("monitoring.ups",)
+    assert case.looks == ("filter:kind=runbook",)
+    assert "kind=howto|reference|runbook" in nav.system_prompt()

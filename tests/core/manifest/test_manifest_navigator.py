@@ -166,3 +166,23 @@ def test_llm_reply_forms(tree: Manifest) -> None:
     assert _llm(tree, ["look: a, b"])[2] == NavAction(verb="look", ids=("a", "b"))
     assert _llm(tree, ["STOP - nothing fits"])[2].verb == "stop"
     assert _llm(tree, ["open id=b\nbecause"])[2].ids == ("b",)
+
+
+def test_lateral_verbs_are_validated(tree: Manifest, homelab: Manifest) -> None:
+    nav = LLMNavigator(ScriptChat([]))
+    nav.prepare(homelab)
+    valid, linked = {"a", "b"}, {"a.1"}
+    assert nav.parse("RELATED a.1", valid, linked) == NavAction(verb="related", ids=("a.1",))
+    assert "see-also" in str(nav.parse("RELATED b", valid, linked))
+    assert nav.parse("FILTER kind=runbook", valid, linked) == NavAction(
+        verb="filter", facets={"kind": "runbook"}
+    )
+    assert "not a facet key" in str(nav.parse("FILTER color=red", valid, linked))
+    assert "key=value" in str(nav.parse("FILTER kind", valid, linked))
+    bare = LLMNavigator(ScriptChat([]), allow_lateral=False)
+    bare.prepare(homelab)
+    assert "RELATED" not in bare.system_prompt()
+    assert "not available" in str(bare.parse("FILTER kind=runbook", valid, linked))
+    plain = LLMNavigator(ScriptChat([]))
+    plain.prepare(tree)  # tree has facets too: kind
+    assert "FILTER" in plain.system_prompt()
