@@ -31,7 +31,8 @@ from picocontext.build.describe import DescriptorCache
 from picocontext.build.engines.base import DescriptorEngine
 from picocontext.build.engines.llm import LLMEngine
 from picocontext.build.engines.offline import OfflineEngine
-from picocontext.build.errors import BuildError, ConfigError, GateFailed, SelfCheckFailed
+from picocontext.build.errors import ConfigError, GateFailed, SelfCheckFailed
+from picocontext.errors import PicoContextError
 
 _BUDGET = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
 MAX_BUDGET = 10_000_000
@@ -165,7 +166,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--fake", action="store_true", help="same as --engine offline")
     eng.add_argument("--model-dir", type=Path, default=None, help="local MLX model folder")
     eng.add_argument("--endpoint", default=None, help="OpenAI-compatible base URL")
-    eng.add_argument("--model", default=None, help="model id at --endpoint")
+    eng.add_argument("--model", default=None, help="model id at --endpoint, or a local model name")
     eng.add_argument("--api-key-env", default="OPENAI_API_KEY")
     eng.add_argument("--synthesis", action=argparse.BooleanOptionalAction, default=None)
     q = p.add_argument_group("quality")
@@ -194,6 +195,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _say(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+
+
 def make_engine(args: argparse.Namespace) -> DescriptorEngine:
     engine = "offline" if args.fake else (args.engine or "offline")
     if args.fake and args.engine == "llm":
@@ -209,15 +214,14 @@ def make_engine(args: argparse.Namespace) -> DescriptorEngine:
             raise ConfigError("--endpoint needs --model (the model id at that endpoint)")
         key = os.environ.get(args.api_key_env, "")
         model: Any = OpenAICompatChat(args.endpoint, args.model, key)
-    elif args.model_dir:
-        from picocontext.models.mlx_backend import MLXModel
-
-        model = MLXModel.load(args.model_dir)
     else:
-        raise ConfigError(
-            "--engine llm needs a model: --model-dir DIR (a local MLX model) or "
-            "--endpoint URL --model ID"
-        )
+        # The local MLX model: --model NAME from the registry, --model-dir DIR, or the default
+        # (Qwen3 on Apple silicon, the embedded SmolLM2 elsewhere). Imported lazily.
+        from picocontext.models.registry import load_model
+
+        model = load_model(args.model, model_dir=args.model_dir, log=_say)
+        for note in getattr(model, "notes", ()) or ():
+            sys.stderr.write(f"note: {note}\n")
     return LLMEngine(model, synthesis=bool(args.synthesis))
 
 
@@ -293,7 +297,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except SelfCheckFailed as exc:
         err.write(f"error: {exc.message}\n")
         return 4
-    except BuildError as exc:
+    except PicoContextError as exc:  # BuildError, and model loading errors
         err.write(f"error: {exc.message}\n")
         return 2
     except ValueError as exc:  # pydantic validation of options

@@ -96,11 +96,19 @@ def test_missing_source_and_llm_without_model_exit_2(tmp_path: Path, corpora: Pa
     assert run(_args([str(tmp_path / "nope"), "--kind", "docs"]), io.StringIO(), err) == 2
     assert "does not exist" in err.getvalue()
     err = io.StringIO()
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
     args = _args(
-        [str(corpora / "docs"), "--kind", "docs", "--engine", "llm", "--out", str(tmp_path)]
+        [str(corpora / "docs"), "--kind", "docs", "--engine", "llm", "--model-dir", str(empty)]
     )
     assert run(args, io.StringIO(), err) == 2
-    assert "needs a model" in err.getvalue()
+    assert "not an MLX model directory" in err.getvalue()
+    err = io.StringIO()
+    args = _args(
+        [str(corpora / "docs"), "--kind", "docs", "--engine", "llm", "--endpoint", "http://x"]
+    )
+    assert run(args, io.StringIO(), err) == 2
+    assert "--endpoint needs --model" in err.getvalue()
 
 
 def test_gate_failure_exits_3_and_writes_nothing(corpora: Path, tmp_path: Path) -> None:
