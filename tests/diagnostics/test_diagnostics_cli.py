@@ -340,3 +340,40 @@ def test_argument_parser_only_ever_raises_usage_errors(argv: list[str]) -> None:
         "output",
         "quiet",
     }
+
+
+@pytest.mark.mlx
+def test_real_mlx_path_on_the_tiny_model(tmp_path: Path) -> None:
+    """The whole CLI on a real (random-weight) MLX model directory: exact token ids, usage and
+    provenance come from the model; a random model fails, which must give exit code 2."""
+    pytest.importorskip("mlx_lm")
+    from picocontext.models.tiny import write_tiny_model  # core's test-model writer
+
+    directory = write_tiny_model(tmp_path / "tiny-model")
+    config = write_config(
+        tmp_path,
+        repetitions=1,
+        step_count=1,
+        noise_lines=1,
+        limits={"decision_output_tokens": 8, "completion_output_tokens": 8, "decision_attempts": 1},
+    )
+    output = tmp_path / "mlx.json"
+    code, out, err = run_cli(
+        "--backend",
+        "mlx",
+        "--model",
+        str(directory),
+        "--config",
+        str(config),
+        "--output",
+        str(output),
+    )
+    assert code == 2, err
+    report = EvaluationReport.from_json(output.read_text(encoding="utf-8"))
+    p = report.provenance
+    assert (p.backend, p.model, p.token_unit) == ("mlx", "tiny-model", "model tokens")
+    assert (p.prefix_cache, p.constrained_decisions) == ("on", "off")
+    calls = [c for r in report.results for s in r.steps for c in s.calls]
+    assert calls and all(c.token_count == len(c.token_ids) > 0 for c in calls)
+    assert all(r.prefill_tokens <= r.input_tokens for r in report.results)
+    assert f"Saved {output}" in out
