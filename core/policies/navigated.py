@@ -1,0 +1,892 @@
+"""NavigatedPolicy: progressive disclosure over the conversation's own history.
+
+Before each turn the working snapshot is split into what the model sees directly -- every
+protected record, the latest user request and a recent tail that fits ``tail_share`` of the
+window (cut only between complete tool groups) -- and an *archive*: the older unprotected
+records. The archive is compiled in memory into a pcx manifest (one verbatim leaf per record,
+grouped by turn; descriptors from the offline engine, or from a chat model when one is given)
+and cached per scope, so the next turn reuses unchanged history instead of recompiling it.
+
+The model reads the manifest index as a protected runtime preamble and may call ``index``,
+``look``, ``open`` and ``close`` (:class:`~picocontext.manifest.NavSession` verbs) through the
+session's bounded tool loop before answering. Two limits hold, both measured in the session's
+units:
+
+* the NavSession runtime holds ``nav_share`` of the window (what is resident: the index plus
+  open nodes; ``close`` gives budget back);
+* a transcript guard: text already returned stays in this turn's prompt even after ``close``,
+  so a disclosure that would push the next prompt past the window (minus its output
+  allowance) is refused with a message instead of failing the run.
+
+The working context is never changed: the policy only reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from picocontext.backend import (
+    ChatModel,
+    ModelInput,
+    Phase,
+    TokenCounter,
+    ToolSpec,
+    tools_json,
+)
+from picocontext.budget import RunBudget
+from picocontext.build.compiler import BuildOptions, BuildResult, compile_tree
+from picocontext.build.engines import LLMEngine, OfflineEngine
+from picocontext.build.engines.base import DescriptorEngine
+from picocontext.build.ir import IdRegistry, SourceNode, SourceTree
+from picocontext.cancel import CancelToken, check
+from picocontext.errors import BudgetExceeded
+from picocontext.manifest.errors import ManifestError
+from picocontext.manifest.model import Manifest
+from picocontext.manifest.runtime import ViewLevel, dict_resolver, render_line
+from picocontext.manifest.session import ModeConfig, NavSession
+from picocontext.manifest.tokens import HeuristicCounter, TextCounter
+from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
+from picocontext.report import RunMode, RunReport
+from picocontext.session import ContextSession, FreshIds, ToolLoop, ToolResult, reserved_ids
+from picocontext.working import WorkingContext
+
+# -- our texts ---------------------------------------------------------------------------------
+
+SYSTEM_TEXT = (
+    "You are answering inside a small context window. The newest part of the conversation is "
+    "shown in full. Older records were moved to an archive; an index of the archive follows "
+    "the conversation. If the answer depends on something that is only in the archive, read "
+    "it with the tools: open(id) on a branch lists the records it groups, open(id) on a leaf "
+    "shows that record exactly as it was written, look(ids) gives fuller descriptions of "
+    "listed lines, close(id) frees reading budget, index() shows the index again. Only ids "
+    "that are listed can be opened. When a record appears both in the archive and later in "
+    "the conversation, the later one is newer. When you know enough, answer the latest user "
+    "request directly, without calling a tool."
+)
+
+GUIDANCE = (
+    "Read archived records with index, look, open or close if you need them; otherwise answer "
+    "the latest user request now, in the format it asks for."
+)
+
+PROTOCOL = (
+    "Each line reads `id [kind] title: description`. A branch groups archived records "
+    "(open it to list them); a leaf is one archived record, shown verbatim when opened. "
+    "Record numbers (#n) give the order: a higher number is newer."
+)
+
+INDEX_HEADER = "ARCHIVE INDEX - older records of this conversation, readable with the tools."
+
+# -- tools -------------------------------------------------------------------------------------
+
+_ID_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 512}
+
+INDEX_TOOL = ToolSpec(
+    name="index",
+    description="Show the archive index again: every line that can be opened right now.",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+)
+LOOK_TOOL = ToolSpec(
+    name="look",
+    description="Fuller descriptions (with key words) of listed index lines, without opening.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array", "items": _ID_SCHEMA, "minItems": 1, "maxItems": 16}
+        },
+        "required": ["ids"],
+        "additionalProperties": False,
+    },
+)
+OPEN_TOOL = ToolSpec(
+    name="open",
+    description="Open a listed id: a branch lists the records it groups, a leaf shows one "
+    "archived record verbatim.",
+    parameters={
+        "type": "object",
+        "properties": {"id": _ID_SCHEMA},
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+)
+CLOSE_TOOL = ToolSpec(
+    name="close",
+    description="Close an opened id to free reading budget (what was shown stays readable "
+    "above in this turn).",
+    parameters={
+        "type": "object",
+        "properties": {"id": _ID_SCHEMA},
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+)
+NAV_TOOLS: tuple[ToolSpec, ...] = (INDEX_TOOL, LOOK_TOOL, OPEN_TOOL, CLOSE_TOOL)
+
+_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class _NoArgs(BaseModel):
+    model_config = _STRICT
+
+
+class _LookArgs(BaseModel):
+    model_config = _STRICT
+    ids: tuple[str, ...] = Field(min_length=1, max_length=16)
+
+
+class _NodeArgs(BaseModel):
+    model_config = _STRICT
+    id: str = Field(min_length=1, max_length=512)
+
+
+_USAGE = {
+    "index": "index takes no arguments: {}",
+    "look": 'look needs {"ids": ["<id>", ...]} with 1 to 16 ids from the index',
+    "open": 'open needs {"id": "<id>"} with an id from the index',
+    "close": 'close needs {"id": "<id>"} with an id that is open',
+}
+_ARG_MODELS: dict[str, type[BaseModel]] = {
+    "index": _NoArgs,
+    "look": _LookArgs,
+    "open": _NodeArgs,
+    "close": _NodeArgs,
+}
+
+
+def parse_arguments(name: str, arguments: str) -> BaseModel:
+    """Strict parse of one verb's JSON arguments; raises ``ValueError`` with the usage line."""
+    usage = _USAGE[name]
+    text = arguments.strip() or "{}"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ValueError(f"Arguments are not valid JSON; {usage}.") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"Arguments must be a JSON object; {usage}.")
+    try:
+        return _ARG_MODELS[name].model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        raise ValueError(f"Invalid arguments ({where}: {first['msg']}); {usage}.") from None
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+Counting = Literal["auto", "tokenizer", "rendered", "heuristic"]
+
+
+class NavigatedConfig(BaseModel):
+    """Shares are of ``budget.context_window``. ``counting``: ``auto`` uses the session
+    counter's tokenizer when it has ``count_tokens``, else renders text through the session
+    counter (exact in the window's units); ``heuristic`` is 4 characters per token."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tail_share: float = Field(default=0.35, gt=0, lt=1)
+    nav_share: float = Field(default=0.35, gt=0, lt=1)
+    max_steps: int = Field(default=8, ge=1, le=16)
+    view_level: ViewLevel = "brief"
+    segment_records: int = Field(default=8, ge=1, le=64)
+    min_nav_tokens: int = Field(default=64, ge=1)
+    idf_refresh_growth: float = Field(default=2.0, ge=1)
+    counting: Counting = "auto"
+    cached_scopes: int = Field(default=16, ge=1)
+    leaf_share: float = Field(default=0.5, gt=0, le=1)
+    reveal_share: float = Field(default=0.3, gt=0, le=1)
+    call_slack: int = Field(default=8, ge=0)
+
+    @model_validator(mode="after")
+    def _shares_leave_room(self) -> NavigatedConfig:
+        if self.tail_share + self.nav_share >= 1:
+            raise ValueError("tail_share + nav_share must stay below 1 (outputs need room too)")
+        return self
+
+
+# -- counting ----------------------------------------------------------------------------------
+
+_PROBE_SCOPE = Scope(user_id="count", conversation_id="count", branch_id="count")
+
+
+class TokenizerCounter:
+    """Counts with the session counter's own tokenizer (``count_tokens``), memoized."""
+
+    def __init__(self, counter: Any) -> None:
+        self._count: Callable[[str], int] = counter.count_tokens
+        ident = getattr(counter, "model_id", None)
+        self._name = f"tokenizer:{ident if isinstance(ident, str) else type(counter).__name__}"
+        self._cache: dict[str, int] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        hit = self._cache.get(text)
+        if hit is None:
+            hit = int(self._count(text))
+            if len(self._cache) > 65536:
+                self._cache.clear()
+            self._cache[text] = hit
+        return hit
+
+
+class RenderedCounter:
+    """Counts text by rendering it through a :class:`TokenCounter` (one protected user record)
+    and subtracting the empty rendering: exact for byte counters, within a token or two of
+    the tokenizer's count for chat templates. Used when the counter cannot count text."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._name = f"rendered:{type(counter).__name__}"
+        self._cache: dict[str, int] = {}
+        self._base = self._render("")
+
+    def _render(self, text: str) -> int:
+        record = Record(id="probe", role=Role.USER, protected=True, body=text)
+        model_input = ModelInput(
+            context=Snapshot(scope=_PROBE_SCOPE, records=(record,)),
+            phase=Phase.COMPLETION,
+            system_text="",
+            guidance="",
+        )
+        return self._counter.prepare(model_input).token_count
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        hit = self._cache.get(text)
+        if hit is None:
+            hit = max(1, self._render(text) - self._base)
+            if len(self._cache) > 65536:
+                self._cache.clear()
+            self._cache[text] = hit
+        return hit
+
+
+def text_counter_for(counter: TokenCounter, counting: Counting = "auto") -> TextCounter:
+    """The text counter a turn budgets with (see :class:`NavigatedConfig`)."""
+    has_tokenizer = callable(getattr(counter, "count_tokens", None))
+    if counting == "heuristic":
+        return HeuristicCounter()
+    if counting == "tokenizer" or (counting == "auto" and has_tokenizer):
+        if not has_tokenizer:
+            raise ValueError(f"{type(counter).__name__} has no count_tokens; use 'rendered'")
+        return TokenizerCounter(counter)
+    return RenderedCounter(counter)
+
+
+# -- splitting the history ---------------------------------------------------------------------
+
+Unit = tuple[Record, ...]
+
+
+def history_units(records: Sequence[Record]) -> list[Unit]:
+    """Consecutive records that must stay together: an assistant record with tool calls and
+    its results form one unit; every other record is a unit of its own."""
+    units: list[Unit] = []
+    current: list[Record] = []
+    for record in records:
+        if record.role is Role.TOOL and current:
+            current.append(record)
+            continue
+        if current:
+            units.append(tuple(current))
+            current = []
+        if record.tool_calls:
+            current = [record]
+        else:
+            units.append((record,))
+    if current:
+        units.append(tuple(current))
+    return units
+
+
+@dataclass(frozen=True)
+class HistorySplit:
+    """``view`` is what the model reads directly; ``archive`` the units compiled away."""
+
+    view: Snapshot
+    archive: tuple[Unit, ...]
+    tail_ids: tuple[str, ...]
+    pinned_ids: tuple[str, ...]
+    tail_tokens: int
+
+
+def split_history(
+    snapshot: Snapshot,
+    measure: Callable[[Snapshot], int],
+    tail_tokens: int,
+) -> HistorySplit:
+    """Keep protected units and the latest user request; add the newest unprotected units
+    while the growth of ``measure(view)`` stays within ``tail_tokens``; archive the rest.
+    The tail is a contiguous suffix of the unprotected units, cut between whole units."""
+    units = history_units(snapshot.records)
+    unprotected = [i for i, u in enumerate(units) if not any(r.protected for r in u)]
+    keep = {i for i, u in enumerate(units) if any(r.protected for r in u)}
+    pinned: set[int] = set()
+    latest_user = next(
+        (i for i in reversed(range(len(units))) if units[i][0].role is Role.USER), None
+    )
+    if latest_user is not None and latest_user not in keep:
+        pinned.add(latest_user)
+
+    def view_of(indices: set[int]) -> Snapshot:
+        records = tuple(r for i, u in enumerate(units) if i in indices for r in u)
+        return Snapshot(scope=snapshot.scope, revision=snapshot.revision, records=records)
+
+    base_set = keep | pinned
+    base = measure(view_of(base_set))
+    tail: set[int] = set()
+    used = 0
+    for i in reversed(unprotected):
+        if i in pinned:
+            continue
+        trial = base_set | tail | {i}
+        cost = measure(view_of(trial)) - base
+        if cost > tail_tokens:
+            break
+        tail.add(i)
+        used = cost
+    shown = base_set | tail
+    archive = tuple(units[i] for i in range(len(units)) if i not in shown)
+    return HistorySplit(
+        view=view_of(shown),
+        archive=archive,
+        tail_ids=tuple(r.id for i in sorted(tail) for r in units[i]),
+        pinned_ids=tuple(r.id for i in sorted(pinned) for r in units[i]),
+        tail_tokens=used,
+    )
+
+
+# -- the archive as a source tree --------------------------------------------------------------
+
+ROOT_ID = "r"
+
+
+def leaf_text(record: Record) -> str:
+    """A record's verbatim body, followed by its tool calls (name, arguments and call id)
+    when it made any, since those are part of what the record said."""
+    if not record.tool_calls:
+        return record.body
+    calls = "\n".join(f"-> {c.name}({c.arguments}) [call {c.id}]" for c in record.tool_calls)
+    return f"{record.body}\n{calls}" if record.body else calls
+
+
+def _snippet(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def _leaf_title(record: Record, position: int, call_names: dict[str, str]) -> str:
+    head = f"#{position} {record.role.value} {record.id}"
+    if record.tool_calls:
+        return f"{head} calls {', '.join(dict.fromkeys(c.name for c in record.tool_calls))}"
+    if record.role is Role.TOOL and record.tool_call_id is not None:
+        name = call_names.get(record.tool_call_id, "a tool")
+        return f"{head}: result of {name}"
+    return head
+
+
+def archive_tree(
+    archive: Sequence[Unit], positions: dict[str, int], segment_records: int
+) -> SourceTree:
+    """Root -> turns -> one leaf per archived record, in conversation order. A turn starts at
+    each user record, or when the next unit would make it longer than ``segment_records``.
+    Leaves keep their record ids (claimed first); a turn id yields on a collision."""
+    ids = IdRegistry((ROOT_ID,))
+    call_names = {c.id: c.name for u in archive for r in u for c in r.tool_calls}
+    segments: list[list[Record]] = []
+    for unit in archive:
+        starts = unit[0].role is Role.USER
+        if not segments or starts or len(segments[-1]) + len(unit) > segment_records:
+            segments.append([])
+        segments[-1].extend(unit)
+    leaf_ids = {r.id: ids.claim(r.id) for segment in segments for r in segment}
+    root = SourceNode(id=ROOT_ID, title="Archived conversation history", facets={"kind": "history"})
+    for number, segment in enumerate(segments, start=1):
+        first, last = positions[segment[0].id], positions[segment[-1].id]
+        span = f"#{first}" if first == last else f"#{first}-#{last}"
+        title = f"Turn {number} (records {span})"
+        if segment[0].role is Role.USER and segment[0].body.strip():
+            title += f": {_snippet(segment[0].body)}"
+        branch = SourceNode(id=ids.claim(f"turn-{number}"), title=title, facets={"kind": "turn"})
+        for record in segment:
+            branch.children.append(
+                SourceNode(
+                    id=leaf_ids[record.id],
+                    title=_leaf_title(record, positions[record.id], call_names),
+                    content=leaf_text(record),
+                    format="txt",
+                    facets={"kind": "record", "role": record.role.value},
+                    origin=record.id,
+                )
+            )
+        root.children.append(branch)
+    return SourceTree(source_id="history", kind="history", root=root)
+
+
+# -- per-turn state ----------------------------------------------------------------------------
+
+
+class NavTurn(BaseModel):
+    """What one navigated turn did besides the report: the split, the compile and the
+    reading budget. ``counter`` names the text counter behind every budget number."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    scope: str
+    counter: str
+    view_ids: tuple[str, ...]
+    archived_ids: tuple[str, ...]
+    tail_tokens: int
+    nav_budget: int = 0
+    index_tokens: int = 0
+    transcript_limit: int = 0
+    compiled: Literal["none", "reused", "incremental", "full"] = "none"
+    engine: str = ""
+    engine_calls: int = 0
+    cache_hits: int = 0
+    compile_seconds: float = 0.0
+    manifest: Manifest | None = None
+    spent: int = 0
+    shown_tokens: int = 0
+    refused: int = 0
+
+
+@dataclass
+class _Compiled:
+    key: str
+    result: BuildResult
+    budget: int
+    idf_leaves: int
+
+
+@dataclass
+class _Guard:
+    """The transcript guard: every tool exchange stays in this turn's prompt."""
+
+    counter: TextCounter
+    limit: int
+    per_call: int
+    used: int = 0
+    refused: int = 0
+
+    def fits(self, arguments: str, tokens: int, reserve: int) -> bool:
+        need = self.per_call + self.counter.count(arguments) + tokens
+        return self.used + need + reserve <= self.limit
+
+    def charge(self, arguments: str, text: str) -> None:
+        self.used += self.per_call + self.counter.count(arguments) + self.counter.count(text)
+
+
+@dataclass
+class NavPlan:
+    """One turn's loop plus the live objects behind it (tests and tools read these)."""
+
+    loop: ToolLoop
+    info: NavTurn
+    nav: NavSession | None = None
+    guard: _Guard | None = None
+    leaves: dict[str, str] = field(default_factory=dict)
+
+    def finished(self) -> NavTurn:
+        """The turn info with the reading numbers as they stand now (after the loop ran)."""
+        if self.nav is None or self.guard is None:
+            return self.info
+        return self.info.model_copy(
+            update={
+                "spent": self.nav.spent,
+                "shown_tokens": self.nav.shown_tokens,
+                "refused": self.guard.refused,
+            }
+        )
+
+
+class NavigatedPolicy:
+    """Progressive disclosure over history through a pcx manifest; see the module docs."""
+
+    def __init__(
+        self,
+        config: NavigatedConfig | None = None,
+        *,
+        describer: ChatModel | None = None,
+        text_counter: TextCounter | None = None,
+        name: str = "navigated",
+    ) -> None:
+        self.config = config or NavigatedConfig()
+        self.describer = describer
+        self.text_counter = text_counter
+        self.name = name
+        self._lock = threading.Lock()
+        self._compiled: OrderedDict[str, _Compiled] = OrderedDict()
+        self.last_turn: NavTurn | None = None
+
+    # -- ContextPolicy ----------------------------------------------------------------------
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        return self.turn_with_info(session, budget, cancel)[0]
+
+    def turn_with_info(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> tuple[RunReport, NavTurn | None]:
+        """The report plus this turn's :class:`NavTurn` (None when the turn failed before
+        the split, e.g. an invalid budget)."""
+        plans: list[NavPlan] = []
+
+        def build(state: WorkingContext) -> ToolLoop:
+            plan = self.plan(session.counter, state, budget, cancel)
+            plans.append(plan)
+            return plan.loop
+
+        report = session.run_tools(build, budget, policy=self.name, cancel=cancel)
+        info = plans[-1].finished() if plans else None
+        self.last_turn = info
+        return report, info
+
+    # -- planning ---------------------------------------------------------------------------
+    def _counter(self, counter: TokenCounter) -> TextCounter:
+        if self.text_counter is not None:
+            return self.text_counter
+        return text_counter_for(counter, self.config.counting)
+
+    def plan(
+        self,
+        counter: TokenCounter,
+        state: WorkingContext,
+        budget: RunBudget,
+        cancel: CancelToken | None = None,
+    ) -> NavPlan:
+        """Split, compile (or reuse) and build the turn's :class:`ToolLoop`."""
+        cfg = self.config
+        budget.validate_ranges()
+        check(cancel)
+        text_counter = self._counter(counter)
+        snapshot = state.snapshot
+        spec_json = tools_json(NAV_TOOLS)
+
+        def prepare(view: Snapshot, control: tuple[Record, ...] = ()) -> int:
+            return counter.prepare(
+                ModelInput(
+                    context=view,
+                    phase=Phase.TOOLS,
+                    control_records=control,
+                    tools_json=spec_json,
+                    system_text=SYSTEM_TEXT,
+                    guidance=GUIDANCE,
+                )
+            ).token_count
+
+        window = budget.context_window
+        split = split_history(snapshot, prepare, int(cfg.tail_share * window))
+        info = NavTurn(
+            scope=str(snapshot.scope),
+            counter=text_counter.name,
+            view_ids=tuple(r.id for r in split.view.records),
+            archived_ids=tuple(r.id for u in split.archive for r in u),
+            tail_tokens=split.tail_tokens,
+        )
+        if not split.archive:
+            # Everything fits: no archive, no tools; the first reply is the answer.
+            loop = ToolLoop(
+                mode=RunMode.NAVIGATED,
+                view=split.view,
+                preamble=(),
+                tools=(),
+                execute=lambda name, arguments: ToolResult(False, "There is no archive."),
+                system_text=SYSTEM_TEXT,
+                guidance=GUIDANCE,
+                max_steps=1,
+            )
+            return NavPlan(loop=loop, info=info)
+
+        fresh = FreshIds(reserved_ids(state.original.records, snapshot.records))
+        index_id = fresh("runtime-history-index")
+        empty_index = Record(id=index_id, role=Role.USER, protected=True, body="")
+        fixed = prepare(split.view, (empty_index,))
+        probe = _probe_exchange(empty_index)
+        per_call = prepare(split.view, probe) - fixed + cfg.call_slack
+        out = max(budget.edit_output_tokens, budget.completion_output_tokens)
+        room = window - out - fixed - cfg.max_steps * per_call
+        nav_budget = min(int(cfg.nav_share * window), room)
+        if nav_budget < cfg.min_nav_tokens:
+            raise BudgetExceeded(
+                f"the protected records and recent tail leave {max(nav_budget, 0)} tokens for "
+                f"the archive index (at least {cfg.min_nav_tokens} needed); raise the context "
+                "window or lower tail_share"
+            )
+        positions = {r.id: i for i, r in enumerate(snapshot.records, start=1)}
+        compiled, mode, seconds = self._compile(
+            str(snapshot.scope), split.archive, positions, nav_budget, text_counter, cancel
+        )
+        result = compiled.result
+        manifest = result.manifests[compiled.budget]
+        leaves = result.leaves[compiled.budget]
+        nav = NavSession(
+            manifest,
+            budget=nav_budget,
+            resolver=dict_resolver(leaves),
+            config=ModeConfig(view_level=cfg.view_level, inline_small_leaves=False),
+            counter=text_counter,
+            protocol=PROTOCOL,
+        )
+        archived = len(info.archived_ids)
+        body = "\n".join(
+            [
+                INDEX_HEADER,
+                nav.index(),
+                f"({archived} archived records; reading budget {nav_budget} tokens, "
+                f"{nav.spent} used by this index.)",
+            ]
+        )
+        preamble = Record(id=index_id, role=Role.USER, protected=True, body=body)
+        fixed_tools = prepare(split.view, (preamble,))
+        fixed_final = counter.prepare(
+            ModelInput(
+                context=split.view,
+                phase=Phase.COMPLETION,
+                control_records=(preamble,),
+                system_text=SYSTEM_TEXT,
+            )
+        ).token_count
+        guard = _Guard(
+            counter=text_counter,
+            limit=window - out - max(fixed_tools, fixed_final),
+            per_call=per_call,
+        )
+        info = info.model_copy(
+            update={
+                "nav_budget": nav_budget,
+                "index_tokens": nav.spent,
+                "transcript_limit": guard.limit,
+                "compiled": mode,
+                "engine": result.stats.engine,
+                "engine_calls": sum(result.stats.engine_calls.values()) if mode != "reused" else 0,
+                "cache_hits": result.stats.cache_hits if mode != "reused" else 0,
+                "compile_seconds": seconds,
+                "manifest": manifest,
+                "spent": nav.spent,
+                "shown_tokens": nav.shown_tokens,
+            }
+        )
+        loop = ToolLoop(
+            mode=RunMode.NAVIGATED,
+            view=split.view,
+            preamble=(preamble,),
+            tools=NAV_TOOLS,
+            execute=_Executor(nav, guard),
+            system_text=SYSTEM_TEXT,
+            guidance=GUIDANCE,
+            max_steps=cfg.max_steps,
+        )
+        return NavPlan(loop=loop, info=info, nav=nav, guard=guard, leaves=dict(leaves))
+
+    # -- compiling --------------------------------------------------------------------------
+    def _engine(self) -> DescriptorEngine:
+        return LLMEngine(self.describer) if self.describer is not None else OfflineEngine()
+
+    def _compile(
+        self,
+        scope: str,
+        archive: Sequence[Unit],
+        positions: dict[str, int],
+        nav_budget: int,
+        counter: TextCounter,
+        cancel: CancelToken | None,
+    ) -> tuple[_Compiled, Literal["reused", "incremental", "full"], float]:
+        cfg = self.config
+        tree = archive_tree(archive, positions, cfg.segment_records)
+        engine = self._engine()
+        key = _archive_key(tree, nav_budget, counter.name, cfg, self.describer)
+        with self._lock:
+            previous = self._compiled.get(scope)
+        if previous is not None and previous.key == key:
+            with self._lock:
+                self._compiled.move_to_end(scope)
+            return previous, "reused", 0.0
+        leaves = sum(1 for n in tree.root.walk() if n.is_leaf and n is not tree.root)
+        incremental = previous is not None and leaves <= previous.idf_leaves * (
+            cfg.idf_refresh_growth
+        )
+        options = BuildOptions(
+            budgets=(nav_budget,), leaf_share=cfg.leaf_share, reveal_share=cfg.reveal_share
+        )
+        started = time.perf_counter()
+        result = compile_tree(
+            tree,
+            engine,
+            options,
+            counter=counter,
+            cache=previous.result.cache if incremental and previous is not None else None,
+            incremental=incremental,
+            cancel=cancel,
+        )
+        seconds = time.perf_counter() - started
+        check(cancel)
+        idf_leaves = previous.idf_leaves if incremental and previous is not None else leaves
+        entry = _Compiled(key=key, result=result, budget=nav_budget, idf_leaves=idf_leaves)
+        with self._lock:
+            self._compiled[scope] = entry
+            self._compiled.move_to_end(scope)
+            while len(self._compiled) > cfg.cached_scopes:
+                self._compiled.popitem(last=False)
+        return entry, ("incremental" if incremental else "full"), seconds
+
+
+def _archive_key(
+    tree: SourceTree,
+    budget: int,
+    counter: str,
+    cfg: NavigatedConfig,
+    describer: ChatModel | None,
+) -> str:
+    digest = hashlib.sha256()
+    parts = [
+        str(budget),
+        counter,
+        cfg.model_dump_json(),
+        describer.model_id if describer is not None else "offline",
+    ]
+    for node in tree.root.walk():
+        parts.extend((node.id, node.title, node.content, str(len(node.children))))
+    for part in parts:
+        digest.update(part.encode("utf-8", errors="surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+def _probe_exchange(index: Record) -> tuple[Record, ...]:
+    """One tool exchange shaped like the loop's receipts (ids at their longest usual form,
+    empty arguments and result): its rendering cost is the per-call overhead."""
+    link = "runtime-tool-15-30"
+    call = Record(
+        id="runtime-call-15",
+        role=Role.ASSISTANT,
+        protected=True,
+        tool_calls=(ToolCall(id=link, name="close", arguments="{}"),),
+    )
+    result = Record(
+        id=f"runtime-result-{link}", role=Role.TOOL, protected=True, tool_call_id=link, body=""
+    )
+    return (index, call, result)
+
+
+class _Executor:
+    """Runs one verb: strict arguments, node ids checked by the runtime, the transcript
+    guard, and a clear message for every refusal (the model may retry)."""
+
+    def __init__(self, nav: NavSession, guard: _Guard) -> None:
+        self.nav = nav
+        self.guard = guard
+        refusal = "Refused: " + "x" * 160
+        self.reserve = guard.per_call + guard.counter.count(refusal)
+
+    def __call__(self, name: str, arguments: str) -> ToolResult:
+        try:
+            args = parse_arguments(name, arguments)
+        except ValueError as exc:
+            return self._error(arguments, str(exc))
+        try:
+            if name == "index":
+                cost = self.guard.counter.count(self.nav.runtime.frontier_view())
+                return self._checked(arguments, cost, "the index", self.nav.index)
+            if name == "look":
+                assert isinstance(args, _LookArgs)
+                return self._look(arguments, args.ids)
+            assert isinstance(args, _NodeArgs)
+            if name == "open":
+                return self._open(arguments, args.id)
+            freed = self.nav.close(args.id)
+            text = (
+                f"Closed {args.id}; {freed} tokens of reading budget freed "
+                f"({self.nav.budget_remaining} left). What it showed stays readable above."
+                if freed
+                else f"{args.id} was not open; nothing to close."
+            )
+            self.guard.charge(arguments, text)
+            return ToolResult(ok=True, text=text)
+        except ManifestError as exc:
+            return self._error(arguments, _explain(exc.message))
+
+    def _error(self, arguments: str, message: str) -> ToolResult:
+        self.guard.refused += 1
+        self.guard.charge(arguments, message)
+        return ToolResult(ok=False, text=message)
+
+    def _refuse_unless_room(self, arguments: str, tokens: int, what: str) -> ToolResult | None:
+        if self.guard.fits(arguments, tokens, self.reserve):
+            return None
+        return self._error(
+            arguments,
+            f"Refused: {what} would not fit in the context window for this turn. Answer now "
+            "with what you have read, or pick something smaller.",
+        )
+
+    def _disclose(self, arguments: str, text: str, what: str) -> ToolResult:
+        refused = self._refuse_unless_room(arguments, self.guard.counter.count(text), what)
+        if refused is not None:
+            return refused
+        self.guard.charge(arguments, text)
+        return ToolResult(ok=True, text=text)
+
+    def _checked(self, arguments: str, cost: int, what: str, act: Callable[[], str]) -> ToolResult:
+        """Check the predicted cost first, so a refused disclosure changes nothing."""
+        refused = self._refuse_unless_room(arguments, cost, what)
+        if refused is not None:
+            return refused
+        text = act()
+        self.guard.charge(arguments, text)
+        return ToolResult(ok=True, text=text)
+
+    def _visible_or_raise(self, node_id: str) -> None:
+        """Unknown ids, the root and ids not on the frontier are refused by the runtime's own
+        checks, which raise before anything changes."""
+        if not self.nav.runtime.is_visible(node_id):
+            self.nav.runtime.look([node_id])
+            raise ManifestError(f"{node_id!r} cannot be read now.")
+
+    def _look(self, arguments: str, ids: Sequence[str]) -> ToolResult:
+        unique = list(dict.fromkeys(ids))
+        for nid in unique:
+            self._visible_or_raise(nid)
+        runtime = self.nav.runtime
+        preview = "\n".join(render_line(n, runtime.manifest.get(n), "full") for n in unique)
+        cost = self.guard.counter.count(preview)
+        return self._checked(arguments, cost, "these descriptions", lambda: self.nav.look(unique))
+
+    def _open(self, arguments: str, node_id: str) -> ToolResult:
+        self._visible_or_raise(node_id)
+        runtime = self.nav.runtime
+        if runtime.is_spliced(node_id) or runtime.is_revealed(node_id):
+            text = f"{node_id} is already open; its content is shown above in this turn."
+            return self._disclose(arguments, text, "this note")
+        node = runtime.manifest.get(node_id)
+        if node.is_leaf:
+            # In resolver mode the splice cost is the count of exactly the text returned.
+            cost = runtime.expand_cost(node_id)
+        else:
+            children = [c for c in node.children or () if runtime.manifest.has(c)]
+            cost = self.guard.counter.count("\n".join(runtime.entry(c).text for c in children))
+        what = "this record" if node.is_leaf else "this branch"
+        return self._checked(arguments, cost, what, lambda: self.nav.open(node_id))
+
+
+def _explain(message: str) -> str:
+    """Runtime refusals, plus where valid ids come from."""
+    return f"{message} Ids are the first word of an index line (call index to list them)."
