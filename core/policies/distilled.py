@@ -1,0 +1,970 @@
+"""The distilled policy: older history lives in a digest tree, the model reads it through tools.
+
+Each turn the working history is split at a complete group boundary (a record plus the tool
+results that answer it). The recent tail that fits ``tail_share`` of the window stays visible
+together with every protected record; everything older and unprotected is distilled into the
+digest tree of :mod:`picocontext.distill` — *incrementally*: the tree is a corpus on disk per
+session scope, and a reconcile only summarises the leaves that are new since the last turn
+(plus the digests above them). The model sees the visible records, a compact map of the tree as
+a protected runtime record, and may call ``digest``, ``resolve`` and ``recall``; ``recall`` at
+entity altitude returns older records word for word.
+
+The runtime stays the authority: the map is fitted to ``map_share`` of the window, every tool
+result is fitted to what is left of the window (a recall budget is reduced, digest children are
+shortened, with a note saying so), and the shared tool loop checks every prompt before it is
+sent. The working context is never changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from picocontext.backend import (
+    ChatMessage,
+    ChatModel,
+    ModelInput,
+    ModelResponse,
+    Phase,
+    TokenCounter,
+    ToolSpec,
+    tools_json,
+)
+from picocontext.budget import RunBudget
+from picocontext.cancel import CancelToken, check
+from picocontext.distill.agent import (
+    DIGEST_TOOL,
+    RECALL_TOOL,
+    RESOLVE_TOOL,
+    DigestTools,
+    digest_tool_schema,
+    recall_tool_schema,
+    resolve_tool_schema,
+)
+from picocontext.distill.distiller import DistillConfig, Distiller
+from picocontext.distill.embedder import Embedder, LexicalEmbedder
+from picocontext.distill.errors import DistillError, NodeNotFound, SummarizerError, ToolCallError
+from picocontext.distill.guard import Guard
+from picocontext.distill.ids import (
+    KIND_CLUSTER,
+    KIND_SCOPE,
+    LEVEL_ENTITY,
+    LEVEL_SCOPE,
+    ROOT_ID,
+    is_intermediate,
+    l0_id,
+)
+from picocontext.distill.models import DigestNode, SummaryInput, Unit
+from picocontext.distill.summarizer import ChatSummarizer, Summarizer
+from picocontext.errors import Cancelled
+from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
+from picocontext.report import RunMode, RunReport
+from picocontext.session import ContextSession, FreshIds, ToolLoop, ToolResult, reserved_ids
+from picocontext.working import WorkingContext
+
+SOURCE_KIND = "history"
+SPAN_SCOPE = "span"
+ADAPTER_VERSION = "history-chunks-1"
+
+SYSTEM_TEXT = "\n".join(
+    [
+        "You answer the latest request of a long conversation that no longer fits the window.",
+        "Shown above: the protected instructions and requests, and the most recent records.",
+        "Older records are not shown. They are kept word for word in a digest tree; its map "
+        "comes after the history.",
+        'recall {"query": "words or values you need", "altitude": "entity"} returns older '
+        "records verbatim, oldest first.",
+        'digest {"nodeId": "an id from the map"} shows a node\'s summary and its children; '
+        'resolve {"hash": "a semHash"} finds similar nodes.',
+        "Newer records override older ones. Fetch only what the visible records do not settle, "
+        "then answer exactly as the latest request asks.",
+    ]
+)
+GUIDANCE = (
+    "Call recall, digest or resolve for older details you still need, or answer the latest "
+    "request now without calling a tool."
+)
+NO_ROOM = (
+    "No room is left in the context window for this result (about {need} tokens needed, "
+    "{left} left). Answer now with what you have, or ask for less (a smaller recall budget)."
+)
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_WORDS = re.compile(r"\S+")
+
+
+class DistilledSettings(BaseModel):
+    """Knobs of the distilled policy. Shares are fractions of ``budget.context_window``."""
+
+    model_config = _FROZEN
+
+    tail_share: float = Field(default=0.35, gt=0.0, lt=1.0)
+    map_share: float = Field(default=0.12, gt=0.0, lt=1.0)
+    max_steps: int = Field(default=4, ge=1, le=16)
+    leaf_words: int = Field(default=120, ge=8, le=20_000)
+    leaf_summary_words: int = Field(default=40, ge=4, le=4_000)
+    digest_summary_words: int = Field(default=80, ge=8, le=4_000)
+    span_groups: int = Field(default=8, ge=1, le=10_000)
+    excerpt_words: int = Field(default=24, ge=4, le=400)
+    fallback_summaries: bool = True
+
+    @model_validator(mode="after")
+    def _shares_leave_room(self) -> DistilledSettings:
+        if self.tail_share + self.map_share > 0.9:
+            raise ValueError("tail_share + map_share must leave at least 10% of the window")
+        return self
+
+
+class DistillTurn(BaseModel):
+    """What the distillation part of one turn did (the run's tokens are in its RunReport).
+
+    ``summarizer_calls`` counts every summarizer call of this turn; ``leaf_summaries`` only
+    those for leaves, so a turn that added k new leaves shows ``leaf_summaries == k``."""
+
+    model_config = _FROZEN
+
+    scope: Scope
+    revision: int
+    visible_records: int
+    older_records: int
+    older_groups: int
+    leaves: int
+    new_leaves: int
+    deleted_leaves: int
+    summarizer_calls: int
+    leaf_summaries: int
+    digest_summaries: int
+    fallback_summaries: int
+    distill_seconds: float
+    view_tokens: int
+    map_tokens: int
+    map_nodes_listed: int
+    map_nodes_omitted: int
+    result_allowance: int
+
+
+# -- history → groups, view and units -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A non-tool record and the tool results that follow it: the unit the view never splits."""
+
+    records: tuple[Record, ...]
+
+    @property
+    def protected(self) -> bool:
+        return any(r.protected for r in self.records)
+
+    @property
+    def first(self) -> Record:
+        return self.records[0]
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """Where a leaf came from, so results can say "older group 4, part 2/3"."""
+
+    ordinal: int
+    part: int
+    parts: int
+    record_ids: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        part = f", part {self.part}/{self.parts}" if self.parts > 1 else ""
+        return f"older group {self.ordinal}{part}"
+
+
+def split_groups(records: Sequence[Record]) -> list[tuple[Record, ...]]:
+    """Complete groups in order: each non-tool record with the tool results after it."""
+    groups: list[list[Record]] = []
+    for record in records:
+        if record.role is Role.TOOL and groups:
+            groups[-1].append(record)
+        else:
+            groups.append([record])
+    return [tuple(g) for g in groups]
+
+
+def group_text(records: Sequence[Record]) -> str:
+    """The verbatim text of a group: a header per record, then its body unchanged."""
+    names = {c.id: c.name for r in records for c in r.tool_calls}
+    lines: list[str] = []
+    for record in records:
+        if record.role is Role.TOOL:
+            tool = names.get(record.tool_call_id or "", "a tool")
+            lines.append(f"[{record.id}] tool result of {tool}:")
+        else:
+            lines.append(f"[{record.id}] {record.role.value}:")
+        if record.body:
+            lines.append(record.body)
+        for call in record.tool_calls:
+            lines.append(f"[{record.id}] called {call.name} {call.arguments}")
+    return "\n".join(lines)
+
+
+def chunk_text(text: str, max_words: int) -> list[str]:
+    """Slices of ``text`` with at most ``max_words`` words each, cut at line ends, and between
+    words only inside a line that is longer than a slice. Joining the slices gives ``text``."""
+    pieces: list[tuple[str, int]] = []
+    for line in text.splitlines(keepends=True):
+        starts = [m.start() for m in _WORDS.finditer(line)]
+        count = len(starts)
+        if count <= max_words:
+            pieces.append((line, count))
+            continue
+        for k in range(0, count, max_words):
+            begin = 0 if k == 0 else starts[k]
+            end = starts[k + max_words] if k + max_words < count else len(line)
+            pieces.append((line[begin:end], min(max_words, count - k)))
+    chunks: list[str] = []
+    current = ""
+    words = 0
+    for piece, count in pieces:
+        if words and words + count > max_words:
+            chunks.append(current)
+            current, words = "", 0
+        current += piece
+        words += count
+    if current:
+        chunks.append(current)
+    return chunks or [text]
+
+
+@dataclass(frozen=True)
+class _Partition:
+    view: Snapshot
+    older: tuple[_Group, ...]
+    visible_records: int
+
+
+# -- summarizer wrappers --------------------------------------------------------------------
+
+
+def _extract(text: str, words: int) -> str:
+    parts = text.split()
+    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+
+
+class _TurnSummarizer:
+    """Wraps the policy's summarizer for one turn: checks cancellation before every call,
+    counts calls by level, and (if allowed) falls back to an extractive summary when the
+    model returns nothing usable, so a flaky small model never loses a leaf."""
+
+    def __init__(self, inner: Summarizer, cancel: CancelToken | None, fallback: bool) -> None:
+        self.inner = inner
+        self.cancel = cancel
+        self.fallback = fallback
+        self.leaf_calls = 0
+        self.digest_calls = 0
+        self.fallbacks = 0
+
+    @property
+    def summarizer_id(self) -> str:
+        return self.inner.summarizer_id
+
+    @property
+    def prompt_digest(self) -> str:
+        return self.inner.prompt_digest
+
+    def summarize(self, request: SummaryInput) -> str:
+        check(self.cancel)
+        if request.level == LEVEL_ENTITY:
+            self.leaf_calls += 1
+        else:
+            self.digest_calls += 1
+        try:
+            return self.inner.summarize(request)
+        except SummarizerError:
+            if not self.fallback:
+                raise
+            self.fallbacks += 1
+            source = request.raw or " ".join(c.summary for c in request.children)
+            return _extract(source, request.budget) or "(empty)"
+
+
+class _TurnCancelChat:
+    """A ChatModel that hands the current turn's cancel token to the wrapped model, so a
+    cancelled turn stops a summary that is being generated."""
+
+    def __init__(self, model: ChatModel, local: threading.local) -> None:
+        self._model = model
+        self._local = local
+
+    @property
+    def model_id(self) -> str:
+        return self._model.model_id
+
+    def count_tokens(self, text: str) -> int:
+        return self._model.count_tokens(text)
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+    ) -> ModelResponse:
+        token: CancelToken | None = cancel or getattr(self._local, "cancel", None)
+        return self._model.chat(messages, max_tokens, tools, token)
+
+
+# -- token measurements ---------------------------------------------------------------------
+
+
+class _Meter:
+    """Measures token costs with the session's own counter (exact prompts, never estimates)."""
+
+    def __init__(self, counter: TokenCounter, scope: Scope) -> None:
+        self.counter = counter
+        self.scope = scope
+        self._base = self._probe("")
+        self._cache: dict[str, int] = {}
+
+    def _probe(self, body: str) -> int:
+        snapshot = Snapshot(
+            scope=self.scope,
+            records=(Record(id="probe", role=Role.USER, protected=True, body=body),),
+        )
+        return self.counter.prepare(
+            ModelInput(context=snapshot, phase=Phase.COMPLETION)
+        ).token_count
+
+    def text(self, text: str) -> int:
+        """Tokens ``text`` adds as a record body."""
+        if not text:
+            return 0
+        cached = self._cache.get(text)
+        if cached is None:
+            cached = max(0, self._probe(text) - self._base)
+            if len(self._cache) < 512:
+                self._cache[text] = cached
+        return cached
+
+
+# -- the policy -----------------------------------------------------------------------------
+
+
+class DistilledPolicy:
+    """Older history as a digest tree with ``digest``/``resolve``/``recall`` tools.
+
+    ``summarizer`` writes the summaries (a deterministic fake in tests, :class:`ChatSummarizer`
+    over the local model in live runs: see :meth:`over_chat_model`). Each session scope gets its
+    own corpus under ``corpus_dir``; without one the policy owns a temporary directory and
+    removes it on :meth:`close` (or when the policy is garbage collected)."""
+
+    name = "distilled"
+
+    def __init__(
+        self,
+        summarizer: Summarizer,
+        embedder: Embedder | None = None,
+        corpus_dir: str | Path | None = None,
+        settings: DistilledSettings | None = None,
+        guard: Guard | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.summarizer = summarizer
+        self.embedder = embedder or LexicalEmbedder()
+        self.settings = settings or DistilledSettings()
+        self.guard = guard
+        if name is not None:
+            self.name = name
+        self._owns_dir = corpus_dir is None
+        if corpus_dir is None:
+            self.corpus_dir = Path(tempfile.mkdtemp(prefix="picocontext-distilled-"))
+            self._cleanup: weakref.finalize[Any, Any] | None = weakref.finalize(
+                self, shutil.rmtree, str(self.corpus_dir), True
+            )
+        else:
+            self.corpus_dir = Path(corpus_dir)
+            self.corpus_dir.mkdir(parents=True, exist_ok=True)
+            self._cleanup = None
+        self._lock = threading.Lock()
+        self._distillers: dict[Scope, Distiller] = {}
+        self._turns: dict[Scope, list[DistillTurn]] = {}
+        self._closed = False
+        self._local = threading.local()
+
+    @classmethod
+    def over_chat_model(
+        cls,
+        model: ChatModel,
+        embedder: Embedder | None = None,
+        corpus_dir: str | Path | None = None,
+        settings: DistilledSettings | None = None,
+        guard: Guard | None = None,
+        max_input_tokens: int = 4096,
+        quantization: str = "",
+    ) -> DistilledPolicy:
+        """Summaries from a local chat model (the MLX model implements ChatModel); a cancelled
+        turn also cancels the summary being generated."""
+        local = threading.local()
+        summarizer = ChatSummarizer(
+            _TurnCancelChat(model, local),
+            quantization=quantization,
+            max_input_tokens=max_input_tokens,
+        )
+        policy = cls(summarizer, embedder, corpus_dir, settings, guard)
+        policy._local = local
+        return policy
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every corpus; remove the corpus directory if the policy created it."""
+        with self._lock:
+            self._closed = True
+            for distiller in self._distillers.values():
+                distiller.close()
+            self._distillers.clear()
+        if self._cleanup is not None:
+            self._cleanup()
+
+    def __enter__(self) -> DistilledPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- introspection -----------------------------------------------------------------------
+    def corpus_path(self, scope: Scope) -> Path:
+        key = json.dumps([scope.user_id, scope.conversation_id, scope.branch_id])
+        return self.corpus_dir / hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+
+    def distiller(self, scope: Scope) -> Distiller:
+        """The corpus of ``scope`` (opened on first use)."""
+        with self._lock:
+            if self._closed:
+                raise DistillError("This distilled policy was closed; create a new one.")
+            found = self._distillers.get(scope)
+            if found is None:
+                path = self.corpus_path(scope)
+                path.mkdir(parents=True, exist_ok=True)
+                (path / "scope.json").write_text(
+                    json.dumps(scope.model_dump(), sort_keys=True), encoding="utf-8"
+                )
+                config = DistillConfig(
+                    budget=self.settings.digest_summary_words, corpus=SOURCE_KIND
+                )
+                found = Distiller.open(
+                    path,
+                    self.summarizer,
+                    self.embedder,
+                    guard=self.guard,
+                    config=config,
+                    adapter_versions=(
+                        f"{ADAPTER_VERSION}:{self.settings.leaf_words}:{self.settings.span_groups}",
+                    ),
+                )
+                self._distillers[scope] = found
+            return found
+
+    def turns(self, scope: Scope) -> tuple[DistillTurn, ...]:
+        """Per-turn distillation records of ``scope``, oldest first."""
+        with self._lock:
+            return tuple(self._turns.get(scope, ()))
+
+    # -- the turn ----------------------------------------------------------------------------
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        def build(state: WorkingContext) -> ToolLoop:
+            return self._build(state, session.counter, budget, cancel)
+
+        return session.run_tools(build, budget, policy=self.name, cancel=cancel)
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        out = []
+        for schema in (digest_tool_schema(), resolve_tool_schema(), recall_tool_schema()):
+            fn = schema["function"]
+            out.append(
+                ToolSpec(
+                    name=fn["name"], description=fn["description"], parameters=fn["parameters"]
+                )
+            )
+        return tuple(out)
+
+    def _input(
+        self, view: Snapshot, spec_json: str, control: tuple[Record, ...] = ()
+    ) -> ModelInput:
+        return ModelInput(
+            context=view,
+            phase=Phase.TOOLS,
+            control_records=control,
+            tools_json=spec_json,
+            system_text=SYSTEM_TEXT,
+            guidance=GUIDANCE,
+        )
+
+    def _build(
+        self,
+        state: WorkingContext,
+        counter: TokenCounter,
+        budget: RunBudget,
+        cancel: CancelToken | None,
+    ) -> ToolLoop:
+        check(cancel)
+        settings = self.settings
+        snapshot = state.snapshot
+        spec = self.tool_specs()
+        spec_json = tools_json(spec)
+
+        def tokens(view: Snapshot, control: tuple[Record, ...] = ()) -> int:
+            return counter.prepare(self._input(view, spec_json, control)).token_count
+
+        part = self._partition(snapshot, tokens, int(budget.context_window * settings.tail_share))
+        check(cancel)
+
+        distiller = self.distiller(snapshot.scope)
+        started = time.perf_counter()
+        units, leaves = self._units(part.older)
+        wrapper = _TurnSummarizer(self.summarizer, cancel, settings.fallback_summaries)
+        distiller.summarizer = wrapper
+        self._local.cancel = cancel
+        try:
+            sync = distiller.reconcile(SOURCE_KIND, units)
+        finally:
+            self._local.cancel = None
+            distiller.summarizer = self.summarizer
+        if sync.sweep.failures:
+            raise DistillError(
+                f"Distilling older history failed ({sync.sweep.failures} failures): "
+                f"{sync.sweep.errors[0] if sync.sweep.errors else 'see the corpus'}"
+            )
+        distill_seconds = time.perf_counter() - started
+        check(cancel)
+
+        tools = distiller.tools()
+        fresh = FreshIds(reserved_ids(state.original.records, snapshot.records))
+        map_id = fresh("runtime-digest-map")
+        view_tokens = tokens(part.view)
+        map_budget = int(budget.context_window * settings.map_share)
+        map_text, listed, omitted = self._fit_map(
+            tools,
+            part,
+            len(leaves),
+            map_budget,
+            lambda text: tokens(part.view, (_map(map_id, text),)) - view_tokens,
+        )
+        preamble = (_map(map_id, map_text),)
+        first = tokens(part.view, preamble)
+        receipt = (
+            Record(
+                id="runtime-call-0",
+                role=Role.ASSISTANT,
+                protected=True,
+                tool_calls=(ToolCall(id="runtime-tool-0-0", name=RECALL_TOOL, arguments="{}"),),
+            ),
+            Record(
+                id="runtime-result-runtime-tool-0-0",
+                role=Role.TOOL,
+                protected=True,
+                tool_call_id="runtime-tool-0-0",
+            ),
+        )
+        overhead = max(0, tokens(part.view, preamble + receipt) - first)
+        reserve = max(budget.edit_output_tokens, budget.completion_output_tokens)
+        margin = max(16, budget.context_window // 50)
+        allowance = budget.context_window - reserve - first - margin
+        record = DistillTurn(
+            scope=snapshot.scope,
+            revision=snapshot.revision,
+            visible_records=part.visible_records,
+            older_records=sum(len(g.records) for g in part.older),
+            older_groups=len(part.older),
+            leaves=len(units),
+            new_leaves=sync.marked,
+            deleted_leaves=sync.deletes,
+            summarizer_calls=wrapper.leaf_calls + wrapper.digest_calls,
+            leaf_summaries=wrapper.leaf_calls,
+            digest_summaries=wrapper.digest_calls,
+            fallback_summaries=wrapper.fallbacks,
+            distill_seconds=distill_seconds,
+            view_tokens=view_tokens,
+            map_tokens=first - view_tokens,
+            map_nodes_listed=listed,
+            map_nodes_omitted=omitted,
+            result_allowance=allowance,
+        )
+        with self._lock:
+            self._turns.setdefault(snapshot.scope, []).append(record)
+        executor = _Executor(
+            tools, leaves, _Meter(counter, snapshot.scope), allowance, overhead, settings, cancel
+        )
+        return ToolLoop(
+            mode=RunMode.DISTILLED,
+            view=part.view,
+            preamble=preamble,
+            tools=spec,
+            execute=executor,
+            system_text=SYSTEM_TEXT,
+            guidance=GUIDANCE,
+            max_steps=settings.max_steps,
+        )
+
+    # -- partition ---------------------------------------------------------------------------
+    def _partition(
+        self, snapshot: Snapshot, tokens: Callable[[Snapshot], int], tail_budget: int
+    ) -> _Partition:
+        """The smallest group boundary whose tail costs at most ``tail_budget`` tokens more than
+        the protected records alone. Protected groups are always visible; the newest
+        unprotected user request and what follows it are always visible too."""
+        groups = [_Group(g) for g in split_groups(snapshot.records)]
+        latest_request = len(groups)
+        for index in range(len(groups) - 1, -1, -1):
+            first = groups[index].first
+            if first.role is Role.USER and not groups[index].protected:
+                latest_request = index
+                break
+
+        def view(boundary: int) -> Snapshot:
+            records = [
+                r for i, g in enumerate(groups) if i >= boundary or g.protected for r in g.records
+            ]
+            return Snapshot(
+                scope=snapshot.scope, revision=snapshot.revision, records=tuple(records)
+            )
+
+        base = tokens(view(len(groups)))
+        lo, hi = 0, len(groups)
+        while lo < hi:  # smallest boundary that fits; cost falls as the boundary moves later
+            mid = (lo + hi) // 2
+            if tokens(view(mid)) - base <= tail_budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        boundary = min(lo, latest_request)
+        shown = view(boundary)
+        older = tuple(g for i, g in enumerate(groups) if i < boundary and not g.protected)
+        return _Partition(view=shown, older=older, visible_records=len(shown.records))
+
+    def _units(self, older: Sequence[_Group]) -> tuple[list[Unit], dict[str, _Leaf]]:
+        settings = self.settings
+        units: list[Unit] = []
+        leaves: dict[str, _Leaf] = {}
+        for ordinal, group in enumerate(older, start=1):
+            first_span = ((ordinal - 1) // settings.span_groups) * settings.span_groups + 1
+            span = f"{first_span:04d}-{first_span + settings.span_groups - 1:04d}"
+            chunks = chunk_text(group_text(group.records), settings.leaf_words)
+            for part, chunk in enumerate(chunks, start=1):
+                unit_id = group.first.id if len(chunks) == 1 else f"{group.first.id}/{part}"
+                unit = Unit(
+                    source_kind=SOURCE_KIND,
+                    unit_id=unit_id,
+                    text=chunk,
+                    scopes=((SPAN_SCOPE, span),),
+                    budget=settings.leaf_summary_words,
+                    title=_extract(chunk, 10),
+                )
+                units.append(unit)
+                leaves[l0_id(SOURCE_KIND, unit_id)] = _Leaf(
+                    ordinal=ordinal,
+                    part=part,
+                    parts=len(chunks),
+                    record_ids=tuple(r.id for r in group.records),
+                )
+        return units, leaves
+
+    # -- the map -----------------------------------------------------------------------------
+    def _fit_map(
+        self,
+        tools: DigestTools,
+        part: _Partition,
+        leaf_count: int,
+        map_budget: int,
+        cost: Callable[[str], int],
+    ) -> tuple[str, int, int]:
+        """The map text, the number of nodes it lists and the number it leaves out."""
+        if not part.older:
+            return (
+                "Digest map: nothing older has been distilled yet; the whole history is shown.",
+                0,
+                0,
+            )
+        records = sum(len(g.records) for g in part.older)
+        header = (
+            f"Digest map: {records} older records ({len(part.older)} groups) are not shown "
+            f"above. They are kept verbatim in {leaf_count} leaves under this tree:"
+        )
+        nodes = {n.id: n for n in tools.store.nodes()}
+        lines = [self._map_line(tools, nodes[ROOT_ID], "root")] if ROOT_ID in nodes else []
+        spans = sorted(
+            (n for n in nodes.values() if n.kind == KIND_SCOPE and n.level == LEVEL_SCOPE),
+            key=lambda n: n.scope_id,
+            reverse=True,
+        )
+        lines += [self._map_line(tools, n, f"span of groups {n.scope_id}") for n in spans]
+        clusters = sorted(
+            (
+                n
+                for n in nodes.values()
+                if n.kind == KIND_CLUSTER and n.level == LEVEL_SCOPE and not is_intermediate(n.id)
+            ),
+            key=lambda n: n.id,
+        )
+        lines += [self._map_line(tools, n, "cluster") for n in clusters]
+        listable = len(lines)
+
+        def text(count: int) -> str:
+            out = [header, *lines[:count]]
+            hidden = listable - count
+            if hidden:
+                out.append(f"({hidden} more digest nodes not listed; digest the root to see them.)")
+            return "\n".join(out)
+
+        lo, hi = 0, listable
+        while lo < hi:  # the largest prefix of lines that fits the map budget
+            mid = (lo + hi + 1) // 2
+            if cost(text(mid)) <= map_budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text(lo), lo, listable - lo
+
+    def _map_line(self, tools: DigestTools, node: DigestNode, label: str) -> str:
+        summary = tools.digest(node.id).summary
+        leaves = _leaf_count(tools, node)
+        return (
+            f"- {label} {node.id} ({leaves} leaves, sem {node.sem_hash}): "
+            f"{_extract(summary, self.settings.excerpt_words)}"
+        )
+
+
+def _map(record_id: str, text: str) -> Record:
+    return Record(id=record_id, role=Role.USER, body=text, protected=True)
+
+
+def _leaf_count(tools: DigestTools, node: DigestNode) -> int:
+    seen: set[str] = set()
+    stack = list(node.child_ids)
+    count = 0
+    while stack:
+        node_id = stack.pop()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        child = tools.store.get(node_id)
+        if child is None:
+            continue
+        if child.level == LEVEL_ENTITY:
+            count += 1
+        else:
+            stack.extend(child.child_ids)
+    return count
+
+
+# -- tool execution -------------------------------------------------------------------------
+
+
+class _Executor:
+    """Runs one tool call through :meth:`DigestTools.call` and fits the result to the window.
+
+    A ledger starts at the tokens left after the first prompt (minus reserved output and a
+    margin); every result is charged its own tokens, its echoed arguments and the receipt
+    overhead, so the tool steps cannot push a prompt past the window."""
+
+    def __init__(
+        self,
+        tools: DigestTools,
+        leaves: Mapping[str, _Leaf],
+        meter: _Meter,
+        allowance: int,
+        overhead: int,
+        settings: DistilledSettings,
+        cancel: CancelToken | None,
+    ) -> None:
+        self.tools = tools
+        self.leaves = leaves
+        self.meter = meter
+        self.remaining = allowance
+        self.overhead = overhead
+        self.settings = settings
+        self.cancel = cancel
+
+    def __call__(self, name: str, arguments: str) -> ToolResult:
+        check(self.cancel)
+        fixed = self.overhead + self.meter.text(_echo(arguments))
+        try:
+            wire = self.tools.call(name, arguments)
+            payload = json.loads(arguments) if arguments.strip() else {}
+            args = payload if isinstance(payload, dict) else {}
+            candidates = self._renderings(name, args, wire, fixed)
+            for text in candidates:
+                cost = fixed + self.meter.text(text)
+                if cost <= self.remaining:
+                    self.remaining -= cost
+                    return ToolResult(ok=True, text=text)
+            need = fixed + self.meter.text(candidates[-1]) if candidates else fixed
+            return self._refuse(NO_ROOM.format(need=need, left=max(0, self.remaining)))
+        except Cancelled:
+            raise
+        except ToolCallError as exc:
+            return self._refuse(exc.message + _HINTS.get(name, ""))
+        except NodeNotFound as exc:
+            return self._refuse(
+                f'No digest node "{exc.node_id}". Use a node id from the digest map or from a '
+                "digest result."
+            )
+        except DistillError as exc:
+            return self._refuse(f"{name} failed: {exc.message}")
+
+    def _refuse(self, text: str) -> ToolResult:
+        self.remaining -= self.overhead + self.meter.text(text)
+        return ToolResult(ok=False, text=text)
+
+    def _renderings(
+        self, name: str, payload: dict[str, Any], wire: dict[str, Any], fixed: int
+    ) -> list[str]:
+        """Candidate texts, most complete first; the first that fits is returned."""
+        if name == RECALL_TOOL:
+            return self._recalls(payload, wire, self.remaining - fixed)
+        if name == DIGEST_TOOL:
+            return self._digests(wire)
+        if name == RESOLVE_TOOL:
+            return self._resolves(wire)
+        raise ToolCallError(f"Unknown tool {name!r}; expected digest, resolve or recall.")
+
+    # recall: shrink the budget until the pack fits (the pack itself stays whole items)
+    def _recalls(self, payload: dict[str, Any], wire: dict[str, Any], left: int) -> list[str]:
+        requested = int(wire.get("budget", 0))
+        out = [self._render_recall(wire, requested, requested)]
+        budget = requested
+        for _ in range(12):
+            cost = self.meter.text(out[-1])
+            if cost <= left or budget <= 1:
+                break
+            shrink = max(1, int(budget * max(left, 0) / max(cost, 1) * 0.9))
+            budget = min(budget - 1, shrink)
+            smaller = self.tools.call(RECALL_TOOL, {**payload, "budget": budget})
+            out.append(self._render_recall(smaller, requested, budget))
+        return out
+
+    def _render_recall(self, wire: dict[str, Any], requested: int, budget: int) -> str:
+        items: list[dict[str, Any]] = list(wire.get("items", []))
+        leaves = [i for i in items if not i.get("digest")]
+        digests = [i for i in items if i.get("digest")]
+        leaves.sort(key=lambda i: self._order(str(i["nodeId"])))
+        head = (
+            f"recall at {wire['altitude']} altitude: {len(items)} items, {wire['tokens']} of "
+            f"{budget} words"
+        )
+        if wire.get("omitted"):
+            head += f"; {wire['omitted']} more did not fit"
+        if budget != requested:
+            head += f" (budget reduced from {requested} to {budget} words to fit the window)"
+        lines = [head + ". Older records oldest first:" if leaves else head + "."]
+        for item in leaves:
+            leaf = self.leaves.get(str(item["nodeId"]))
+            label = leaf.label if leaf else "older record"
+            lines.append(f"--- {label} ({item['nodeId']})")
+            lines.append(str(item["text"]))
+        for item in digests:
+            lines.append(f"--- digest {item['kind']} ({item['nodeId']}), a summary:")
+            lines.append(str(item["text"]))
+        return "\n".join(lines)
+
+    def _order(self, node_id: str) -> tuple[int, int]:
+        leaf = self.leaves.get(node_id)
+        return (leaf.ordinal, leaf.part) if leaf else (1 << 30, 0)
+
+    # digest: full children summaries, then excerpts, then ids, then fewer children
+    def _digests(self, wire: dict[str, Any]) -> list[str]:
+        children: list[dict[str, Any]] = list(wire.get("children", []))
+        out = [self._render_digest(wire, children, None), self._render_digest(wire, children, 12)]
+        out.append(self._render_digest(wire, children, 0))
+        count = len(children)
+        while count > 0:
+            count //= 2
+            out.append(self._render_digest(wire, children[:count], 0, len(children) - count))
+        return out
+
+    def _render_digest(
+        self,
+        wire: dict[str, Any],
+        children: Sequence[dict[str, Any]],
+        words: int | None,
+        hidden: int = 0,
+    ) -> str:
+        node = wire["node"]
+        lines = [
+            f"{node['id']} ({node['kind']}, level {node['level']}, sem {node.get('semHash', '')}):",
+            str(wire.get("summary", "")),
+        ]
+        leaf = self.leaves.get(str(node["id"]))
+        if leaf is not None:
+            lines.append(
+                f"This is {leaf.label} (records {', '.join(leaf.record_ids)}). For its verbatim "
+                f'text call recall with "altitude": "entity" and "scope": "{node["id"]}".'
+            )
+        if children:
+            lines.append(f"Children ({len(children) + hidden}):")
+        for child in children:
+            label = self.leaves.get(str(child["id"]))
+            where = f" {label.label}" if label else ""
+            summary = str(child.get("summary", ""))
+            if words is None:
+                text = f": {summary}"
+            elif words:
+                text = f": {_extract(summary, words)}"
+            else:
+                text = ""
+            lines.append(f"- {child['id']} ({child['kind']}{where}){text}")
+        if hidden:
+            lines.append(f"({hidden} more children not shown: the window is nearly full.)")
+        return "\n".join(lines)
+
+    def _resolves(self, wire: dict[str, Any]) -> list[str]:
+        near: list[dict[str, Any]] = list(wire.get("near", []))
+        out = [self._render_resolve(wire, near, 0)]
+        count = len(near)
+        while count > 0:
+            count //= 2
+            out.append(self._render_resolve(wire, near[:count], len(near) - count))
+        return out
+
+    def _render_resolve(
+        self, wire: dict[str, Any], near: Sequence[dict[str, Any]], hidden: int
+    ) -> str:
+        lines: list[str] = []
+        exact = wire.get("exact")
+        if exact:
+            lines.append(f"exact: {exact['id']} ({exact['kind']}, level {exact['level']})")
+        if wire.get("alsoExact"):
+            lines.append("also exact: " + ", ".join(wire["alsoExact"]))
+        for match in near:
+            n = match["node"]
+            lines.append(
+                f"near: {n['id']} ({n['kind']}, level {n['level']}, {match['hammingBits']} bits)"
+            )
+        if hidden:
+            lines.append(f"({hidden} more near matches not shown: the window is nearly full.)")
+        return "\n".join(lines) or "No node has that hash (and none is within 8 bits)."
+
+
+_HINTS = {
+    RECALL_TOOL: ' Example: {"query": "price of the kettle", "altitude": "entity", "budget": 200}.',
+    DIGEST_TOOL: f' Example: {{"nodeId": "{ROOT_ID}"}}.',
+    RESOLVE_TOOL: ' Example: {"hash": "<a 16-hex semHash from the map>"}.',
+}
+
+
+def _echo(arguments: str) -> str:
+    """The arguments as the loop echoes them in its receipt (JSON objects only)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return "{}"
+    return arguments if isinstance(value, dict) else "{}"
