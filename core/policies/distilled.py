@@ -722,7 +722,10 @@ class DistilledPolicy:
             out = [header, *lines[:count]]
             hidden = listable - count
             if hidden:
-                out.append(f"({hidden} more digest nodes not listed; digest the root to see them.)")
+                out.append(
+                    f"({hidden} more digest nodes not listed; digest {ROOT_ID} lists the top "
+                    "of the tree.)"
+                )
             return "\n".join(out)
 
         lo, hi = 0, listable
