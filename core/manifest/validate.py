@@ -96,14 +96,15 @@ def _loc(manifest: Manifest, nid: str, node: Node) -> str:
 
 
 def check_structure(
-    manifest: Manifest, limits: Limits = DEFAULT_LIMITS
+    manifest: Manifest, limits: Limits = DEFAULT_LIMITS, *, warnings: bool = True
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Structure checks on a schema-valid manifest: (errors, warnings).
 
     A clean manifest is confirmed by a few whole-manifest set operations; only when that fails
-    does the node-by-node pass run to name every problem.
+    does the node-by-node pass run to name every problem. ``warnings=False`` skips the cost
+    consistency warnings (a loader that only needs a usable manifest).
     """
-    fast = _clean_warnings(manifest, limits)
+    fast = _clean_warnings(manifest, limits, warnings=warnings)
     if fast is not None:
         return (), fast
     return _detailed_structure(manifest, limits)
@@ -138,7 +139,9 @@ def _cost_warnings(manifest: Manifest, levels: list[list[str]]) -> list[str]:
     return warns
 
 
-def _clean_warnings(manifest: Manifest, limits: Limits) -> tuple[str, ...] | None:
+def _clean_warnings(
+    manifest: Manifest, limits: Limits, *, warnings: bool = True
+) -> tuple[str, ...] | None:
     """Warnings if the structure is clean, None at the first sign of any error. Whole-manifest
     comprehensions and set operations only: the common case pays no per-node branching."""
     nodes = manifest.nodes
@@ -182,6 +185,8 @@ def _clean_warnings(manifest: Manifest, limits: Limits) -> tuple[str, ...] | Non
         level = [c for nid in level if (k := nodes[nid].children) for c in k]
     if seen != len(nodes):
         return None  # a cycle detached from the root
+    if not warnings:
+        return ()
     return tuple(_cost_warnings(manifest, levels)[: limits.max_errors])
 
 
@@ -346,7 +351,10 @@ def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:
 
 
 def validate_manifest(
-    data: bytes | str | Mapping[str, Any] | Manifest, limits: Limits = DEFAULT_LIMITS
+    data: bytes | str | Mapping[str, Any] | Manifest,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    warnings: bool = True,
 ) -> ValidationReport:
     """Parse and check everything; never raises for bad input, returns the errors instead."""
     try:
@@ -357,8 +365,8 @@ def validate_manifest(
         return ValidationReport(errors=tuple(_format_pydantic(exc, limits.max_errors)))
     except RecursionError:
         return ValidationReport(errors=("<document>: JSON nested too deeply",))
-    errors, warnings = check_structure(manifest, limits)
-    return ValidationReport(errors=errors, warnings=warnings, manifest=manifest)
+    errors, warns = check_structure(manifest, limits, warnings=warnings)
+    return ValidationReport(errors=errors, warnings=warns, manifest=manifest)
 
 
 def load_manifest(
@@ -378,7 +386,7 @@ def load_manifest(
         if size > limits.max_bytes:
             raise ManifestInvalid([f"<document>: {size} bytes exceed {limits.max_bytes}"], source)
         data = data.read_bytes()
-    report = validate_manifest(data, limits)
+    report = validate_manifest(data, limits, warnings=False)  # warnings are pcx validate's
     if not report.ok or report.manifest is None:
         raise ManifestInvalid(report.errors, source)
     return report.manifest

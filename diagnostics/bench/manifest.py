@@ -185,7 +185,7 @@ if side == "ours":
     from picocontext.manifest.model import Manifest
     from picocontext.manifest.session import NavSession
     def load(): return Manifest.model_validate_json(raw)
-    def validate(m): return check_structure(m)[0]
+    def validate(m): return check_structure(m, warnings=False)[0]  # errors only, like theirs
     def session(m): return NavSession(m, "local", protocol=None)
 else:
     from askfaro_progressive_context import Manifest, NavSession

@@ -291,3 +291,17 @@ def test_fast_path_agrees_with_the_detailed_pass(
     assert (fast is None) == bool(slow_errors), (spec, root_kids, slow_errors)
     if fast is not None:
         assert fast == slow_warnings
+
+
+def test_warnings_can_be_skipped_but_errors_cannot(b: Any) -> None:
+    from picocontext.manifest.model import Manifest
+    from picocontext.manifest.validate import check_structure
+
+    d = b.tree_doc(budget=10)
+    d["variant"]["manifest_tokens"] = 50
+    m = Manifest.model_validate(d)
+    assert check_structure(m)[1] and check_structure(m, warnings=False) == ((), ())
+    d["root"]["children"] = ["a", "a"]
+    bad = Manifest.model_validate(d)
+    assert check_structure(bad, warnings=False)[0]
+    assert load_manifest(b.tree_doc(budget=10)).variant.budget == 10
