@@ -51,6 +51,17 @@ def selectable_label(text: str = "", *, wrap: bool = True) -> QLabel:
     return label
 
 
+CARD_ANSWER_CHARS = 240
+
+
+def card_excerpt(text: str, limit: int = CARD_ANSWER_CHARS) -> str:
+    """A card shows the start of a long answer and says, in words, that it did so."""
+    if len(text) <= limit:
+        return text
+    rest = len(text) - limit
+    return f"{text[:limit]}… (+{rest:,} more characters; full answer in the Decisions tab)"
+
+
 class ResultCard(QFrame):
     """Checks, prompt size before → after, totals, calls, time, answer and failure."""
 
@@ -125,7 +136,7 @@ class ResultCard(QFrame):
         )
         last = outcome.last_run
         answer = last.answer if last is not None and last.answer else "(no answer)"
-        self.answer.setText(f"Last answer: {answer}")
+        self.answer.setText(f"Last answer: {card_excerpt(answer)}")
         if outcome.failure:
             self.failure.setText(f"Failure: {outcome.failure}")
             self.failure.show()
@@ -501,7 +512,8 @@ class ContextView(QTextBrowser):
 
 
 class AttemptsView(QTextBrowser):
-    """Every decision attempt of each step: outcome, detail, model output and arguments."""
+    """Per step: every decision attempt (outcome, detail, model output, arguments), then the
+    answer in full and why a check failed."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -516,6 +528,12 @@ class AttemptsView(QTextBrowser):
                 parts.append(f"<p>No turn ran: {html.escape(step.failure or '')}</p>")
                 continue
             parts.extend(self._attempts(run))
+            parts.append("<p style='margin: 6px 0 0 0;'><b>Answer</b></p>")
+            parts.append(_pre(run.answer or "(no answer)"))
+            answer_problem = None if step.failure else step.answer_problem
+            for problem in (step.failure, step.context_problem, answer_problem):
+                if problem:
+                    parts.append(f"<p style='color:{RED}; margin: 0;'>{html.escape(problem)}</p>")
         self.setHtml("".join(parts) or "<p>No decisions.</p>")
 
     @staticmethod

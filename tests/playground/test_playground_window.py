@@ -10,7 +10,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
-from picocontext_playground.comparison import ComparisonResult
+from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.qtenv import glyphs_render, monospace_font
@@ -271,3 +271,23 @@ def test_manifest_tab_gets_the_comparison_model(
     assert chat.model_id == "fake-chat"
     assert [s.model for s in loaded] == [ModelChoice.SMOLLM2]
     assert win.chat_model_factory() is chat and len(loaded) == 1  # cached, not reloaded
+
+
+def test_long_answers_are_excerpted_on_the_card_and_shown_in_full_in_decisions(
+    qt_app: QApplication,
+) -> None:
+    from picocontext_playground.widgets import CARD_ANSWER_CHARS, AttemptsView, card_excerpt
+
+    short = "x" * CARD_ANSWER_CHARS
+    assert card_excerpt(short) == short
+    long = "y" * (CARD_ANSWER_CHARS + 25)
+    excerpt = card_excerpt(long)
+    assert excerpt.startswith(short.replace("x", "y")) and "(+25 more characters" in excerpt
+    result = run_comparison(
+        ComparisonSettings(task=Task.RETENTION), scripted_model(), PrintEvents(lambda _l: None)
+    )
+    view = AttemptsView()
+    view.show_steps(result.outcomes[1].steps)
+    text = view.toPlainText()
+    for step in result.outcomes[1].steps:
+        assert step.run is not None and step.run.answer in text
