@@ -62,42 +62,35 @@ from picocontext.working import WorkingContext
 # -- our texts ---------------------------------------------------------------------------------
 
 SYSTEM_TEXT = (
-    "You are answering inside a small context window. The newest part of the conversation is "
-    "shown in full. Older records were moved to an archive; an index of the archive follows "
-    "the conversation. If the answer depends on something that is only in the archive, read "
-    "it with the tools: open(id) on a branch lists the records it groups, open(id) on a leaf "
-    "shows that record exactly as it was written, look(ids) gives fuller descriptions of "
-    "listed lines, close(id) frees reading budget, index() shows the index again. Only ids "
-    "that are listed can be opened. When a record appears both in the archive and later in "
-    "the conversation, the later one is newer. When you know enough, answer the latest user "
-    "request directly, without calling a tool."
+    "You answer inside a small context window. The newest messages are shown in full; older "
+    "records were moved to an archive, indexed after the conversation. If the answer needs an "
+    "archived record, read it with the tools: open a branch to list its records, open a leaf "
+    "to see one record verbatim, look for fuller descriptions, close to free reading budget. "
+    "Later records override earlier ones. When you know enough, answer the latest user "
+    "request without calling a tool."
 )
 
-GUIDANCE = (
-    "Read archived records with index, look, open or close if you need them; otherwise answer "
-    "the latest user request now, in the format it asks for."
-)
+GUIDANCE = "Read the archive with a tool if you need it, or answer the latest user request now."
 
 PROTOCOL = (
-    "Each line reads `id [kind] title: description`. A branch groups archived records "
-    "(open it to list them); a leaf is one archived record, shown verbatim when opened. "
-    "Record numbers (#n) give the order: a higher number is newer."
+    "Lines read `id [kind] title: description`. A branch groups records; a leaf is one record, "
+    "verbatim when opened. #n is the record number: higher is newer."
 )
 
 INDEX_HEADER = "ARCHIVE INDEX - older records of this conversation, readable with the tools."
 
 # -- tools -------------------------------------------------------------------------------------
 
-_ID_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 512}
+_ID_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1}
 
 INDEX_TOOL = ToolSpec(
     name="index",
-    description="Show the archive index again: every line that can be opened right now.",
+    description="List the archive lines that can be opened now.",
     parameters={"type": "object", "properties": {}, "additionalProperties": False},
 )
 LOOK_TOOL = ToolSpec(
     name="look",
-    description="Fuller descriptions (with key words) of listed index lines, without opening.",
+    description="Fuller descriptions of listed ids.",
     parameters={
         "type": "object",
         "properties": {
@@ -109,8 +102,7 @@ LOOK_TOOL = ToolSpec(
 )
 OPEN_TOOL = ToolSpec(
     name="open",
-    description="Open a listed id: a branch lists the records it groups, a leaf shows one "
-    "archived record verbatim.",
+    description="Open a listed id: a branch lists its records, a leaf shows one record verbatim.",
     parameters={
         "type": "object",
         "properties": {"id": _ID_SCHEMA},
@@ -120,8 +112,7 @@ OPEN_TOOL = ToolSpec(
 )
 CLOSE_TOOL = ToolSpec(
     name="close",
-    description="Close an opened id to free reading budget (what was shown stays readable "
-    "above in this turn).",
+    description="Close an open id to free reading budget.",
     parameters={
         "type": "object",
         "properties": {"id": _ID_SCHEMA},
@@ -197,6 +188,7 @@ class NavigatedConfig(BaseModel):
     max_steps: int = Field(default=8, ge=1, le=16)
     view_level: ViewLevel = "brief"
     segment_records: int = Field(default=8, ge=1, le=64)
+    group_width: int = Field(default=5, ge=2, le=64)
     min_nav_tokens: int = Field(default=64, ge=1)
     idf_refresh_growth: float = Field(default=2.0, ge=1)
     counting: Counting = "auto"
@@ -204,6 +196,7 @@ class NavigatedConfig(BaseModel):
     leaf_share: float = Field(default=0.5, gt=0, le=1)
     reveal_share: float = Field(default=0.3, gt=0, le=1)
     call_slack: int = Field(default=8, ge=0)
+    reserved_calls: int = Field(default=4, ge=0, le=16)
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> NavigatedConfig:
@@ -388,27 +381,34 @@ def leaf_text(record: Record) -> str:
     return f"{record.body}\n{calls}" if record.body else calls
 
 
-def _snippet(text: str, limit: int = 60) -> str:
+def _snippet(text: str, limit: int = 40) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def _leaf_title(record: Record, position: int, call_names: dict[str, str]) -> str:
-    head = f"#{position} {record.role.value} {record.id}"
+    """Short on purpose: the descriptor engine repeats the title in the line's description."""
+    head = f"#{position} {record.role.value}"
     if record.tool_calls:
         return f"{head} calls {', '.join(dict.fromkeys(c.name for c in record.tool_calls))}"
     if record.role is Role.TOOL and record.tool_call_id is not None:
-        name = call_names.get(record.tool_call_id, "a tool")
-        return f"{head}: result of {name}"
+        return f"{head} result of {call_names.get(record.tool_call_id, 'a tool')}"
     return head
 
 
 def archive_tree(
-    archive: Sequence[Unit], positions: dict[str, int], segment_records: int
+    archive: Sequence[Unit],
+    positions: dict[str, int],
+    segment_records: int = 8,
+    group_width: int = 5,
 ) -> SourceTree:
-    """Root -> turns -> one leaf per archived record, in conversation order. A turn starts at
-    each user record, or when the next unit would make it longer than ``segment_records``.
-    Leaves keep their record ids (claimed first); a turn id yields on a collision."""
+    """Root -> chronological groups -> turns -> one leaf per archived record.
+
+    A turn starts at each user record, or when the next unit would make it longer than
+    ``segment_records``. While a level has more than ``group_width`` nodes, consecutive nodes
+    are grouped (``Turns a-b``), so the tree stays in conversation order and appending history
+    only changes the newest group. Leaves keep their record ids (claimed first); a turn or
+    group id yields on a collision. Every title carries its record numbers (#n)."""
     ids = IdRegistry((ROOT_ID,))
     call_names = {c.id: c.name for u in archive for r in u for c in r.tool_calls}
     segments: list[list[Record]] = []
@@ -418,13 +418,12 @@ def archive_tree(
             segments.append([])
         segments[-1].extend(unit)
     leaf_ids = {r.id: ids.claim(r.id) for segment in segments for r in segment}
-    root = SourceNode(id=ROOT_ID, title="Archived conversation history", facets={"kind": "history"})
+    level: list[tuple[SourceNode, int, int, int, int]] = []  # node, first/last turn, #first/#last
     for number, segment in enumerate(segments, start=1):
         first, last = positions[segment[0].id], positions[segment[-1].id]
-        span = f"#{first}" if first == last else f"#{first}-#{last}"
-        title = f"Turn {number} (records {span})"
+        title = f"Turn {number} {_span(first, last)}"
         if segment[0].role is Role.USER and segment[0].body.strip():
-            title += f": {_snippet(segment[0].body)}"
+            title += f" {_snippet(segment[0].body)}"
         branch = SourceNode(id=ids.claim(f"turn-{number}"), title=title, facets={"kind": "turn"})
         for record in segment:
             branch.children.append(
@@ -437,8 +436,35 @@ def archive_tree(
                     origin=record.id,
                 )
             )
-        root.children.append(branch)
+        level.append((branch, number, number, first, last))
+    while len(level) > group_width:
+        grouped: list[tuple[SourceNode, int, int, int, int]] = []
+        for start in range(0, len(level), group_width):
+            chunk = level[start : start + group_width]
+            if len(chunk) == 1:
+                grouped.append(chunk[0])
+                continue
+            t1, t2 = chunk[0][1], chunk[-1][2]
+            p1, p2 = chunk[0][3], chunk[-1][4]
+            node = SourceNode(
+                id=ids.claim(f"turns-{t1}-{t2}"),
+                title=f"Turns {t1}-{t2} {_span(p1, p2)}",
+                facets={"kind": "turns"},
+                children=[c[0] for c in chunk],
+            )
+            grouped.append((node, t1, t2, p1, p2))
+        level = grouped
+    root = SourceNode(
+        id=ROOT_ID,
+        title="Archived conversation history",
+        facets={"kind": "history"},
+        children=[c[0] for c in level],
+    )
     return SourceTree(source_id="history", kind="history", root=root)
+
+
+def _span(first: int, last: int) -> str:
+    return f"#{first}" if first == last else f"#{first}-#{last}"
 
 
 # -- per-turn state ----------------------------------------------------------------------------
@@ -623,7 +649,7 @@ class NavigatedPolicy:
         probe = _probe_exchange(empty_index)
         per_call = prepare(split.view, probe) - fixed + cfg.call_slack
         out = max(budget.edit_output_tokens, budget.completion_output_tokens)
-        room = window - out - fixed - cfg.max_steps * per_call
+        room = window - out - fixed - min(cfg.reserved_calls, cfg.max_steps) * per_call
         nav_budget = min(int(cfg.nav_share * window), room)
         if nav_budget < cfg.min_nav_tokens:
             raise BudgetExceeded(
@@ -711,7 +737,7 @@ class NavigatedPolicy:
         cancel: CancelToken | None,
     ) -> tuple[_Compiled, Literal["reused", "incremental", "full"], float]:
         cfg = self.config
-        tree = archive_tree(archive, positions, cfg.segment_records)
+        tree = archive_tree(archive, positions, cfg.segment_records, cfg.group_width)
         engine = self._engine()
         key = _archive_key(tree, nav_budget, counter.name, cfg, self.describer)
         with self._lock:
@@ -889,4 +915,7 @@ class _Executor:
 
 def _explain(message: str) -> str:
     """Runtime refusals, plus where valid ids come from."""
+    message = message.rstrip()
+    if not message.endswith((".", "!", "?")):
+        message += "."
     return f"{message} Ids are the first word of an index line (call index to list them)."
