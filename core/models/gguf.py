@@ -339,6 +339,7 @@ def convert_gguf(
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
+        out_dir.chmod(0o755)  # mkdtemp made it private; a model cache is ordinary data
     finally:
         worker.close()
         if staging.exists():

@@ -347,6 +347,7 @@ class MLXModel:
             "constrainedDecisions": self._constrained,
             "blas": blas_status(),
             "loadSeconds": round(self.load_seconds, 3),
+            "notes": list(self.notes),
         }
 
     def decision_grammar(self) -> Any:

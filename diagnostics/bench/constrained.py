@@ -38,6 +38,7 @@ from picocontext import (
 )
 from picocontext.models import constrained as constrained_module
 from picocontext.models.constrained import decision_lark, decision_schema
+from picocontext.models.mlx_backend import LogitsProcessor
 from picocontext_diagnostics.bench.generate import environment, load
 from picocontext_diagnostics.episodes import generated_episode
 from picocontext_diagnostics.fixtures import Scenario
@@ -171,7 +172,8 @@ def measure_outlines(tokenizer: Any, snapshots: list[Snapshot]) -> dict[str, Any
                 if token not in allowed:
                     ok = False
                     break
-                guide.advance(token)
+                if token != tokenizer.eos_token_id:
+                    guide.advance(token)
             correct += ok
             checks += 1
         for text in invalid_calls(snapshot):
@@ -250,8 +252,8 @@ def timed_masks() -> tuple[list[float], Callable[[], None]]:
     times: list[float] = []
     original = constrained_module.mask_processor
 
-    def wrapper(matcher: Any, vocab: int) -> Any:
-        inner = original(matcher, vocab)
+    def wrapper(matcher: Any, vocab_size: int) -> LogitsProcessor:
+        inner = original(matcher, vocab_size)
 
         def processor(tokens: Any, logits: Any) -> Any:
             import mlx.core as mx
