@@ -15,6 +15,7 @@ index per grammar (the recordID enum changes every turn), which costs far more p
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from picocontext.backend import ModelInput
@@ -121,6 +122,8 @@ class DecisionGrammar:
         )
         added = hf_tokenizer.get_added_vocab()
         self.special_tags = "<tool_call>" in added and "</tool_call>" in added
+        # Set to a list to collect the seconds spent computing each token mask (benchmarks).
+        self.timings: list[float] | None = None
 
     def matcher(self, snapshot: Snapshot) -> Any:
         grammar = self._llg.LLMatcher.grammar_from_lark(decision_lark(snapshot, self.special_tags))
@@ -130,8 +133,12 @@ class DecisionGrammar:
         return matcher
 
 
-def mask_processor(matcher: Any, vocab_size: int) -> LogitsProcessor:
-    """A logits processor enforcing ``matcher`` (MLX; runs on the model's worker thread)."""
+def mask_processor(
+    matcher: Any, vocab_size: int, timings: list[float] | None = None
+) -> LogitsProcessor:
+    """A logits processor enforcing ``matcher`` (MLX; runs on the model's worker thread).
+
+    ``timings`` collects the CPU seconds of each step (consume + mask + array build)."""
     import mlx.core as mx
     import numpy as np
 
@@ -140,12 +147,16 @@ def mask_processor(matcher: Any, vocab_size: int) -> LogitsProcessor:
     def processor(tokens: Any, logits: Any) -> Any:
         if not state["first"]:
             matcher.consume_token(int(tokens[-1].item()))
+        started = time.perf_counter()
         state["first"] = False
         words = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
         allowed = np.unpackbits(words, bitorder="little")[: logits.shape[-1]].astype(bool)
         if allowed.shape[0] < logits.shape[-1]:
             allowed = np.pad(allowed, (0, logits.shape[-1] - allowed.shape[0]))
-        return mx.where(mx.array(allowed), logits, mx.array(-float("inf"), dtype=logits.dtype))
+        mask = mx.array(allowed)
+        if timings is not None:
+            timings.append(time.perf_counter() - started)
+        return mx.where(mask, logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     return processor
 
@@ -153,4 +164,4 @@ def mask_processor(matcher: Any, vocab_size: int) -> LogitsProcessor:
 def decision_processor(model: MLXModel, model_input: ModelInput) -> LogitsProcessor:
     """The constraint for one decision generation of ``model``."""
     grammar = model.decision_grammar()
-    return mask_processor(grammar.matcher(model_input.context), grammar.vocab_size)
+    return mask_processor(grammar.matcher(model_input.context), grammar.vocab_size, grammar.timings)

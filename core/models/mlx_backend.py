@@ -297,7 +297,13 @@ class MLXModel:
 
     @property
     def tokenizer(self) -> Any:
+        """mlx-lm's TokenizerWrapper (the transformers tokenizer plus stop and tool info)."""
         return self._tokenizer
+
+    @property
+    def mlx_module(self) -> Any:
+        """The loaded ``mlx.nn.Module``; touch it only inside :meth:`MLXWorker.call`."""
+        return self._model
 
     @property
     def worker(self) -> MLXWorker:

@@ -56,7 +56,7 @@ def bare_stream_generate(model: Any, ids: list[int], max_tokens: int) -> tuple[s
     def run() -> tuple[str, float]:
         started = time.perf_counter()
         text = "".join(
-            r.text for r in stream_generate(model._model, model.tokenizer, ids, max_tokens)
+            r.text for r in stream_generate(model.mlx_module, model.tokenizer, ids, max_tokens)
         )
         return text, time.perf_counter() - started
 
