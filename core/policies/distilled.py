@@ -245,10 +245,49 @@ def chunk_text(text: str, max_words: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Partition:
+class HistorySplit:
+    """``view``: what the model is shown (protected groups plus the recent tail, in order);
+    ``older``: the unprotected groups before the tail, which are distilled instead."""
+
     view: Snapshot
     older: tuple[_Group, ...]
-    visible_records: int
+
+    @property
+    def older_records(self) -> int:
+        return sum(len(g.records) for g in self.older)
+
+
+def split_history(
+    snapshot: Snapshot, measure: Callable[[Snapshot], int], tail_budget: int
+) -> HistorySplit:
+    """Split at the earliest group boundary whose tail costs at most ``tail_budget`` tokens
+    more than the protected groups alone (``measure`` prices a view). A group with a protected
+    record is always visible (a tool group is never split), and so are the newest unprotected
+    user request and everything after it: the model always sees what it is asked."""
+    groups = [_Group(g) for g in split_groups(snapshot.records)]
+    latest_request = len(groups)
+    for index in range(len(groups) - 1, -1, -1):
+        if groups[index].first.role is Role.USER and not groups[index].protected:
+            latest_request = index
+            break
+
+    def view(boundary: int) -> Snapshot:
+        records = [
+            r for i, g in enumerate(groups) if i >= boundary or g.protected for r in g.records
+        ]
+        return Snapshot(scope=snapshot.scope, revision=snapshot.revision, records=tuple(records))
+
+    base = measure(view(len(groups)))
+    lo, hi = 0, len(groups)
+    while lo < hi:  # the cost falls as the boundary moves later, so bisect
+        mid = (lo + hi) // 2
+        if measure(view(mid)) - base <= tail_budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    boundary = min(lo, latest_request)
+    older = tuple(g for i, g in enumerate(groups) if i < boundary and not g.protected)
+    return HistorySplit(view=view(boundary), older=older)
 
 
 # -- summarizer wrappers --------------------------------------------------------------------
@@ -525,7 +564,7 @@ class DistilledPolicy:
         def tokens(view: Snapshot, control: tuple[Record, ...] = ()) -> int:
             return counter.prepare(self._input(view, spec_json, control)).token_count
 
-        part = self._partition(snapshot, tokens, int(budget.context_window * settings.tail_share))
+        part = split_history(snapshot, tokens, int(budget.context_window * settings.tail_share))
         check(cancel)
 
         distiller = self.distiller(snapshot.scope)
@@ -582,8 +621,8 @@ class DistilledPolicy:
         record = DistillTurn(
             scope=snapshot.scope,
             revision=snapshot.revision,
-            visible_records=part.visible_records,
-            older_records=sum(len(g.records) for g in part.older),
+            visible_records=len(part.view.records),
+            older_records=part.older_records,
             older_groups=len(part.older),
             leaves=len(units),
             new_leaves=sync.marked,
@@ -614,42 +653,6 @@ class DistilledPolicy:
             guidance=GUIDANCE,
             max_steps=settings.max_steps,
         )
-
-    # -- partition ---------------------------------------------------------------------------
-    def _partition(
-        self, snapshot: Snapshot, tokens: Callable[[Snapshot], int], tail_budget: int
-    ) -> _Partition:
-        """The smallest group boundary whose tail costs at most ``tail_budget`` tokens more than
-        the protected records alone. Protected groups are always visible; the newest
-        unprotected user request and what follows it are always visible too."""
-        groups = [_Group(g) for g in split_groups(snapshot.records)]
-        latest_request = len(groups)
-        for index in range(len(groups) - 1, -1, -1):
-            first = groups[index].first
-            if first.role is Role.USER and not groups[index].protected:
-                latest_request = index
-                break
-
-        def view(boundary: int) -> Snapshot:
-            records = [
-                r for i, g in enumerate(groups) if i >= boundary or g.protected for r in g.records
-            ]
-            return Snapshot(
-                scope=snapshot.scope, revision=snapshot.revision, records=tuple(records)
-            )
-
-        base = tokens(view(len(groups)))
-        lo, hi = 0, len(groups)
-        while lo < hi:  # smallest boundary that fits; cost falls as the boundary moves later
-            mid = (lo + hi) // 2
-            if tokens(view(mid)) - base <= tail_budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        boundary = min(lo, latest_request)
-        shown = view(boundary)
-        older = tuple(g for i, g in enumerate(groups) if i < boundary and not g.protected)
-        return _Partition(view=shown, older=older, visible_records=len(shown.records))
 
     def _units(self, older: Sequence[_Group]) -> tuple[list[Unit], dict[str, _Leaf]]:
         settings = self.settings
@@ -682,7 +685,7 @@ class DistilledPolicy:
     def _fit_map(
         self,
         tools: DigestTools,
-        part: _Partition,
+        part: HistorySplit,
         leaf_count: int,
         map_budget: int,
         cost: Callable[[str], int],
@@ -694,10 +697,9 @@ class DistilledPolicy:
                 0,
                 0,
             )
-        records = sum(len(g.records) for g in part.older)
         header = (
-            f"Digest map: {records} older records ({len(part.older)} groups) are not shown "
-            f"above. They are kept verbatim in {leaf_count} leaves under this tree:"
+            f"Digest map: {part.older_records} older records ({len(part.older)} groups) are not "
+            f"shown above. They are kept verbatim in {leaf_count} leaves under this tree:"
         )
         nodes = {n.id: n for n in tools.store.nodes()}
         lines = [self._map_line(tools, nodes[ROOT_ID], "root")] if ROOT_ID in nodes else []
