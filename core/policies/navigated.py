@@ -381,11 +381,6 @@ def leaf_text(record: Record) -> str:
     return f"{record.body}\n{calls}" if record.body else calls
 
 
-def _snippet(text: str, limit: int = 40) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
-
-
 def _leaf_title(record: Record, position: int, call_names: dict[str, str]) -> str:
     """Short on purpose: the descriptor engine repeats the title in the line's description."""
     head = f"#{position} {record.role.value}"
@@ -422,8 +417,6 @@ def archive_tree(
     for number, segment in enumerate(segments, start=1):
         first, last = positions[segment[0].id], positions[segment[-1].id]
         title = f"Turn {number} {_span(first, last)}"
-        if segment[0].role is Role.USER and segment[0].body.strip():
-            title += f" {_snippet(segment[0].body)}"
         branch = SourceNode(id=ids.claim(f"turn-{number}"), title=title, facets={"kind": "turn"})
         for record in segment:
             branch.children.append(
