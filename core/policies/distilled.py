@@ -779,7 +779,9 @@ class _Executor:
 
     A ledger starts at the tokens left after the first prompt (minus reserved output and a
     margin); every result is charged its own tokens, its echoed arguments and the receipt
-    overhead, so the tool steps cannot push a prompt past the window."""
+    overhead. A result is only granted if it leaves a reserve from which every possible later
+    step can still receive a short refusal, so one call per step can never push a prompt past
+    the window (a model that sends many calls at once may still hit the runtime's check)."""
 
     def __init__(
         self,
@@ -798,6 +800,8 @@ class _Executor:
         self.overhead = overhead
         self.settings = settings
         self.cancel = cancel
+        refusal = meter.text(NO_ROOM.format(need=10**6, left=10**6))
+        self.reserve = settings.max_steps * (overhead + refusal + meter.text(_TYPICAL_ARGS))
 
     def __call__(self, name: str, arguments: str) -> ToolResult:
         check(self.cancel)
@@ -806,36 +810,38 @@ class _Executor:
             wire = self.tools.call(name, arguments)
             payload = json.loads(arguments) if arguments.strip() else {}
             args = payload if isinstance(payload, dict) else {}
-            candidates = self._renderings(name, args, wire, fixed)
+            grantable = self.remaining - self.reserve
+            candidates = self._renderings(name, args, wire, grantable - fixed)
             for text in candidates:
                 cost = fixed + self.meter.text(text)
-                if cost <= self.remaining:
+                if cost <= grantable:
                     self.remaining -= cost
                     return ToolResult(ok=True, text=text)
             need = fixed + self.meter.text(candidates[-1]) if candidates else fixed
-            return self._refuse(NO_ROOM.format(need=need, left=max(0, self.remaining)))
+            return self._refuse(NO_ROOM.format(need=need, left=max(0, grantable)), fixed)
         except Cancelled:
             raise
         except ToolCallError as exc:
-            return self._refuse(exc.message + _HINTS.get(name, ""))
+            return self._refuse(exc.message + _HINTS.get(name, ""), fixed)
         except NodeNotFound as exc:
             return self._refuse(
                 f'No digest node "{exc.node_id}". Use a node id from the digest map or from a '
-                "digest result."
+                "digest result.",
+                fixed,
             )
         except DistillError as exc:
-            return self._refuse(f"{name} failed: {exc.message}")
+            return self._refuse(f"{name} failed: {exc.message}", fixed)
 
-    def _refuse(self, text: str) -> ToolResult:
-        self.remaining -= self.overhead + self.meter.text(text)
+    def _refuse(self, text: str, fixed: int) -> ToolResult:
+        self.remaining -= fixed + self.meter.text(text)
         return ToolResult(ok=False, text=text)
 
     def _renderings(
-        self, name: str, payload: dict[str, Any], wire: dict[str, Any], fixed: int
+        self, name: str, payload: dict[str, Any], wire: dict[str, Any], left: int
     ) -> list[str]:
-        """Candidate texts, most complete first; the first that fits is returned."""
+        """Candidate texts, most complete first; the first that fits ``left`` is returned."""
         if name == RECALL_TOOL:
-            return self._recalls(payload, wire, self.remaining - fixed)
+            return self._recalls(payload, wire, left)
         if name == DIGEST_TOOL:
             return self._digests(wire)
         if name == RESOLVE_TOOL:
@@ -959,6 +965,7 @@ class _Executor:
         return "\n".join(lines) or "No node has that hash (and none is within 8 bits)."
 
 
+_TYPICAL_ARGS = '{"query": "a few words to look for", "altitude": "entity", "budget": 400}'
 _HINTS = {
     RECALL_TOOL: ' Example: {"query": "price of the kettle", "altitude": "entity", "budget": 200}.',
     DIGEST_TOOL: f' Example: {{"nodeId": "{ROOT_ID}"}}.',
