@@ -504,8 +504,10 @@ class DistilledPolicy:
                     self.embedder,
                     guard=self.guard,
                     config=config,
+                    # chunking and the leaf summary length shape every leaf: part of the recipe
                     adapter_versions=(
-                        f"{ADAPTER_VERSION}:{self.settings.leaf_words}:{self.settings.span_groups}",
+                        f"{ADAPTER_VERSION}:{self.settings.leaf_words}:"
+                        f"{self.settings.leaf_summary_words}:{self.settings.span_groups}",
                     ),
                 )
                 self._distillers[scope] = found
