@@ -77,6 +77,8 @@ PROTOCOL = (
     "verbatim when opened. #n is the record number: higher is newer."
 )
 
+NO_ROOM = "No room left in this turn's window: answer now with what you have read."
+
 INDEX_HEADER = "ARCHIVE INDEX - older records of this conversation, readable with the tools."
 
 # -- tools -------------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ class _NoArgs(BaseModel):
 
 class _LookArgs(BaseModel):
     model_config = _STRICT
-    ids: tuple[str, ...] = Field(min_length=1, max_length=16)
+    ids: list[str] = Field(min_length=1, max_length=16)
 
 
 class _NodeArgs(BaseModel):
@@ -196,7 +198,6 @@ class NavigatedConfig(BaseModel):
     leaf_share: float = Field(default=0.5, gt=0, le=1)
     reveal_share: float = Field(default=0.3, gt=0, le=1)
     call_slack: int = Field(default=8, ge=0)
-    reserved_calls: int = Field(default=4, ge=0, le=16)
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> NavigatedConfig:
@@ -498,20 +499,29 @@ class _Compiled:
 
 @dataclass
 class _Guard:
-    """The transcript guard: every tool exchange stays in this turn's prompt."""
+    """The transcript guard: every tool exchange stays in this turn's prompt, so the next
+    prompt must still fit. Room is kept for a short refusal on every call that may still come
+    (one per remaining step), so a model that keeps calling is refused, not overflowed."""
 
     counter: TextCounter
     limit: int
     per_call: int
+    max_calls: int
     used: int = 0
+    calls: int = 0
     refused: int = 0
 
-    def fits(self, arguments: str, tokens: int, reserve: int) -> bool:
+    def _future(self) -> int:
+        remaining = max(self.max_calls - self.calls - 1, 0)
+        return remaining * (self.per_call + self.counter.count(NO_ROOM))
+
+    def fits(self, arguments: str, tokens: int) -> bool:
         need = self.per_call + self.counter.count(arguments) + tokens
-        return self.used + need + reserve <= self.limit
+        return self.used + need + self._future() <= self.limit
 
     def charge(self, arguments: str, text: str) -> None:
         self.used += self.per_call + self.counter.count(arguments) + self.counter.count(text)
+        self.calls += 1
 
 
 @dataclass
@@ -642,7 +652,8 @@ class NavigatedPolicy:
         probe = _probe_exchange(empty_index)
         per_call = prepare(split.view, probe) - fixed + cfg.call_slack
         out = max(budget.edit_output_tokens, budget.completion_output_tokens)
-        room = window - out - fixed - min(cfg.reserved_calls, cfg.max_steps) * per_call
+        refusal = text_counter.count(NO_ROOM)
+        room = window - out - fixed - cfg.max_steps * (per_call + refusal)
         nav_budget = min(int(cfg.nav_share * window), room)
         if nav_budget < cfg.min_nav_tokens:
             raise BudgetExceeded(
@@ -688,6 +699,7 @@ class NavigatedPolicy:
             counter=text_counter,
             limit=window - out - max(fixed_tools, fixed_final),
             per_call=per_call,
+            max_calls=cfg.max_steps,
         )
         info = info.model_copy(
             update={
@@ -813,8 +825,6 @@ class _Executor:
     def __init__(self, nav: NavSession, guard: _Guard) -> None:
         self.nav = nav
         self.guard = guard
-        refusal = "Refused: " + "x" * 160
-        self.reserve = guard.per_call + guard.counter.count(refusal)
 
     def __call__(self, name: str, arguments: str) -> ToolResult:
         try:
@@ -833,36 +843,37 @@ class _Executor:
                 return self._open(arguments, args.id)
             freed = self.nav.close(args.id)
             text = (
-                f"Closed {args.id}; {freed} tokens of reading budget freed "
-                f"({self.nav.budget_remaining} left). What it showed stays readable above."
+                f"Closed {args.id}: {freed} tokens freed, {self.nav.budget_remaining} left."
                 if freed
                 else f"{args.id} was not open; nothing to close."
             )
-            self.guard.charge(arguments, text)
-            return ToolResult(ok=True, text=text)
+            return self._note(arguments, text)
         except ManifestError as exc:
             return self._error(arguments, _explain(exc.message))
 
     def _error(self, arguments: str, message: str) -> ToolResult:
+        """A refusal; when even its explanation would crowd the window, the short one."""
+        if not self.guard.fits(arguments, self.guard.counter.count(message)):
+            message = NO_ROOM
         self.guard.refused += 1
         self.guard.charge(arguments, message)
         return ToolResult(ok=False, text=message)
 
+    def _note(self, arguments: str, text: str) -> ToolResult:
+        """A short confirmation (the short refusal's room is always kept for it)."""
+        if not self.guard.fits(arguments, self.guard.counter.count(text)):
+            text = NO_ROOM
+        self.guard.charge(arguments, text)
+        return ToolResult(ok=True, text=text)
+
     def _refuse_unless_room(self, arguments: str, tokens: int, what: str) -> ToolResult | None:
-        if self.guard.fits(arguments, tokens, self.reserve):
+        if self.guard.fits(arguments, tokens):
             return None
         return self._error(
             arguments,
             f"Refused: {what} would not fit in the context window for this turn. Answer now "
             "with what you have read, or pick something smaller.",
         )
-
-    def _disclose(self, arguments: str, text: str, what: str) -> ToolResult:
-        refused = self._refuse_unless_room(arguments, self.guard.counter.count(text), what)
-        if refused is not None:
-            return refused
-        self.guard.charge(arguments, text)
-        return ToolResult(ok=True, text=text)
 
     def _checked(self, arguments: str, cost: int, what: str, act: Callable[[], str]) -> ToolResult:
         """Check the predicted cost first, so a refused disclosure changes nothing."""
@@ -893,8 +904,7 @@ class _Executor:
         self._visible_or_raise(node_id)
         runtime = self.nav.runtime
         if runtime.is_spliced(node_id) or runtime.is_revealed(node_id):
-            text = f"{node_id} is already open; its content is shown above in this turn."
-            return self._disclose(arguments, text, "this note")
+            return self._note(arguments, f"{node_id} is already open; see above.")
         node = runtime.manifest.get(node_id)
         if node.is_leaf:
             # In resolver mode the splice cost is the count of exactly the text returned.

@@ -1,0 +1,694 @@
+"""The navigated policy's protocol on a deterministic backend: the split, the archive manifest,
+valid and invalid verb calls, the runtime and window budgets, cancellation and caching."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from picocontext import (
+    BudgetExceeded,
+    Cancelled,
+    CancelToken,
+    ChatMessage,
+    ContextSession,
+    ModelInput,
+    ModelResponse,
+    ModelToolCall,
+    Phase,
+    PreparedPrompt,
+    Record,
+    Role,
+    RunBudget,
+    RunMode,
+    Scope,
+    Snapshot,
+    ToolCall,
+    ToolSpec,
+    validate_snapshot,
+)
+from picocontext.cancel import CancelToken as _Token
+from picocontext.manifest import HeuristicCounter
+from picocontext.models import ByteCounter, ScriptedBackend
+from picocontext.policies import ContextPolicy, NavigatedPolicy
+from picocontext.policies.navigated import (
+    NAV_TOOLS,
+    NO_ROOM,
+    NavigatedConfig,
+    RenderedCounter,
+    archive_tree,
+    history_units,
+    leaf_text,
+    parse_arguments,
+    split_history,
+    text_counter_for,
+)
+
+SCOPE = Scope(user_id="u-1", conversation_id="ledger", branch_id="main")
+ACCOUNTS = ("north", "quarry", "harbor", "meadow", "summit", "delta", "canyon", "orchard")
+WINDOW = 16_384
+BUDGET = RunBudget(
+    context_window=WINDOW,
+    total_tokens=200_000,
+    edit_output_tokens=256,
+    completion_output_tokens=256,
+)
+
+
+def balance(sheet: int) -> str:
+    return f"{sheet * 1731 % 9973}.{sheet * 37 % 100:02d}"
+
+
+def sheet_body(sheet: int, lines: int = 30) -> str:
+    noise = "\n".join(
+        f"row {sheet}.{i:02d}: reconciled, memo {(sheet * 97 + i * 13) % 4096:03x}"
+        for i in range(lines)
+    )
+    account = ACCOUNTS[sheet % len(ACCOUNTS)]
+    return f"Sheet {sheet} lists account {account} with balance {balance(sheet)}.\n{noise}"
+
+
+def ledger(turns: int = 10, lines: int = 30, question: str = "") -> Snapshot:
+    records = [
+        Record(id="rules", role=Role.SYSTEM, body="Quote balances exactly."),
+        Record(id="task", role=Role.USER, protected=True, body="Help me audit the ledger."),
+    ]
+    for t in range(1, turns + 1):
+        records += [
+            Record(id=f"ask-{t}", role=Role.USER, body=f"Turn {t}: fetch ledger sheet {t}."),
+            Record(
+                id=f"fetch-{t}",
+                role=Role.ASSISTANT,
+                body="Fetching.",
+                tool_calls=(
+                    ToolCall(id=f"c-{t}", name="ledger", arguments=json.dumps({"sheet": t})),
+                ),
+            ),
+            Record(
+                id=f"sheet-{t}", role=Role.TOOL, tool_call_id=f"c-{t}", body=sheet_body(t, lines)
+            ),
+        ]
+    records.append(
+        Record(
+            id="question",
+            role=Role.USER,
+            body=question or "Which balance did sheet 2 list? Answer with the number only.",
+        )
+    )
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+def call(name: str, arguments: object, n: int = 8) -> ModelResponse:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return ModelResponse(tool_calls=(ModelToolCall(name=name, arguments=text),), generated_tokens=n)
+
+
+def answer(text: str) -> ModelResponse:
+    return ModelResponse(text=text, generated_tokens=len(text))
+
+
+def shown_text(prompt: PreparedPrompt) -> str:
+    return "\n".join(r.body for r in prompt.input.control_records)
+
+
+def scripted(
+    steps: Sequence[ModelResponse | Callable[[PreparedPrompt], ModelResponse]],
+) -> ScriptedBackend:
+    """Tool-phase prompts get the scripted steps in order; the forced completion (and any
+    prompt after the script) answers from what is visible."""
+    queue = list(steps)
+
+    def respond(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        if prompt.input.phase is Phase.TOOLS and queue:
+            item = queue.pop(0)
+            return item if isinstance(item, ModelResponse) else item(prompt)
+        return answer(balance(2) if balance(2) in prompt.rendered else "not found")
+
+    return ScriptedBackend(respond)
+
+
+def session_for(snapshot: Snapshot, backend: ScriptedBackend) -> ContextSession:
+    return ContextSession(snapshot, ByteCounter(), backend)
+
+
+# -- the policy object -----------------------------------------------------------------------
+
+
+def test_is_a_context_policy_with_strict_tools() -> None:
+    policy = NavigatedPolicy()
+    assert isinstance(policy, ContextPolicy) and policy.name == "navigated"
+    assert NavigatedPolicy(name="nav-llm").name == "nav-llm"
+    names = [t.name for t in NAV_TOOLS]
+    assert names == ["index", "look", "open", "close"]
+    for spec in NAV_TOOLS:
+        assert isinstance(spec, ToolSpec)
+        assert spec.parameters["additionalProperties"] is False
+    assert NAV_TOOLS[2].parameters["required"] == ["id"]
+
+
+def test_config_rejects_shares_that_leave_no_room() -> None:
+    with pytest.raises(ValueError, match="below 1"):
+        NavigatedConfig(tail_share=0.6, nav_share=0.4)
+    with pytest.raises(ValueError):
+        NavigatedConfig(max_steps=17)
+
+
+# -- splitting ---------------------------------------------------------------------------------
+
+
+def _bytes(view: Snapshot) -> int:
+    return ByteCounter().prepare(ModelInput(context=view, phase=Phase.COMPLETION)).token_count
+
+
+def test_split_keeps_protected_records_the_latest_request_and_whole_groups() -> None:
+    snapshot = ledger()
+    split = split_history(snapshot, _bytes, 2000)
+    validate_snapshot(split.view)
+    view_ids = [r.id for r in split.view.records]
+    archived = [r.id for u in split.archive for r in u]
+    assert sorted(view_ids + archived) == sorted(snapshot.ids)  # a partition
+    assert {"rules", "task", "question"} <= set(view_ids)
+    assert split.pinned_ids == ("question",)
+    assert archived[:3] == ["ask-1", "fetch-1", "sheet-1"]
+    # the tail is the newest suffix of unprotected units and stays within its share
+    assert split.tail_ids == tuple(view_ids[2:-1])
+    assert 0 < split.tail_tokens <= 2000
+    assert split.view.records[-1].id == "question"
+
+
+def test_zero_tail_still_shows_the_latest_request() -> None:
+    split = split_history(ledger(), _bytes, 0)
+    assert [r.id for r in split.view.records] == ["rules", "task", "question"]
+    assert split.tail_ids == () and split.tail_tokens == 0
+
+
+unit_kinds = st.lists(
+    st.tuples(
+        st.sampled_from(["user", "assistant", "calls"]),
+        st.integers(1, 3),
+        st.booleans(),
+        st.integers(0, 300),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kinds=unit_kinds, share=st.integers(0, 3000))
+def test_split_property_valid_view_and_whole_units(
+    kinds: list[tuple[str, int, bool, int]], share: int
+) -> None:
+    records = [Record(id="task", role=Role.USER, protected=True, body="task")]
+    for i, (kind, calls, protected, size) in enumerate(kinds):
+        body = "x" * size
+        if kind == "calls":
+            links = tuple(ToolCall(id=f"c{i}-{j}", name="t") for j in range(calls))
+            records.append(
+                Record(id=f"a{i}", role=Role.ASSISTANT, protected=protected, tool_calls=links)
+            )
+            records += [
+                Record(id=f"r{i}-{j}", role=Role.TOOL, tool_call_id=link.id, body=body)
+                for j, link in enumerate(links)
+            ]
+        else:
+            role = Role.USER if kind == "user" else Role.ASSISTANT
+            records.append(Record(id=f"m{i}", role=role, protected=protected, body=body))
+    snapshot = Snapshot(scope=SCOPE, records=tuple(records))
+    validate_snapshot(snapshot)
+    split = split_history(snapshot, _bytes, share)
+    validate_snapshot(split.view)  # whole groups only, first user protected
+    view = {r.id for r in split.view.records}
+    assert all(r.id in view for r in records if r.protected)
+    for unit in split.archive:
+        assert not any(r.protected for r in unit)
+    assert [r for r in records if r.id in view] == list(split.view.records)  # order kept
+    units = history_units(records)
+    assert sum(len(u) for u in units) == len(records)
+    assert split.tail_tokens <= share
+    users = [r for r in records if r.role is Role.USER]
+    assert users[-1].id in view  # the latest request is always shown
+
+
+# -- the archive manifest ----------------------------------------------------------------------
+
+
+def test_archive_tree_is_chronological_and_keeps_records_verbatim() -> None:
+    snapshot = ledger(turns=12)
+    units = history_units(snapshot.records[2:-1])
+    positions = {r.id: i for i, r in enumerate(snapshot.records, start=1)}
+    tree = archive_tree(units, positions, segment_records=8, group_width=5)
+    groups = tree.root.children
+    assert [g.title for g in groups] == [
+        "Turns 1-5 #3-#17",
+        "Turns 6-10 #18-#32",
+        "Turns 11-12 #33-#38",
+    ]
+    first_turn = groups[0].children[0]
+    assert first_turn.title == "Turn 1 #3-#5"
+    leaves = {n.id: n for n in tree.root.walk() if n.is_leaf}
+    assert set(leaves) == {r.id for u in units for r in u}
+    for unit in units:
+        for record in unit:
+            assert leaves[record.id].content == leaf_text(record)
+    assert leaves["sheet-1"].content == snapshot.record("sheet-1").body  # type: ignore[union-attr]
+    assert leaves["fetch-1"].content.endswith('-> ledger({"sheet": 1}) [call c-1]')
+    assert leaves["sheet-1"].title == "#5 tool result of ledger"
+
+
+def test_record_ids_that_collide_with_tree_ids_stay_record_ids() -> None:
+    records = (
+        Record(id="r", role=Role.ASSISTANT, body="named like the root"),
+        Record(id="turn-1", role=Role.ASSISTANT, body="named like a turn"),
+    )
+    tree = archive_tree([(r,) for r in records], {"r": 3, "turn-1": 4}, 8, 5)
+    leaf_ids = [n.id for n in tree.root.walk() if n.is_leaf]
+    assert leaf_ids == ["r~2", "turn-1"]
+    assert tree.root.children[0].id == "turn-1~2"
+
+
+def test_every_archived_record_is_reachable_verbatim() -> None:
+    session = session_for(ledger(), scripted([]))
+    policy = NavigatedPolicy()
+    plan = policy.plan(session.counter, session.state, BUDGET)
+    manifest = plan.info.manifest
+    assert manifest is not None and plan.info.archived_ids
+    for rid in plan.info.archived_ids:
+        fresh = policy.plan(session.counter, session.state, BUDGET)
+        assert fresh.info.compiled == "reused"
+        text = ""
+        for nid in [*manifest.ancestors(rid)[1:], rid]:
+            result = fresh.loop.execute("open", json.dumps({"id": nid}))
+            assert result.ok, result.text
+            text = result.text
+        record = session.context.record(rid)
+        assert record is not None and leaf_text(record) in text
+        assert f"--- {rid} (full) ---" in text
+
+
+def test_a_record_too_big_to_open_whole_is_paged_verbatim() -> None:
+    snapshot = ledger(turns=6)
+    big = "\n".join(f"entry {i:03d}: balance line kept exactly" for i in range(120))
+    records = list(snapshot.records)
+    records.insert(2, Record(id="dump", role=Role.ASSISTANT, body=big))
+    session = session_for(Snapshot(scope=SCOPE, records=tuple(records)), scripted([]))
+    policy = NavigatedPolicy()
+    plan = policy.plan(session.counter, session.state, BUDGET)
+    manifest = plan.info.manifest
+    assert manifest is not None and not manifest.get("dump").is_leaf
+    texts = []
+    for part in manifest.get("dump").children or ():
+        fresh = policy.plan(session.counter, session.state, BUDGET)
+        for nid in [*manifest.ancestors(part)[1:], part]:
+            result = fresh.loop.execute("open", json.dumps({"id": nid}))
+            assert result.ok, result.text
+        texts.append(result.text)
+    joined = "\n".join(texts)
+    assert all(line in joined for line in big.split("\n"))
+
+
+# -- turns -------------------------------------------------------------------------------------
+
+
+def test_valid_navigation_reads_a_verbatim_record_and_answers() -> None:
+    backend = scripted(
+        [
+            call("index", {}),
+            call("open", {"id": "turns-1-5"}),
+            call("look", {"ids": ["turn-2"]}),
+            call("open", {"id": "turn-2"}),
+            call("open", {"id": "sheet-2"}),
+            call("close", {"id": "sheet-2"}),
+        ]
+    )
+    snapshot = ledger()
+    session = session_for(snapshot, backend)
+    report, info = NavigatedPolicy().turn_with_info(session, BUDGET)
+    assert report.failure is None and report.answer == balance(2)
+    assert report.mode is RunMode.NAVIGATED and report.policy == "navigated"
+    assert [(t.name, t.ok) for t in report.tool_steps] == [
+        ("index", True),
+        ("open", True),
+        ("look", True),
+        ("open", True),
+        ("open", True),
+        ("close", True),
+    ]
+    assert "turns-1-5 [branch:5]" in report.tool_steps[0].result
+    assert "turn-2 [branch:3]" in report.tool_steps[1].result
+    assert "| when:" in report.tool_steps[2].result  # look shows the full line
+    assert "sheet-2 [leaf]" in report.tool_steps[3].result
+    assert sheet_body(2) in report.tool_steps[4].result  # verbatim
+    assert "tokens freed" in report.tool_steps[5].result
+    # the first prompt shows the index as a protected preamble after the visible history
+    first = backend.prompts[0]
+    assert first.input.phase is Phase.TOOLS and first.input.tools_json is not None
+    preamble = first.input.control_records[0]
+    assert preamble.protected and preamble.body.startswith("ARCHIVE INDEX")
+    assert "sheet-2" not in [r.id for r in first.input.context.records]
+    assert balance(2) not in first.rendered  # the fact is only in the archive
+    # the answer came after the model read it; the working context never changed
+    assert session.context == snapshot == report.revised == report.run_start
+    assert session.original_context == snapshot
+    assert info is not None and info.counter == "rendered:ByteCounter"
+    assert info.manifest is not None and info.manifest.source.tokenizer == info.counter
+    assert info.shown_tokens > info.index_tokens and info.refused == 0
+    assert all(p.token_count <= WINDOW - 256 for p in backend.prompts)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "message"),
+    [
+        ("open", {"id": "no-such-node"}, "Unknown node id 'no-such-node'"),
+        ("open", {"id": "r"}, "is the root"),
+        ("open", {"id": "sheet-2"}, "is not on the frontier"),
+        ("look", {"ids": ["sheet-2"]}, "is not on the frontier"),
+        ("open", "not json", "not valid JSON"),
+        ("open", "[1, 2]", "must be a JSON object"),
+        ("open", {"id": "turn-2", "level": "full"}, "Invalid arguments"),
+        ("open", {"id": 2}, "Invalid arguments (id"),
+        ("open", {}, "Invalid arguments (id"),
+        ("look", {"ids": []}, "Invalid arguments (ids"),
+        ("index", {"x": 1}, "index takes no arguments"),
+        ("close", {"id": "nowhere"}, "Unknown node id"),
+        ("forget", {"id": "turn-2"}, "Unknown tool. Available tools: close, index, look, open."),
+    ],
+)
+def test_invalid_calls_get_a_clear_error_and_the_model_may_retry(
+    name: str, arguments: object, message: str
+) -> None:
+    backend = scripted(
+        [
+            call(name, arguments),
+            call("open", {"id": "turns-1-5"}),
+            call("open", {"id": "turn-2"}),
+            call("open", {"id": "sheet-2"}),
+        ]
+    )
+    snapshot = ledger()
+    session = session_for(snapshot, backend)
+    report = NavigatedPolicy().turn(session, BUDGET)
+    assert report.failure is None and report.answer == balance(2)
+    first = report.tool_steps[0]
+    assert not first.ok and message in first.result, first.result
+    assert [t.ok for t in report.tool_steps[1:]] == [True, True, True]
+    assert session.context == snapshot
+
+
+def test_error_results_say_where_ids_come_from() -> None:
+    backend = scripted([call("open", {"id": "sheet-2"})])
+    report = NavigatedPolicy().turn(session_for(ledger(), backend), BUDGET)
+    assert "open 'turns-1-5' first." in report.tool_steps[0].result
+    assert "Ids are the first word of an index line" in report.tool_steps[0].result
+
+
+def test_reopening_and_closing_what_is_not_open_are_harmless() -> None:
+    backend = scripted(
+        [
+            call("open", {"id": "turns-1-5"}),
+            call("open", {"id": "turns-1-5"}),
+            call("close", {"id": "turn-5"}),
+        ]
+    )
+    report = NavigatedPolicy().turn(session_for(ledger(), backend), BUDGET)
+    assert [t.ok for t in report.tool_steps] == [True, True, True]
+    assert "already open" in report.tool_steps[1].result
+    assert "nothing to close" in report.tool_steps[2].result
+
+
+def test_runtime_budget_refuses_an_open_until_something_is_closed() -> None:
+    session = session_for(ledger(), scripted([]))
+    policy = NavigatedPolicy(NavigatedConfig(tail_share=0.2, nav_share=0.25))
+    plan = policy.plan(session.counter, session.state, BUDGET)
+    assert plan.nav is not None and plan.info.manifest is not None
+    run = plan.loop.execute
+    refused = None
+    for sheet in range(1, 7):
+        for branch in plan.info.manifest.ancestors(f"sheet-{sheet}")[1:]:
+            assert run("open", json.dumps({"id": branch})).ok
+        result = run("open", json.dumps({"id": f"sheet-{sheet}"}))
+        if not result.ok:
+            refused = sheet
+            break
+    assert refused is not None and refused > 1
+    assert "remain" in result.text and "close" in result.text
+    assert not plan.nav.runtime.is_spliced(f"sheet-{refused}")  # a refusal changes nothing
+    assert plan.nav.spent <= plan.info.nav_budget
+    closed = run("close", '{"id": "sheet-1"}')
+    assert closed.ok and "tokens freed" in closed.text
+    assert run("open", json.dumps({"id": f"sheet-{refused}"})).ok
+
+
+def test_transcript_guard_refuses_what_would_overflow_the_window() -> None:
+    session = session_for(ledger(), scripted([]))
+    plan = NavigatedPolicy().plan(session.counter, session.state, BUDGET)
+    assert plan.nav is not None and plan.guard is not None
+    assert plan.loop.execute("open", '{"id": "turns-1-5"}').ok
+    assert plan.loop.execute("open", '{"id": "turn-2"}').ok
+    # what the model has been shown stays in this turn's prompt: leave little room
+    plan.guard.used = plan.guard.limit - plan.guard._future() - 400
+    refused = plan.loop.execute("open", '{"id": "sheet-2"}')
+    assert not refused.ok and "would not fit in the context window" in refused.text
+    assert not plan.nav.runtime.is_spliced("sheet-2")
+    plan.guard.used = plan.guard.limit
+    assert plan.loop.execute("open", '{"id": "sheet-2"}').text == NO_ROOM
+
+
+def test_greedy_reader_never_pushes_a_prompt_past_the_window() -> None:
+    def greedy(prompt: PreparedPrompt) -> ModelResponse:
+        text = shown_text(prompt)
+        opened = {
+            json.loads(c.arguments)["id"]
+            for r in prompt.input.control_records
+            for c in r.tool_calls
+            if c.name == "open"
+        }
+        ids = [
+            line.split(" ", 1)[0]
+            for line in text.split("\n")
+            if " [leaf]" in line or " [branch:" in line
+        ]
+        todo = [i for i in ids if i not in opened and i != "r"]
+        return call("open", {"id": todo[0] if todo else "turn-1"})
+
+    backend = scripted([greedy] * 16)
+    session = session_for(ledger(), backend)
+    policy = NavigatedPolicy(NavigatedConfig(max_steps=16, nav_share=0.6, tail_share=0.2))
+    report, info = policy.turn_with_info(session, BUDGET)
+    assert report.failure is None and len(report.tool_steps) == 16
+    refusals = [t for t in report.tool_steps if not t.ok]
+    assert refusals and info is not None and info.refused == len(refusals)
+    assert all(p.token_count <= WINDOW - 256 for p in backend.prompts)
+
+
+def test_steps_are_bounded_and_the_last_call_must_answer() -> None:
+    backend = scripted([call("index", {})] * 10)
+    policy = NavigatedPolicy(NavigatedConfig(max_steps=3))
+    report = policy.turn(session_for(ledger(), backend), BUDGET)
+    assert report.failure is None and report.answer == "not found"
+    assert len(report.tool_steps) == 3 and len(report.calls) == 4
+    assert report.calls[-1].input.phase is Phase.COMPLETION
+    assert report.calls[-1].input.tools_json is None
+
+
+def test_total_budget_exhaustion_is_a_report_failure() -> None:
+    backend = scripted([call("open", {"id": "turn-2"})] * 3)
+    snapshot = ledger()
+    session = session_for(snapshot, backend)
+    tight = BUDGET.model_copy(update={"total_tokens": 24_000})
+    report = NavigatedPolicy().turn(session, tight)
+    assert (
+        report.failure
+        == BudgetExceeded("total input/output allowance cannot reserve the next completion").message
+    )
+    assert report.total_input_tokens <= 24_000 and session.context == snapshot
+
+
+def test_no_room_for_the_index_is_a_clear_failure() -> None:
+    snapshot = ledger()
+    huge = Record(id="brief", role=Role.USER, protected=True, body="y" * 12_000)
+    crowded = Snapshot(scope=SCOPE, records=(*snapshot.records[:2], huge, *snapshot.records[2:]))
+    backend = scripted([])
+    report = NavigatedPolicy().turn(session_for(crowded, backend), BUDGET)
+    assert report.failure is not None and "archive index" in report.failure
+    assert backend.prompts == [] and report.calls == ()
+
+
+def test_an_archive_the_compiler_cannot_fit_is_a_report_failure() -> None:
+    config = NavigatedConfig(nav_share=0.02, min_nav_tokens=1)
+    report = NavigatedPolicy(config).turn(session_for(ledger(), scripted([])), BUDGET)
+    assert report.failure is not None and "variant" in report.failure
+
+
+def test_when_everything_fits_there_is_no_archive_and_no_tools() -> None:
+    backend = scripted([])
+    big = BUDGET.model_copy(update={"context_window": 64_000})
+    report, info = NavigatedPolicy().turn_with_info(session_for(ledger(), backend), big)
+    assert report.failure is None and report.answer == balance(2)
+    assert len(report.calls) == 1 and report.calls[0].input.control_records == ()
+    assert info is not None and info.compiled == "none" and info.archived_ids == ()
+
+
+# -- cancellation ------------------------------------------------------------------------------
+
+
+def test_cancellation_before_the_turn() -> None:
+    token = CancelToken()
+    token.cancel()
+    snapshot = ledger()
+    session = session_for(snapshot, scripted([]))
+    with pytest.raises(Cancelled):
+        NavigatedPolicy().turn(session, BUDGET, token)
+    assert session.context == snapshot
+
+
+def test_cancellation_during_navigation_leaves_the_session_usable() -> None:
+    token = _Token()
+
+    def cancel_then_open(prompt: PreparedPrompt) -> ModelResponse:
+        token.cancel()
+        return call("open", {"id": "turn-2"})
+
+    snapshot = ledger()
+    session = session_for(snapshot, scripted([cancel_then_open]))
+    with pytest.raises(Cancelled):
+        NavigatedPolicy().turn(session, BUDGET, token)
+    assert session.context == snapshot
+    session.append_records([Record(id="later", role=Role.USER, body="still usable")])
+
+
+# -- caching and counting ----------------------------------------------------------------------
+
+
+def test_unchanged_history_is_not_recompiled_and_growth_is_incremental() -> None:
+    policy = NavigatedPolicy()
+    session = session_for(ledger(), scripted([]))
+    _, first = policy.turn_with_info(session, BUDGET)
+    _, again = policy.turn_with_info(session, BUDGET)
+    assert first is not None and again is not None
+    assert first.compiled == "full" and first.engine_calls > 0
+    assert again.compiled == "reused" and again.engine_calls == 0
+    assert again.manifest == first.manifest
+    extra = [
+        Record(id="ask-11", role=Role.USER, body="Turn 11: fetch ledger sheet 11."),
+        Record(id="note-11", role=Role.ASSISTANT, body=sheet_body(11)),
+        Record(id="question-2", role=Role.USER, body="And sheet 2 again?"),
+    ]
+    session.append_records(extra)
+    _, grown = policy.turn_with_info(session, BUDGET)
+    assert grown is not None and grown.compiled == "incremental"
+    assert grown.cache_hits > 0 and len(grown.archived_ids) > len(first.archived_ids)
+    # another conversation with the same policy object has its own cache entry
+    other = Scope(user_id="u-2", conversation_id="ledger", branch_id="main")
+    elsewhere = ContextSession(
+        ledger().model_copy(update={"scope": other}), ByteCounter(), scripted([])
+    )
+    _, separate = policy.turn_with_info(elsewhere, BUDGET)
+    assert separate is not None and separate.compiled == "full"
+
+
+class _Tokenizing(ByteCounter):
+    """A byte counter that also counts text, like a model's tokenizer would."""
+
+    model_id = "fake-tokenizer"
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.encode("utf-8"))
+
+
+def test_counter_choice_is_recorded() -> None:
+    assert text_counter_for(_Tokenizing()).name == "tokenizer:fake-tokenizer"
+    rendered = text_counter_for(ByteCounter())
+    assert isinstance(rendered, RenderedCounter) and rendered.name == "rendered:ByteCounter"
+    assert rendered.count("héllo") == len("héllo".encode()) and rendered.count("") == 0
+    assert text_counter_for(ByteCounter(), "heuristic").name == "heuristic:4chars"
+    with pytest.raises(ValueError, match="count_tokens"):
+        text_counter_for(ByteCounter(), "tokenizer")
+    session = ContextSession(ledger(), _Tokenizing(), scripted([]))
+    _, info = NavigatedPolicy().turn_with_info(session, BUDGET)
+    assert info is not None and info.counter == "tokenizer:fake-tokenizer"
+    explicit = NavigatedPolicy(text_counter=HeuristicCounter())
+    _, info = explicit.turn_with_info(session_for(ledger(), scripted([])), BUDGET)
+    assert info is not None and info.counter == "heuristic:4chars"
+    assert info.manifest is not None and info.manifest.source.tokenizer == "heuristic:4chars"
+
+
+class _Describer:
+    """A chat model that writes every descriptor itself (and grades everything as fine)."""
+
+    model_id = "fake-describer"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+    ) -> ModelResponse:
+        self.calls += 1
+        user = messages[-1].content
+        title = user.split("\n", 1)[0].split(": ", 1)[-1]
+        reply = {
+            "what": f"Described by the model: {title}",
+            "when": f"When the audit needs {title}",
+            "keywords": ["audit"],
+            "score": 1.0,
+            "reason": "fine",
+            "expect": ["balance", "sheet"],
+        }
+        return ModelResponse(text=json.dumps(reply), generated_tokens=10)
+
+
+def test_a_chat_model_writes_the_descriptors_when_given() -> None:
+    describer = _Describer()
+    policy = NavigatedPolicy(describer=describer)
+    _, info = policy.turn_with_info(session_for(ledger(), scripted([])), BUDGET)
+    assert info is not None and info.manifest is not None and describer.calls > 0
+    assert info.engine.startswith("llm-prompts/")
+    whats = [n.what for n in info.manifest.nodes.values()]
+    assert any(w.startswith("Described by the model") for w in whats)
+
+
+# -- strict arguments --------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(["index", "look", "open", "close"]),
+    raw=st.one_of(
+        st.text(max_size=40),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.sampled_from(["id", "ids", "x"]), inner, max_size=3)
+            ),
+            max_leaves=6,
+        ).map(json.dumps),
+    ),
+)
+def test_argument_parser_accepts_exactly_the_schema(name: str, raw: str) -> None:
+    try:
+        parsed = parse_arguments(name, raw)
+    except ValueError as exc:
+        assert name in str(exc) or "JSON" in str(exc)
+        return
+    value = json.loads(raw.strip() or "{}")
+    if name == "index":
+        assert value == {}
+    elif name == "look":
+        assert set(value) == {"ids"} and 1 <= len(value["ids"]) <= 16
+        assert all(isinstance(i, str) and i for i in value["ids"])
+    else:
+        assert set(value) == {"id"} and isinstance(value["id"], str) and value["id"]
+    assert parsed is not None
