@@ -4,4 +4,10 @@ from picocontext.policies.base import AppendOnlyPolicy, ContextPolicy, EditableP
 from picocontext.policies.distilled import DistilledPolicy
 from picocontext.policies.navigated import NavigatedPolicy
 
-__all__ = ["AppendOnlyPolicy", "ContextPolicy", "DistilledPolicy", "EditablePolicy", "NavigatedPolicy"]
+__all__ = [
+    "AppendOnlyPolicy",
+    "ContextPolicy",
+    "DistilledPolicy",
+    "EditablePolicy",
+    "NavigatedPolicy",
+]
