@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
 from picocontext import (
     ContextSession,
@@ -21,13 +22,14 @@ from picocontext import (
     Record,
     Role,
     RunBudget,
+    RunReport,
     Scope,
     Snapshot,
     ToolCall,
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import AppendOnlyPolicy, NavigatedPolicy
-from picocontext.policies.navigated import NavigatedConfig
+from picocontext.policies.navigated import NavigatedConfig, NavTurn
 
 SCOPE = Scope(user_id="u-9", conversation_id="notebook-long", branch_id="main")
 KEYS = ("amber", "birch", "cobalt", "dune", "ember", "fjord")
@@ -175,34 +177,103 @@ def _answer(text: str) -> ModelResponse:
     return ModelResponse(text=text, generated_tokens=len(text))
 
 
-def test_sixteen_steps_beyond_the_window_are_answered_by_navigation() -> None:
+@dataclass
+class Episode:
+    """What one run of the episode produced (the test checks it; ``python <this file>``
+    prints the numbers quoted in docs/policies.md)."""
+
+    answers: list[str] = field(default_factory=list)
+    reports: list[RunReport] = field(default_factory=list)
+    infos: list[NavTurn] = field(default_factory=list)
+    prompts: list[PreparedPrompt] = field(default_factory=list)
+    history_tokens: int = 0
+    append_only_failure: str | None = None
+
+
+def run_episode(policy: NavigatedPolicy | None = None) -> Episode:
     backend = ScriptedBackend(navigator)
     session = ContextSession(start(), ByteCounter(), backend)
-    policy = NavigatedPolicy(NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12))
-    modes = []
+    policy = policy or NavigatedPolicy(
+        NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12)
+    )
+    episode = Episode()
     for step in range(1, STEPS + 1):
         session.append_records(step_records(step))
         before, original = session.context, session.original_context
         report, info = policy.turn_with_info(session, BUDGET)
-        assert report.failure is None, (step, report.failure)
-        assert report.answer == expected(step), (step, report.answer, report.tool_steps)
         # the working context and the transcript are never modified by a navigated turn
         assert session.context == before == report.run_start == report.revised
         assert session.original_context == original
         assert info is not None
-        modes.append(info.compiled)
-        if step > 3:
-            assert any(t.name == "open" and t.ok for t in report.tool_steps), step
+        episode.answers.append(report.answer)
+        episode.reports.append(report)
+        episode.infos.append(info)
         session.append_records(
-            [Record(id=f"answer-{step}", role=Role.ASSISTANT, body=report.answer)]
+            [Record(id=f"answer-{step}", role=Role.ASSISTANT, body=report.answer or "?")]
         )
-    # every prompt of the episode stayed within the window, output allowance included
-    assert len(backend.prompts) > STEPS * 2
-    assert max(p.token_count for p in backend.prompts) <= WINDOW - 256
+    episode.prompts = list(backend.prompts)
     whole = ByteCounter().prepare(ModelInput(context=session.context, phase=Phase.COMPLETION))
-    assert whole.token_count > 3 * WINDOW  # the history exceeds the window several times over
+    episode.history_tokens = whole.token_count
+    episode.append_only_failure = AppendOnlyPolicy().turn(session, BUDGET).failure
+    return episode
+
+
+def test_sixteen_steps_beyond_the_window_are_answered_by_navigation() -> None:
+    episode = run_episode()
+    for step, report in enumerate(episode.reports, start=1):
+        assert report.failure is None, (step, report.failure)
+        assert report.answer == expected(step), (step, report.answer, report.tool_steps)
+        if step > 3:
+            # the asked value is only in the archive: the first prompt does not show it,
+            # and the answer came from a leaf the model opened
+            assert expected(step).split("=")[1] not in report.calls[0].rendered
+            assert any(t.name == "open" and t.ok for t in report.tool_steps), step
+            assert expected(step).split("=")[1] in report.final_prompt.rendered  # type: ignore[union-attr]
+    # every prompt of the episode stayed within the window, output allowance included
+    assert len(episode.prompts) > STEPS * 2
+    assert max(p.token_count for p in episode.prompts) <= WINDOW - 256
+    assert episode.history_tokens > 3 * WINDOW  # the history exceeds the window 3x over
     # later turns reuse the previous compile instead of starting over
-    assert modes[0] in ("none", "full") and "incremental" in modes[4:]
+    modes = [i.compiled for i in episode.infos]
+    assert modes[0] == "none" and "incremental" in modes[4:]
     # the same history under append-only cannot even be sent
-    final = AppendOnlyPolicy().turn(session, BUDGET)
-    assert final.failure is not None and "context window" in final.failure
+    failure = episode.append_only_failure
+    assert failure is not None and "context window" in failure
+
+
+def test_a_model_that_does_not_navigate_cannot_answer_from_the_view() -> None:
+    """Control: answering from the visible records alone fails once the fact is archived."""
+
+    def lazy(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        reply = navigator(prompt, max_tokens)
+        return reply if not reply.tool_calls else _answer("unknown")
+
+    session = ContextSession(start(), ByteCounter(), ScriptedBackend(lazy))
+    policy = NavigatedPolicy(NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12))
+    right = 0
+    for step in range(1, 9):
+        session.append_records(step_records(step))
+        right += policy.turn(session, BUDGET).answer == expected(step)
+    assert right == 3  # only the first three steps, whose fact is still in view
+
+
+def _summary(episode: Episode) -> dict[str, object]:
+    opens = [sum(t.name == "open" for t in r.tool_steps) for r in episode.reports]
+    return {
+        "window_bytes": WINDOW,
+        "history_bytes_at_end": episode.history_tokens,
+        "history_over_window": round(episode.history_tokens / WINDOW, 2),
+        "correct": sum(a == expected(i) for i, a in enumerate(episode.answers, start=1)),
+        "turns": STEPS,
+        "max_prompt_bytes": max(p.token_count for p in episode.prompts),
+        "model_calls": len(episode.prompts),
+        "opens_per_turn": opens,
+        "compile_modes": [i.compiled for i in episode.infos],
+        "compile_seconds_total": round(sum(i.compile_seconds for i in episode.infos), 3),
+        "total_input_bytes": sum(r.total_input_tokens for r in episode.reports),
+        "append_only_failure": episode.append_only_failure,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(_summary(run_episode()), indent=1))
