@@ -13,7 +13,7 @@ from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_c
 
 if TYPE_CHECKING:
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
-    from picocontext.models.mlx_backend import MLXModel
+    from picocontext.models.mlx_backend import MLXModel, forced_tokens
     from picocontext.models.registry import (
         MODELS,
         ModelSpec,
@@ -22,11 +22,14 @@ if TYPE_CHECKING:
         load_model,
         resolve_model,
     )
+    from picocontext.models.tiny import write_tiny_model
 
 _LAZY = {
     "ChatFormat": "picocontext.models.chatformat",
     "HFChatTokenizer": "picocontext.models.chatformat",
     "MLXModel": "picocontext.models.mlx_backend",
+    "forced_tokens": "picocontext.models.mlx_backend",
+    "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",
     "ModelSpec": "picocontext.models.registry",
     "ResolvedModel": "picocontext.models.registry",
@@ -55,7 +58,9 @@ __all__ = [
     "ResolvedModel",
     "ScriptedBackend",
     "default_model_name",
+    "forced_tokens",
     "load_model",
     "resolve_model",
     "scripted_call",
+    "write_tiny_model",
 ]
