@@ -575,17 +575,18 @@ class NavigatedPolicy:
     def turn_with_info(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> tuple[RunReport, NavTurn | None]:
-        """The report plus this turn's :class:`NavTurn` (None when the turn failed before
-        the split, e.g. an invalid budget)."""
+        """The report plus this turn's :class:`NavTurn` (as far as planning got when the turn
+        failed while planning; None when it failed before the split, e.g. a bad budget)."""
         plans: list[NavPlan] = []
+        seen: list[NavTurn] = []
 
         def build(state: WorkingContext) -> ToolLoop:
-            plan = self.plan(session.counter, state, budget, cancel)
+            plan = self.plan(session.counter, state, budget, cancel, seen=seen)
             plans.append(plan)
             return plan.loop
 
         report = session.run_tools(build, budget, policy=self.name, cancel=cancel)
-        info = plans[-1].finished() if plans else None
+        info = plans[-1].finished() if plans else (seen[-1] if seen else None)
         self.last_turn = info
         return report, info
 
@@ -601,8 +602,11 @@ class NavigatedPolicy:
         state: WorkingContext,
         budget: RunBudget,
         cancel: CancelToken | None = None,
+        *,
+        seen: list[NavTurn] | None = None,
     ) -> NavPlan:
-        """Split, compile (or reuse) and build the turn's :class:`ToolLoop`."""
+        """Split, compile (or reuse) and build the turn's :class:`ToolLoop`. ``seen`` gets
+        the turn info as soon as the split is known, so a failure later still reports it."""
         cfg = self.config
         budget.validate_ranges()
         check(cancel)
@@ -631,6 +635,8 @@ class NavigatedPolicy:
             archived_ids=tuple(r.id for u in split.archive for r in u),
             tail_tokens=split.tail_tokens,
         )
+        if seen is not None:
+            seen.append(info)
         if not split.archive:
             # Everything fits: no archive, no tools; the first reply is the answer.
             loop = ToolLoop(

@@ -513,9 +513,10 @@ def test_no_room_for_the_index_is_a_clear_failure() -> None:
     huge = Record(id="brief", role=Role.USER, protected=True, body="y" * 12_000)
     crowded = Snapshot(scope=SCOPE, records=(*snapshot.records[:2], huge, *snapshot.records[2:]))
     backend = scripted([])
-    report = NavigatedPolicy().turn(session_for(crowded, backend), BUDGET)
+    report, info = NavigatedPolicy().turn_with_info(session_for(crowded, backend), BUDGET)
     assert report.failure is not None and "archive index" in report.failure
     assert backend.prompts == [] and report.calls == ()
+    assert info is not None and info.archived_ids and info.manifest is None
 
 
 def test_an_archive_the_compiler_cannot_fit_is_a_report_failure() -> None:

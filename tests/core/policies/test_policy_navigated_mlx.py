@@ -1,0 +1,120 @@
+"""The navigated policy on the real MLX path: a tiny random-weight model's tokenizer and chat
+template render every prompt and count every budget (milliseconds; needs the mlx extra)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picocontext import (
+    ContextSession,
+    ModelResponse,
+    ModelToolCall,
+    Phase,
+    PreparedPrompt,
+    Record,
+    Role,
+    RunBudget,
+    Scope,
+    Snapshot,
+    ToolCall,
+)
+from picocontext.models import ScriptedBackend
+from picocontext.policies import NavigatedPolicy
+from picocontext.policies.navigated import NavigatedConfig
+
+pytestmark = pytest.mark.mlx
+
+SCOPE = Scope(user_id="u", conversation_id="mlx-nav", branch_id="main")
+BUDGET = RunBudget(
+    context_window=8192, total_tokens=120_000, edit_output_tokens=64, completion_output_tokens=64
+)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("mlx_lm")
+    from picocontext.models.mlx_backend import MLXModel
+    from picocontext.models.tiny import write_tiny_model
+
+    path: Path = write_tiny_model(tmp_path_factory.mktemp("tiny-nav"))
+    model = MLXModel.load(path, model_id="tiny-nav")
+    yield model
+    model.close()
+
+
+def history(turns: int = 12) -> Snapshot:
+    records = [
+        Record(id="rules", role=Role.SYSTEM, body="Answer from the records."),
+        Record(id="task", role=Role.USER, protected=True, body="Audit the depot log."),
+    ]
+    for t in range(1, turns + 1):
+        lines = "\n".join(f"crate {t}.{i}: sealed, weight {t * 7 + i} kg" for i in range(8))
+        records += [
+            Record(id=f"ask-{t}", role=Role.USER, body=f"Read depot page {t}."),
+            Record(
+                id=f"read-{t}",
+                role=Role.ASSISTANT,
+                tool_calls=(ToolCall(id=f"c{t}", name="depot", arguments=json.dumps({"p": t})),),
+            ),
+            Record(
+                id=f"page-{t}",
+                role=Role.TOOL,
+                tool_call_id=f"c{t}",
+                body=f"Depot page {t} holds bay {t * 3}.\n{lines}",
+            ),
+        ]
+    records.append(Record(id="q", role=Role.USER, body="Which bay does depot page 1 hold?"))
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+def test_real_tokenizer_counts_and_template_renders_the_navigation(tiny: Any) -> None:
+    def respond(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        opened = [c for r in prompt.input.control_records for c in r.tool_calls]
+        if prompt.input.phase is Phase.COMPLETION or len(opened) >= 3:
+            found = "bay 3" in prompt.rendered
+            return ModelResponse(text="bay 3" if found else "unknown", generated_tokens=3)
+        lines = [
+            line.split(" ", 1)[0]
+            for r in prompt.input.control_records
+            for line in r.body.split("\n")
+            if " [" in line
+        ]
+        done = {json.loads(c.arguments)["id"] for c in opened}
+        target = next(i for i in [*lines, "page-1"] if i not in done and i != "r")
+        if "page-1" in lines and "page-1" not in done:
+            target = "page-1"
+        return ModelResponse(
+            tool_calls=(ModelToolCall(name="open", arguments=json.dumps({"id": target})),),
+            generated_tokens=12,
+        )
+
+    backend = ScriptedBackend(respond)
+    session = ContextSession(history(), tiny, backend)
+    policy = NavigatedPolicy(NavigatedConfig(max_steps=6))
+    report, info = policy.turn_with_info(session, BUDGET)
+    assert info is not None and info.counter == "tokenizer:tiny-nav"
+    assert info.archived_ids and info.manifest is not None
+    assert info.manifest.source.tokenizer == "tokenizer:tiny-nav"
+    assert report.failure is None, report.failure
+    assert all(p.token_count <= BUDGET.context_window - 64 for p in backend.prompts)
+    # the prompts went through the model's own template, receipts included
+    assert all("<|im_start|>" in p.rendered for p in backend.prompts)
+    assert "ARCHIVE INDEX" in backend.prompts[0].rendered
+    assert session.context == history()
+
+
+def test_real_generation_runs_end_to_end(tiny: Any) -> None:
+    """Random weights produce nonsense; the point is that the real backend, template and
+    counter go through a whole navigated turn without breaking the session."""
+    small = BUDGET.model_copy(update={"context_window": 6144})
+    session = ContextSession(history(turns=6), tiny, tiny)
+    report, info = NavigatedPolicy(NavigatedConfig(max_steps=1)).turn_with_info(session, small)
+    assert info is not None and info.archived_ids
+    assert report.calls and report.total_input_tokens > 0
+    assert all(p.token_count <= small.context_window for p in report.calls)
+    assert session.context == history(turns=6)
