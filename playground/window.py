@@ -13,7 +13,7 @@ import platform
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QThread, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QFont
+from PySide6.QtGui import QCloseEvent, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -51,6 +51,7 @@ from picocontext_playground.settings import (
     ModelChoice,
     Task,
 )
+from picocontext_playground.textreport import render_report, write_atomically
 from picocontext_playground.widgets import (
     AttemptsView,
     ContextView,
@@ -317,15 +318,23 @@ class MainWindow(QMainWindow):
         self.run_button = QPushButton("Run comparison")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self.start_comparison)
+        self.run_button.setShortcut(QKeySequence("Ctrl+R"))
+        self.run_button.setToolTip("Run every selected policy on the same task (Ctrl+R)")
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
         self.stop_button.setEnabled(False)
+        self.stop_button.setShortcut(QKeySequence("Esc"))
+        self.stop_button.setToolTip("Cancel the run at the next token (Esc)")
+        self.save_button = QPushButton("Save report…")
+        self.save_button.clicked.connect(self._save_dialog)
+        self.save_button.setEnabled(False)
         action_row = QHBoxLayout()
         action_row.addWidget(self.decoding)
         action_row.addWidget(self.prefix_cache)
         action_row.addStretch(1)
         action_row.addWidget(self.run_button)
         action_row.addWidget(self.stop_button)
+        action_row.addWidget(self.save_button)
         grid.addWidget(QLabel("Decoding"), 3, 0)
         grid.addLayout(action_row, 3, 1, 1, 3)
         grid.setColumnStretch(1, 1)
@@ -451,6 +460,7 @@ class MainWindow(QMainWindow):
         any_policy = any(box.isChecked() for box in self.policy_boxes.values())
         self.run_button.setEnabled(not running and any_policy)
         self.stop_button.setEnabled(running)
+        self.save_button.setEnabled(not running and self.result is not None)
 
     @Slot()
     def _browse(self) -> None:
@@ -469,8 +479,29 @@ class MainWindow(QMainWindow):
             self.status.setText(text)
             self.status_changed.emit(text)
 
+    def save_report(self, path: Path) -> None:
+        """Write the text report of the shown result (the same text the smoke mode writes)."""
+        if self.result is None:
+            raise SetupError("There is no finished run to save.")
+        write_atomically(path, render_report(self.result).encode("utf-8"))
+
+    @Slot()
+    def _save_dialog(self) -> None:
+        chosen, _filter = QFileDialog.getSaveFileName(
+            self, "Save report", "picocontext-report.txt", "Text (*.txt)"
+        )
+        if not chosen:
+            return
+        try:
+            self.save_report(Path(chosen))
+        except (OSError, SetupError) as exc:
+            self.set_status(f"Could not save the report: {exc}")
+        else:
+            self.set_status(f"Saved the report to {chosen}.")
+
     def clear_results(self) -> None:
         self.result = None
+        self.save_button.setEnabled(False)
         self.step_lines = []
         self.chart.clear()
         self.caption.setText("")

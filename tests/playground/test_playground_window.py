@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -15,6 +16,7 @@ from picocontext_playground.errors import SetupError
 from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.qtenv import glyphs_render, monospace_font
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
+from picocontext_playground.textreport import render_report
 from picocontext_playground.window import MainWindow, PolicyColumn, default_model
 
 SCRIPTED = ComparisonSettings(model=ModelChoice.SCRIPTED)
@@ -210,7 +212,7 @@ def test_directory_model_needs_a_directory(qtbot: QtBot, window: MainWindow) -> 
     assert window.status.text() == "Choose a local MLX model directory first."
 
 
-def test_settings_round_trip_through_the_controls(window: MainWindow, tmp_path: object) -> None:
+def test_settings_round_trip_through_the_controls(window: MainWindow) -> None:
     wanted = ComparisonSettings(
         task=Task.STATE_UPDATES,
         pressure=True,
@@ -291,3 +293,18 @@ def test_long_answers_are_excerpted_on_the_card_and_shown_in_full_in_decisions(
     text = view.toPlainText()
     for step in result.outcomes[1].steps:
         assert step.run is not None and step.run.answer in text
+
+
+def test_save_report_writes_the_shown_result(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    assert not window.save_button.isEnabled()
+    with pytest.raises(SetupError, match="no finished run"):
+        window.save_report(tmp_path / "none.txt")
+    result = run_and_wait(qtbot, window)
+    assert window.save_button.isEnabled()
+    target = tmp_path / "saved.txt"
+    window.save_report(target)
+    assert target.read_text(encoding="utf-8") == render_report(result)
+    window.task_buttons[Task.ORDER_LOOKUP].click()
+    assert not window.save_button.isEnabled()
