@@ -562,6 +562,30 @@ def test_cancellation_during_navigation_leaves_the_session_usable() -> None:
     session.append_records([Record(id="later", role=Role.USER, body="still usable")])
 
 
+def test_cancellation_while_the_archive_is_compiled() -> None:
+    token = CancelToken()
+
+    class Cancelling(_Describer):
+        def chat(
+            self,
+            messages: Sequence[ChatMessage],
+            max_tokens: int,
+            tools: Sequence[ToolSpec] = (),
+            cancel: CancelToken | None = None,
+        ) -> ModelResponse:
+            token.cancel()
+            return super().chat(messages, max_tokens, tools, cancel)
+
+    describer = Cancelling()
+    snapshot = ledger()
+    backend = scripted([])
+    session = session_for(snapshot, backend)
+    with pytest.raises(Cancelled):
+        NavigatedPolicy(describer=describer).turn(session, BUDGET, token)
+    assert describer.calls == 1 and backend.prompts == []
+    assert session.context == snapshot
+
+
 # -- caching and counting ----------------------------------------------------------------------
 
 
@@ -583,6 +607,11 @@ def test_unchanged_history_is_not_recompiled_and_growth_is_incremental() -> None
     _, grown = policy.turn_with_info(session, BUDGET)
     assert grown is not None and grown.compiled == "incremental"
     assert grown.cache_hits > 0 and len(grown.archived_ids) > len(first.archived_ids)
+    replan = policy.plan(session.counter, session.state, BUDGET)
+    assert replan.info.compiled == "reused"
+    for rid in grown.archived_ids:  # the incremental build still serves every record verbatim
+        record = session.context.record(rid)
+        assert record is not None and replan.leaves[rid] == leaf_text(record)
     # another conversation with the same policy object has its own cache entry
     other = Scope(user_id="u-2", conversation_id="ledger", branch_id="main")
     elsewhere = ContextSession(
