@@ -96,10 +96,12 @@ def _chain(n: int) -> dict[str, Any]:
     }
 
 
-def test_100k_deep_chain_is_a_clear_error_fast() -> None:
+def test_100k_deep_chain_is_a_clear_error_not_a_hang() -> None:
+    # A generous bound: this guards against quadratic walks or hangs, not a speed claim
+    # (speed is measured by scripts/bench.sh manifest, not by tests on a shared machine).
     start = time.perf_counter()
     errs = errors_of(_chain(100_000))
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 120
     assert errs == ("root: the tree is deeper than the limit of 48 levels",)
 
 
