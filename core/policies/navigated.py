@@ -77,6 +77,12 @@ PROTOCOL = (
     "verbatim when opened. #n is the record number: higher is newer."
 )
 
+PLAIN_SYSTEM_TEXT = (
+    "You answer inside a small context window. The whole conversation is shown; answer the "
+    "latest user request."
+)
+PLAIN_GUIDANCE = "Answer the latest user request now, in the format it asks for."
+
 NO_ROOM = "No room left in this turn's window: answer now with what you have read."
 
 INDEX_HEADER = "ARCHIVE INDEX - older records of this conversation, readable with the tools."
@@ -329,7 +335,8 @@ def split_history(
 ) -> HistorySplit:
     """Keep protected units and the latest user request; add the newest unprotected units
     while the growth of ``measure(view)`` stays within ``tail_tokens``; archive the rest.
-    The tail is a contiguous suffix of the unprotected units, cut between whole units."""
+    The tail is a contiguous suffix of the unprotected units (the pinned request aside), cut
+    between whole units."""
     units = history_units(snapshot.records)
     unprotected = [i for i, u in enumerate(units) if not any(r.protected for r in u)]
     keep = {i for i, u in enumerate(units) if any(r.protected for r in u)}
@@ -346,17 +353,25 @@ def split_history(
 
     base_set = keep | pinned
     base = measure(view_of(base_set))
-    tail: set[int] = set()
-    used = 0
-    for i in reversed(unprotected):
-        if i in pinned:
-            continue
-        trial = base_set | tail | {i}
-        cost = measure(view_of(trial)) - base
-        if cost > tail_tokens:
-            break
-        tail.add(i)
-        used = cost
+    newest_first = [i for i in reversed(unprotected) if i not in pinned]
+    costs: dict[int, int] = {0: 0}
+
+    def cost(k: int) -> int:
+        if k not in costs:
+            costs[k] = measure(view_of(base_set | set(newest_first[:k]))) - base
+        return costs[k]
+
+    # Binary search for the longest suffix within the share: a prompt grows with every record
+    # added, so a few renderings replace one per unit. ``lo`` only ever takes checked values.
+    lo, hi = 0, len(newest_first)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cost(mid) <= tail_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    tail = set(newest_first[:lo])
+    used = cost(lo)
     shown = base_set | tail
     archive = tuple(units[i] for i in range(len(units)) if i not in shown)
     return HistorySplit(
@@ -645,8 +660,8 @@ class NavigatedPolicy:
                 preamble=(),
                 tools=(),
                 execute=lambda name, arguments: ToolResult(False, "There is no archive."),
-                system_text=SYSTEM_TEXT,
-                guidance=GUIDANCE,
+                system_text=PLAIN_SYSTEM_TEXT,
+                guidance=PLAIN_GUIDANCE,
                 max_steps=1,
             )
             return NavPlan(loop=loop, info=info)

@@ -38,6 +38,7 @@ from picocontext.policies import ContextPolicy, NavigatedPolicy
 from picocontext.policies.navigated import (
     NAV_TOOLS,
     NO_ROOM,
+    PLAIN_SYSTEM_TEXT,
     NavigatedConfig,
     RenderedCounter,
     archive_tree,
@@ -230,6 +231,15 @@ def test_split_property_valid_view_and_whole_units(
     units = history_units(records)
     assert sum(len(u) for u in units) == len(records)
     assert split.tail_tokens <= share
+    if split.archive:  # maximal: the newest archived unit would not have fit
+        base = Snapshot(
+            scope=SCOPE, records=tuple(r for r in split.view.records if r.id not in split.tail_ids)
+        )
+        grown = Snapshot(
+            scope=SCOPE,
+            records=tuple(r for r in records if r.id in view or r in split.archive[-1]),
+        )
+        assert _bytes(grown) - _bytes(base) > share
     users = [r for r in records if r.role is Role.USER]
     assert users[-1].id in view  # the latest request is always shown
 
@@ -531,6 +541,7 @@ def test_when_everything_fits_there_is_no_archive_and_no_tools() -> None:
     report, info = NavigatedPolicy().turn_with_info(session_for(ledger(), backend), big)
     assert report.failure is None and report.answer == balance(2)
     assert len(report.calls) == 1 and report.calls[0].input.control_records == ()
+    assert report.calls[0].input.system_text == PLAIN_SYSTEM_TEXT  # no archive to talk about
     assert info is not None and info.compiled == "none" and info.archived_ids == ()
 
 
