@@ -118,6 +118,9 @@ class DistilledSettings(BaseModel):
     digest_summary_words: int = Field(default=80, ge=8, le=4_000)
     span_groups: int = Field(default=8, ge=1, le=10_000)
     excerpt_words: int = Field(default=24, ge=4, le=400)
+    # A leaf's verbatim text is kept anyway; extracting its summary (its first words) instead of
+    # asking the model leaves a slow local model only the digests above the leaves to write.
+    extract_leaves: bool = False
     fallback_summaries: bool = True
 
     @model_validator(mode="after")
@@ -130,8 +133,9 @@ class DistilledSettings(BaseModel):
 class DistillTurn(BaseModel):
     """What the distillation part of one turn did (the run's tokens are in its RunReport).
 
-    ``summarizer_calls`` counts every summarizer call of this turn; ``leaf_summaries`` only
-    those for leaves, so a turn that added k new leaves shows ``leaf_summaries == k``."""
+    ``leaf_summaries`` and ``digest_summaries`` count the summaries written this turn (a turn
+    that added k new leaves shows ``leaf_summaries == k``); ``summarizer_calls`` counts those
+    that reached the pluggable summarizer (extracted leaves do not)."""
 
     model_config = _FROZEN
 
@@ -146,6 +150,7 @@ class DistillTurn(BaseModel):
     summarizer_calls: int
     leaf_summaries: int
     digest_summaries: int
+    extracted_leaves: int
     fallback_summaries: int
     distill_seconds: float
     view_tokens: int
@@ -300,15 +305,25 @@ def _extract(text: str, words: int) -> str:
 
 class _TurnSummarizer:
     """Wraps the policy's summarizer for one turn: checks cancellation before every call,
-    counts calls by level, and (if allowed) falls back to an extractive summary when the
-    model returns nothing usable, so a flaky small model never loses a leaf."""
+    counts summaries by level, extracts leaf summaries when asked to, and (if allowed) falls
+    back to an extract when the model returns nothing usable, so a flaky small model never
+    loses a leaf."""
 
-    def __init__(self, inner: Summarizer, cancel: CancelToken | None, fallback: bool) -> None:
+    def __init__(
+        self,
+        inner: Summarizer,
+        cancel: CancelToken | None,
+        fallback: bool,
+        extract_leaves: bool,
+    ) -> None:
         self.inner = inner
         self.cancel = cancel
         self.fallback = fallback
-        self.leaf_calls = 0
-        self.digest_calls = 0
+        self.extract_leaves = extract_leaves
+        self.leaf_summaries = 0
+        self.digest_summaries = 0
+        self.calls = 0
+        self.extracted = 0
         self.fallbacks = 0
 
     @property
@@ -322,9 +337,13 @@ class _TurnSummarizer:
     def summarize(self, request: SummaryInput) -> str:
         check(self.cancel)
         if request.level == LEVEL_ENTITY:
-            self.leaf_calls += 1
+            self.leaf_summaries += 1
+            if self.extract_leaves:
+                self.extracted += 1
+                return _extract(request.raw, request.budget) or "(empty)"
         else:
-            self.digest_calls += 1
+            self.digest_summaries += 1
+        self.calls += 1
         try:
             return self.inner.summarize(request)
         except SummarizerError:
@@ -507,7 +526,8 @@ class DistilledPolicy:
                     # chunking and the leaf summary length shape every leaf: part of the recipe
                     adapter_versions=(
                         f"{ADAPTER_VERSION}:{self.settings.leaf_words}:"
-                        f"{self.settings.leaf_summary_words}:{self.settings.span_groups}",
+                        f"{self.settings.leaf_summary_words}:{self.settings.span_groups}:"
+                        f"{'extract' if self.settings.extract_leaves else 'model'}",
                     ),
                 )
                 self._distillers[scope] = found
@@ -572,7 +592,9 @@ class DistilledPolicy:
         distiller = self.distiller(snapshot.scope)
         started = time.perf_counter()
         units, leaves = self._units(part.older)
-        wrapper = _TurnSummarizer(self.summarizer, cancel, settings.fallback_summaries)
+        wrapper = _TurnSummarizer(
+            self.summarizer, cancel, settings.fallback_summaries, settings.extract_leaves
+        )
         distiller.summarizer = wrapper
         self._local.cancel = cancel
         try:
@@ -629,9 +651,10 @@ class DistilledPolicy:
             leaves=len(units),
             new_leaves=sync.marked,
             deleted_leaves=sync.deletes,
-            summarizer_calls=wrapper.leaf_calls + wrapper.digest_calls,
-            leaf_summaries=wrapper.leaf_calls,
-            digest_summaries=wrapper.digest_calls,
+            summarizer_calls=wrapper.calls,
+            leaf_summaries=wrapper.leaf_summaries,
+            digest_summaries=wrapper.digest_summaries,
+            extracted_leaves=wrapper.extracted,
             fallback_summaries=wrapper.fallbacks,
             distill_seconds=distill_seconds,
             view_tokens=view_tokens,

@@ -607,3 +607,21 @@ def test_scopes_get_separate_corpora(tmp_path: Path) -> None:
 def test_settings_are_validated(values: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         DistilledSettings.model_validate(values)
+
+
+def test_extracted_leaves_leave_only_digests_to_the_model(tmp_path: Path) -> None:
+    summarizer = FakeSummarizer()
+    settings = ALL_OLDER.model_copy(update={"extract_leaves": True})
+    policy = policy_at(tmp_path, settings, summarizer)
+    args = json.dumps({"query": "OUTDATED price", "altitude": "entity", "budget": 400})
+    report = policy.turn(session_for(script(calls(("recall", args)))), BUDGET)
+    (turn,) = policy.turns(SCOPE)
+    assert turn.extracted_leaves == turn.leaf_summaries == turn.leaves == 6
+    assert all(i.level > 0 for i in summarizer.inputs)
+    assert turn.summarizer_calls == turn.digest_summaries == summarizer.calls > 0
+    assert "OUTDATED: price EUR 61.00, stock 2." in report.tool_steps[0].result
+    policy.close()
+    # the leaf recipe is part of the corpus: switching back re-summarises every leaf
+    again = FakeSummarizer()
+    policy_at(tmp_path, ALL_OLDER, again).turn(session_for(script()), BUDGET)
+    assert sum(1 for i in again.inputs if i.level == 0) == 6
