@@ -157,6 +157,8 @@ def test_long_episode_every_answer_right_every_prompt_inside_the_window(
     # incremental: across the episode every leaf was summarised exactly once
     assert sum(t.leaf_summaries for t in turns) == turns[-1].leaves
     assert all(t.leaf_summaries == t.new_leaves > 0 for t in turns)
+    # and the digests above them: the last turn's work is a small fraction of the tree
+    assert 4 * turns[-1].summarizer_calls < turns[-1].leaves
     # at the end most of the history lives only in the tree
     assert turns[-1].visible_records < len(session.context.records) / 2
 
