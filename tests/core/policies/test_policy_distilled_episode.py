@@ -168,3 +168,53 @@ def test_append_only_cannot_hold_the_same_episode(episode: Episode) -> None:
     _, failures, correct = run_episode(episode, AppendOnlyPolicy(), backend)
     assert any(f is not None and "context window" in f for f in failures)
     assert not all(correct)
+
+
+def main() -> None:
+    """Print the numbers quoted in docs/policies.md (run this file with Python)."""
+    import time
+
+    counter = ByteCounter()
+    for seed in (7, 11):
+        episode = generated_episode(
+            Scenario.STATE_UPDATES, seed=seed, step_count=16, noise_lines=80
+        )
+        full = counter.prepare(ModelInput(context=episode.environment(), phase=Phase.COMPLETION))
+        backend = ScriptedBackend(reader)
+        started = time.perf_counter()
+        with DistilledPolicy(FakeSummarizer(), settings=SETTINGS) as policy:
+            session, failures, correct = run_episode(episode, policy, backend)
+            turns = policy.turns(session.scope)
+        seconds = time.perf_counter() - started
+        rebuild = FakeSummarizer()
+        with DistilledPolicy(rebuild, settings=SETTINGS) as fresh:
+            fresh.turn(ContextSession(session.context, counter, ScriptedBackend(reader)), BUDGET)
+        _, only_failures, only_correct = run_episode(
+            episode, AppendOnlyPolicy(), ScriptedBackend(reader)
+        )
+        calls = [t.summarizer_calls for t in turns]
+        print(f"seed {seed}")
+        print(f"  history at the end: {full.token_count} bytes = {full.token_count / WINDOW:.2f}x")
+        failed = sum(f is not None for f in failures)
+        print(f"  correct answers: {sum(correct)}/16, failures: {failed}")
+        print(f"  largest prompt: {max(p.token_count for p in backend.prompts)} (window {WINDOW})")
+        print(
+            f"  leaves at the end: {turns[-1].leaves}; new leaves per turn: "
+            f"{min(t.new_leaves for t in turns)}-{max(t.new_leaves for t in turns)}"
+        )
+        print(
+            f"  summarizer calls per turn: {min(calls)}-{max(calls)}, total {sum(calls)}; "
+            f"rebuilding the final tree from scratch: {rebuild.calls}"
+        )
+        print(
+            f"  distillation seconds, all turns: {sum(t.distill_seconds for t in turns):.2f}; "
+            f"episode wall time {seconds:.2f} s"
+        )
+        print(
+            f"  append-only: {sum(only_correct)}/16 correct, "
+            f"{sum(f is not None for f in only_failures)} window failures"
+        )
+
+
+if __name__ == "__main__":
+    main()
