@@ -919,6 +919,7 @@ class _Executor:
     # digest: full children summaries, then excerpts, then ids, then fewer children
     def _digests(self, wire: dict[str, Any]) -> list[str]:
         children: list[dict[str, Any]] = list(wire.get("children", []))
+        children.sort(key=lambda c: self._order(str(c["id"])))  # leaves in history order
         out = [self._render_digest(wire, children, None), self._render_digest(wire, children, 12)]
         out.append(self._render_digest(wire, children, 0))
         count = len(children)

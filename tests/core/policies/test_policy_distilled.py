@@ -625,3 +625,40 @@ def test_extracted_leaves_leave_only_digests_to_the_model(tmp_path: Path) -> Non
     again = FakeSummarizer()
     policy_at(tmp_path, ALL_OLDER, again).turn(session_for(script()), BUDGET)
     assert sum(1 for i in again.inputs if i.level == 0) == 6
+
+
+def _digest_form(result: str) -> str:
+    if result.startswith("No room is left"):
+        return "refused"
+    if "more children not shown" in result:
+        return "fewer"
+    if "Gauge pass 9.2" in result:
+        return "full"
+    summarised = re.search(r"^- \S+ \([^)]*\): ", result, re.MULTILINE)
+    return "excerpts" if summarised else "ids"
+
+
+def test_digest_results_shrink_step_by_step_as_the_window_tightens(tmp_path: Path) -> None:
+    settings = DistilledSettings(tail_share=0.05, map_share=0.1, span_groups=64, max_steps=1)
+    digest = calls(("digest", '{"nodeId": "digest:1:scope:span:0001-0064"}'))
+    forms: list[str] = []
+    sizes: list[int] = []
+    for window in range(15_000, 3_999, -1_000):
+        session = session_for(script(digest), gauge_snapshot(24, lines=4))
+        budget = BUDGET.model_copy(update={"context_window": window})
+        report = policy_at(tmp_path / str(window), settings).turn(session, budget)
+        assert report.failure is None
+        (step,) = report.tool_steps
+        forms.append(_digest_form(step.result))
+        sizes.append(len(step.result))
+        _prompts_fit(session, window)
+        if step.ok:
+            assert re.search(r"Children \(2\d\):", step.result)
+            # leaves are listed in history order (group 10 after group 9, not after group 1)
+            if "older group 10)" in step.result:
+                assert step.result.index("older group 9)") < step.result.index("older group 10)")
+    order = ["full", "excerpts", "ids", "fewer", "refused"]
+    assert sorted(set(forms), key=order.index) == order
+    assert forms == sorted(forms, key=order.index)  # never richer in a smaller window
+    by_form = {f: max(n for n, g in zip(sizes, forms, strict=True) if g == f) for f in order}
+    assert by_form["full"] > by_form["excerpts"] > by_form["ids"] > by_form["fewer"]
