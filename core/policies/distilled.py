@@ -441,7 +441,6 @@ class DistilledPolicy:
         self.guard = guard
         if name is not None:
             self.name = name
-        self._owns_dir = corpus_dir is None
         if corpus_dir is None:
             self.corpus_dir = Path(tempfile.mkdtemp(prefix="picocontext-distilled-"))
             self._cleanup: weakref.finalize[Any, Any] | None = weakref.finalize(
@@ -453,6 +452,7 @@ class DistilledPolicy:
             self._cleanup = None
         self._lock = threading.Lock()
         self._distillers: dict[Scope, Distiller] = {}
+        self._sweeping: dict[Scope, threading.Lock] = {}
         self._turns: dict[Scope, list[DistillTurn]] = {}
         self._closed = False
         self._local = threading.local()
@@ -531,6 +531,7 @@ class DistilledPolicy:
                     ),
                 )
                 self._distillers[scope] = found
+                self._sweeping[scope] = threading.Lock()
             return found
 
     def turns(self, scope: Scope) -> tuple[DistillTurn, ...]:
@@ -548,6 +549,7 @@ class DistilledPolicy:
         return session.run_tools(build, budget, policy=self.name, cancel=cancel)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The three tools offered each turn, from the distill package's own schemas."""
         out = []
         for schema in (digest_tool_schema(), resolve_tool_schema(), recall_tool_schema()):
             fn = schema["function"]
@@ -595,13 +597,14 @@ class DistilledPolicy:
         wrapper = _TurnSummarizer(
             self.summarizer, cancel, settings.fallback_summaries, settings.extract_leaves
         )
-        distiller.summarizer = wrapper
-        self._local.cancel = cancel
-        try:
-            sync = distiller.reconcile(SOURCE_KIND, units)
-        finally:
-            self._local.cancel = None
-            distiller.summarizer = self.summarizer
+        with self._sweeping[snapshot.scope]:  # the per-turn summarizer belongs to one sweep
+            distiller.summarizer = wrapper
+            self._local.cancel = cancel
+            try:
+                sync = distiller.reconcile(SOURCE_KIND, units)
+            finally:
+                self._local.cancel = None
+                distiller.summarizer = self.summarizer
         if sync.sweep.failures:
             raise DistillError(
                 f"Distilling older history failed ({sync.sweep.failures} failures): "
@@ -624,18 +627,19 @@ class DistilledPolicy:
         )
         preamble = (_map(map_id, map_text),)
         first = tokens(part.view, preamble)
-        receipt = (
+        link = fresh("runtime-tool-0-0")
+        receipt = (  # a sample of what the loop appends per call, to price its overhead
             Record(
-                id="runtime-call-0",
+                id=fresh("runtime-call-0"),
                 role=Role.ASSISTANT,
                 protected=True,
-                tool_calls=(ToolCall(id="runtime-tool-0-0", name=RECALL_TOOL, arguments="{}"),),
+                tool_calls=(ToolCall(id=link, name=RECALL_TOOL, arguments="{}"),),
             ),
             Record(
-                id="runtime-result-runtime-tool-0-0",
+                id=fresh(f"runtime-result-{link}"),
                 role=Role.TOOL,
                 protected=True,
-                tool_call_id="runtime-tool-0-0",
+                tool_call_id=link,
             ),
         )
         overhead = max(0, tokens(part.view, preamble + receipt) - first)

@@ -662,3 +662,30 @@ def test_digest_results_shrink_step_by_step_as_the_window_tightens(tmp_path: Pat
     assert forms == sorted(forms, key=order.index)  # never richer in a smaller window
     by_form = {f: max(n for n, g in zip(sizes, forms, strict=True) if g == f) for f in order}
     assert by_form["full"] > by_form["excerpts"] > by_form["ids"] > by_form["fewer"]
+
+
+def test_caller_ids_that_look_like_runtime_ids_do_not_collide(tmp_path: Path) -> None:
+    records = kettle_snapshot().records
+    lookalikes = (
+        Record(id="runtime-digest-map", role=Role.USER, protected=True, body="a caller note"),
+        Record(  # protected, so the group stays visible next to the runtime's records
+            id="runtime-call-0",
+            role=Role.ASSISTANT,
+            protected=True,
+            tool_calls=(ToolCall(id="runtime-tool-0-0", name="stock", arguments="{}"),),
+        ),
+        Record(
+            id="runtime-result-runtime-tool-0-0",
+            role=Role.TOOL,
+            tool_call_id="runtime-tool-0-0",
+            body="TODAY: Corvid kettle SKU CK-88, price EUR 54.90, stock 9.",
+        ),
+    )
+    snapshot = Snapshot(scope=SCOPE, records=records + lookalikes)
+    digest = calls(("digest", '{"nodeId": "digest:2:tenant"}'))
+    session = session_for(script(digest), snapshot)
+    report = policy_at(tmp_path).turn(session, BUDGET)
+    assert report.failure is None and report.tool_steps[0].ok
+    control = report.calls[-1].input.control_records
+    assert {r.id for r in control}.isdisjoint(snapshot.ids)
+    assert control[0].body.startswith("Digest map:")
