@@ -5,6 +5,9 @@
     picocontext --episode-smoke retention         exact retention, headless
     picocontext --episode-smoke state-updates --pressure --report out/r.txt --image out/r.png
 
+Smoke runs write ``out/smoke-<task>.txt`` and ``.png`` unless --report/--image (or
+$PICOCONTEXT_SMOKE_REPORT / $PICOCONTEXT_SMOKE_IMAGE) say otherwise.
+
 Exit codes: 0 the run completed (even with failed checks; the report says which), 1 the run
 was stopped (Ctrl-C), 2 setup error (bad arguments, no model, unwritable output, no display).
 """
@@ -87,8 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-prefix-cache", action="store_true", help="recompute every prompt from scratch"
     )
-    parser.add_argument("--report", type=Path, help=f"write the text report here (${REPORT_ENV})")
-    parser.add_argument("--image", type=Path, help=f"write the window PNG here (${IMAGE_ENV})")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        help=f"text report path (${REPORT_ENV}; default out/smoke-<task>.txt)",
+    )
+    parser.add_argument(
+        "--image",
+        type=Path,
+        help=f"window PNG path (${IMAGE_ENV}; default out/smoke-<task>.png)",
+    )
     return parser
 
 
@@ -145,6 +156,14 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         raise SetupError(_first_error(exc)) from None
 
 
+def default_output(settings: ComparisonSettings, suffix: str) -> Path:
+    """Where a smoke run writes when no path is given: ``out/smoke-<task>[-pressure].<ext>``
+    under the current directory (``scripts/run-example.sh`` runs from the repository root,
+    where ``out/`` is ignored by git)."""
+    name = f"smoke-{settings.task.value}" + ("-pressure" if settings.pressure else "")
+    return Path("out") / f"{name}.{suffix}"
+
+
 def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
@@ -162,6 +181,9 @@ def run(argv: Sequence[str]) -> int:
         headless = bool(args.smoke or args.episode_smoke is not None)
         report = args.report or _env_path(REPORT_ENV)
         image = args.image or _env_path(IMAGE_ENV)
+        if headless:
+            report = report or default_output(settings, "txt")
+            image = image or default_output(settings, "png")
         if not headless and (args.report or args.image):
             raise SetupError("--report and --image apply to --smoke and --episode-smoke")
         from picocontext_playground.qtenv import choose_platform

@@ -140,7 +140,14 @@ def test_flags_win_over_environment_paths(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv(cli.IMAGE_ENV, str(tmp_path / "env.png"))
     assert cli.run(["--smoke", "--backend", "scripted"]) == 0
     assert cli.run(["--smoke", "--backend", "scripted", "--report", str(tmp_path / "f.txt")]) == 0
+    monkeypatch.delenv(cli.REPORT_ENV)
+    monkeypatch.delenv(cli.IMAGE_ENV)
+    assert cli.run(["--episode-smoke", "state-updates", "--pressure", "--backend", "scripted"]) == 0
     assert seen == [
         (tmp_path / "env.txt", tmp_path / "env.png"),
         (tmp_path / "f.txt", tmp_path / "env.png"),
+        (
+            Path("out/smoke-state-updates-pressure.txt"),
+            Path("out/smoke-state-updates-pressure.png"),
+        ),
     ]
