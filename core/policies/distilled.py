@@ -96,6 +96,7 @@ GUIDANCE = (
     "Call recall, digest or resolve for older details you still need, or answer the latest "
     "request now without calling a tool."
 )
+SHORT_NO_ROOM = "No room is left in the context window. Answer now."
 NO_ROOM = (
     "No room is left in the context window for this result (about {need} tokens needed, "
     "{left} left). Answer now with what you have, or ask for less (a smaller recall budget)."
@@ -829,17 +830,18 @@ class _Executor:
         self.overhead = overhead
         self.settings = settings
         self.cancel = cancel
-        refusal = meter.text(NO_ROOM.format(need=10**6, left=10**6))
-        self.reserve = settings.max_steps * (overhead + refusal + meter.text(_TYPICAL_ARGS))
+        self.calls = 0
+        self.refusal = overhead + meter.text(SHORT_NO_ROOM) + meter.text(_TYPICAL_ARGS)
 
     def __call__(self, name: str, arguments: str) -> ToolResult:
         check(self.cancel)
         fixed = self.overhead + self.meter.text(_echo(arguments))
+        grantable = self.remaining - self.reserve
+        self.calls += 1
         try:
             wire = self.tools.call(name, arguments)
             payload = json.loads(arguments) if arguments.strip() else {}
             args = payload if isinstance(payload, dict) else {}
-            grantable = self.remaining - self.reserve
             candidates = self._renderings(name, args, wire, grantable - fixed)
             for text in candidates:
                 cost = fixed + self.meter.text(text)
@@ -861,7 +863,15 @@ class _Executor:
         except DistillError as exc:
             return self._refuse(f"{name} failed: {exc.message}", fixed)
 
+    @property
+    def reserve(self) -> int:
+        """Room kept for a short refusal in each step that may still come after this one
+        (counted in calls: one call per step is what the reserve protects)."""
+        return max(0, self.settings.max_steps - self.calls - 1) * self.refusal
+
     def _refuse(self, text: str, fixed: int) -> ToolResult:
+        if fixed + self.meter.text(text) > self.remaining:
+            text = SHORT_NO_ROOM  # the detailed message itself would not fit
         self.remaining -= fixed + self.meter.text(text)
         return ToolResult(ok=False, text=text)
 
@@ -995,7 +1005,7 @@ class _Executor:
         return "\n".join(lines) or "No node has that hash (and none is within 8 bits)."
 
 
-_TYPICAL_ARGS = '{"query": "a few words to look for", "altitude": "entity", "budget": 400}'
+_TYPICAL_ARGS = '{"query": "a few words", "altitude": "entity"}'
 _HINTS = {
     RECALL_TOOL: ' Example: {"query": "price of the kettle", "altitude": "entity", "budget": 200}.',
     DIGEST_TOOL: f' Example: {{"nodeId": "{ROOT_ID}"}}.',

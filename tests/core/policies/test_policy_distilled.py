@@ -643,7 +643,7 @@ def test_digest_results_shrink_step_by_step_as_the_window_tightens(tmp_path: Pat
     digest = calls(("digest", '{"nodeId": "digest:1:scope:span:0001-0064"}'))
     forms: list[str] = []
     sizes: list[int] = []
-    for window in range(15_000, 3_999, -1_000):
+    for window in [*range(15_000, 3_999, -1_000), 3_500]:
         session = session_for(script(digest), gauge_snapshot(24, lines=4))
         budget = BUDGET.model_copy(update={"context_window": window})
         report = policy_at(tmp_path / str(window), settings).turn(session, budget)

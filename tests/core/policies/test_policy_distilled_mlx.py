@@ -1,0 +1,104 @@
+"""The distilled policy on the real MLX path: the tiny random-weight model counts the tokens
+of every prompt (its chat template and tokenizer) and writes the summaries through
+ChatSummarizer (its replies are forced token by token, so they are deterministic); a scripted
+backend plays the answering model so the protocol is exact."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kettle import CORRECT_ANSWER, answer_from, kettle_snapshot
+
+from picocontext import (
+    ContextSession,
+    ModelResponse,
+    ModelToolCall,
+    Phase,
+    PreparedPrompt,
+    Role,
+    RunBudget,
+)
+from picocontext.models import ScriptedBackend
+from picocontext.policies import DistilledPolicy
+from picocontext.policies.distilled import DistilledSettings
+
+pytestmark = pytest.mark.mlx
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("mlx_lm")
+    from picocontext.models.mlx_backend import MLXModel
+    from picocontext.models.tiny import write_tiny_model
+
+    directory: Path = write_tiny_model(tmp_path_factory.mktemp("tiny-distilled"))
+    model = MLXModel.load(directory, model_id="tiny-distilled")
+    if not hasattr(model, "extra_processors") or not hasattr(model, "tokenizer"):
+        model.close()
+        pytest.skip("MLXModel has no forcing hook in this version")
+    yield model
+    model.close()
+
+
+def numbered_replies(model: Any) -> Callable[[], list[Any]]:
+    from picocontext.models.mlx_backend import forced_tokens
+
+    counter = itertools.count(1)
+
+    def next_reply() -> list[Any]:
+        text = f"kettle summary {next(counter)}"
+        ids = list(model.tokenizer.encode(text, add_special_tokens=False))
+        return [forced_tokens([*ids, model.tokenizer.eos_token_id])]
+
+    return next_reply
+
+
+def test_real_tokens_real_summaries_and_verbatim_recall(tiny: Any, tmp_path: Path) -> None:
+    window = 5_000
+    budget = RunBudget(
+        context_window=window,
+        total_tokens=50_000,
+        edit_output_tokens=200,
+        completion_output_tokens=200,
+    )
+    query = {"query": "Corvid kettle SKU price stock", "altitude": "entity", "budget": 400}
+
+    def respond(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        if prompt.input.phase is Phase.TOOLS and not any(
+            r.role is Role.TOOL for r in prompt.input.control_records
+        ):
+            return ModelResponse(
+                tool_calls=(ModelToolCall(name="recall", arguments=json.dumps(query)),),
+                generated_tokens=20,
+            )
+        return answer_from(prompt, 9)
+
+    backend = ScriptedBackend(respond)
+    session = ContextSession(kettle_snapshot(), tiny, backend)
+    settings = DistilledSettings(tail_share=0.1, map_share=0.15, leaf_words=60)
+    policy = DistilledPolicy.over_chat_model(tiny, corpus_dir=tmp_path, settings=settings)
+    tiny.extra_processors = numbered_replies(tiny)
+    try:
+        report = policy.turn(session, budget)
+    finally:
+        tiny.extra_processors = None
+    assert report.failure is None, report.failure
+    (turn,) = policy.turns(session.scope)
+    assert turn.summarizer_calls == turn.leaf_summaries + turn.digest_summaries > 0
+    summaries = policy.distiller(session.scope).snapshot().summaries
+    assert all(text.startswith("kettle summary ") for text in summaries.values())
+    # budgets were kept in the model's own tokens
+    for prompt, cap in zip(backend.prompts, backend.max_tokens, strict=True):
+        assert prompt.token_count == len(prompt.token_ids) <= window - cap
+    assert turn.view_tokens < window * 0.6
+    (step,) = report.tool_steps
+    assert step.ok and "TODAY: Corvid kettle SKU CK-88, price EUR 54.90, stock 9." in step.result
+    # the warranty sits in another leaf that did not fit the reduced budget, so the answer
+    # from what the prompt shows is the honest "could not find" unless that leaf came along
+    assert report.answer in (CORRECT_ANSWER, "I could not find the current data.")
+    policy.close()
