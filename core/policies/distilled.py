@@ -732,13 +732,13 @@ class DistilledPolicy:
             f"shown above. They are kept verbatim in {leaf_count} leaves under this tree:"
         )
         nodes = {n.id: n for n in tools.store.nodes()}
-        lines = [self._map_line(tools, nodes[ROOT_ID], "root")] if ROOT_ID in nodes else []
+        lines = [self._map_line(tools, nodes, nodes[ROOT_ID], "root")] if ROOT_ID in nodes else []
         spans = sorted(
             (n for n in nodes.values() if n.kind == KIND_SCOPE and n.level == LEVEL_SCOPE),
             key=lambda n: n.scope_id,
             reverse=True,
         )
-        lines += [self._map_line(tools, n, f"span of groups {n.scope_id}") for n in spans]
+        lines += [self._map_line(tools, nodes, n, f"span of groups {n.scope_id}") for n in spans]
         clusters = sorted(
             (
                 n
@@ -747,7 +747,7 @@ class DistilledPolicy:
             ),
             key=lambda n: n.id,
         )
-        lines += [self._map_line(tools, n, "cluster") for n in clusters]
+        lines += [self._map_line(tools, nodes, n, "cluster") for n in clusters]
         listable = len(lines)
 
         def text(count: int) -> str:
@@ -769,12 +769,12 @@ class DistilledPolicy:
                 hi = mid - 1
         return text(lo), lo, listable - lo
 
-    def _map_line(self, tools: DigestTools, node: DigestNode, label: str) -> str:
-        summary = tools.digest(node.id).summary
-        leaves = _leaf_count(tools, node)
+    def _map_line(
+        self, tools: DigestTools, nodes: Mapping[str, DigestNode], node: DigestNode, label: str
+    ) -> str:
         return (
-            f"- {label} {node.id} ({leaves} leaves, sem {node.sem_hash}): "
-            f"{_extract(summary, self.settings.excerpt_words)}"
+            f"- {label} {node.id} ({_leaf_count(nodes, node)} leaves, sem {node.sem_hash}): "
+            f"{_extract(_summary_of(tools, node), self.settings.excerpt_words)}"
         )
 
 
@@ -782,18 +782,26 @@ def _map(record_id: str, text: str) -> Record:
     return Record(id=record_id, role=Role.USER, body=text, protected=True)
 
 
-def _leaf_count(tools: DigestTools, node: DigestNode) -> int:
+def _summary_of(tools: DigestTools, node: DigestNode) -> str:
+    """A node's verified summary (only this node's blob is read)."""
+    if tools.cas is None or not node.summary_hash:
+        return ""
+    try:
+        return tools.cas.retrieve_text(node.summary_hash)
+    except DistillError as exc:
+        return f"[summary unavailable: {exc.message}]"
+
+
+def _leaf_count(nodes: Mapping[str, DigestNode], node: DigestNode) -> int:
     seen: set[str] = set()
     stack = list(node.child_ids)
     count = 0
     while stack:
         node_id = stack.pop()
-        if node_id in seen:
+        child = nodes.get(node_id)
+        if node_id in seen or child is None:
             continue
         seen.add(node_id)
-        child = tools.store.get(node_id)
-        if child is None:
-            continue
         if child.level == LEVEL_ENTITY:
             count += 1
         else:
