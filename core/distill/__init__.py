@@ -56,6 +56,7 @@ from picocontext.distill.hashing import (
     scope_value,
     source_field_hash,
     source_text,
+    summary_input_hash,
 )
 from picocontext.distill.ids import ROOT_ID, UNCLUSTERED_ID
 from picocontext.distill.models import (
@@ -180,5 +181,6 @@ __all__ = [
     "sem_hash",
     "source_field_hash",
     "source_text",
+    "summary_input_hash",
     "whitespace_tokens",
 ]

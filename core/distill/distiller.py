@@ -18,6 +18,10 @@ Where we differ from the reference (all recorded in the recipe, see ``hashing.FI
 * J — a unit whose text became blank deletes its leaf.
 * L — sweeps process refs in sorted order, so the dedup donor is deterministic.
 * M — recall inlines summaries (see ``agent.py``).
+* Short-circuit #2 needs the summary-input hash (stored in ``membership_hash`` of internal
+  rows) to match as well as the ContentHash: the reference reuses a summary whenever the child
+  hash *multiset* is unchanged, even if the children it was written from were renamed,
+  reordered or re-summarised, so an incremental tree could differ from a clean build.
 * Splits partition on the next ``sub_bits`` bits *that actually separate the children*
   (scope and root groups start at bit 0, clusters at ``cluster_bits``), and a partition of one
   child attaches directly to its parent instead of wrapping it in a one-child intermediate.
@@ -50,6 +54,7 @@ from picocontext.distill.hashing import (
     membership_hash,
     rollup_content_hash,
     source_field_hash,
+    summary_input_hash,
 )
 from picocontext.distill.ids import (
     KIND_CLUSTER,
@@ -848,9 +853,22 @@ class Distiller:
         children: Sequence[DigestNode],
     ) -> bool:
         ch = rollup_content_hash(self.recipe, [c.content_hash for c in children])
+        # Short-circuit #2 keys on the ContentHash *and* the summary-input hash: equal content
+        # hashes do not imply equal summarizer inputs (children renamed, reordered, or
+        # re-summarised under an unchanged hash), and reusing the summary then would make it
+        # depend on the history of the tree instead of on its current state (P7, P22).
+        ih = summary_input_hash(
+            self.recipe,
+            level,
+            kind,
+            scope.name,
+            scope.id,
+            self.config.budget,
+            [(c.id, c.kind, c.content_hash, c.summary_hash) for c in children],
+        )
         child_ids = tuple(c.id for c in children)
         existing = state.existing.get(node_id)
-        if existing is not None and existing.content_hash == ch:
+        if existing is not None and existing.content_hash == ch and existing.membership_hash == ih:
             self.counters.add("shortcircuit")
             if existing.child_ids != child_ids or existing.parent_ids != parents:
                 refreshed = existing.model_copy(
@@ -863,7 +881,9 @@ class Distiller:
             return False
         if existing is not None:
             state.index[node_id] = existing
-        if self.store.is_blocked(node_id, ch, self.guard_version):
+        # The negative cache (fix E) keys internal nodes on the summary-input hash: it covers
+        # the ContentHash, and only a different input can yield a different (unblocked) text.
+        if self.store.is_blocked(node_id, ih, self.guard_version):
             self.counters.add("negative_cache_hits")
             return False
         self.counters.add("summaries")
@@ -895,7 +915,7 @@ class Distiller:
             self.config.fail_open_guard,
         )
         if emit.blocked:
-            self._blocked(node_id, ch, emit.reason)
+            self._blocked(node_id, ih, emit.reason)
             return False
         vector = self._embed([emit.text])[0]
         sem = sem_hashes(vector.reshape(1, -1), self.config.sem_seed)[0]
@@ -908,6 +928,7 @@ class Distiller:
             summary_hash=self._store_text(emit.text),
             content_hash=ch,
             sem_hash=format_sem_hash(sem),
+            membership_hash=ih,
             child_ids=child_ids,
             parent_ids=parents,
             updated_at=time.time_ns(),

@@ -51,6 +51,27 @@ def membership_hash(recipe: str, parent_scope_ids: Iterable[str]) -> str:
     return _sha256_hex("\x00".join([recipe, "membership", *sorted(parent_scope_ids)]))
 
 
+def summary_input_hash(
+    recipe: str,
+    level: int,
+    kind: str,
+    scope_name: str,
+    scope_id: str,
+    budget: int,
+    children: Iterable[tuple[str, str, str, str]],
+) -> str:
+    """Everything an internal node's summary is made from: its own level, kind, scope and
+    budget, and its children *in the order the summarizer sees them* as (id, kind,
+    content_hash, summary_hash). ContentHash is the order-free multiset of child content
+    hashes (spec §1.4), which two differently named, ordered or summarised child lists can
+    share; the rollup short-circuits only when this hash matches too, so a reused summary is
+    always the one a clean build would write."""
+    payload: list[object] = [recipe, "summary-input", level, kind, scope_name, scope_id, budget]
+    payload.append([list(child) for child in children])
+    # JSON, not NUL-joining: ids are free text, and the encoding must stay unambiguous.
+    return _sha256_hex(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+
+
 def canonical_value(value: Any) -> str:
     """One serializer for every path (fix G): strings verbatim, ints decimal, floats repr,
     booleans lowercase, datetimes RFC 3339 UTC, lists and dicts as canonical JSON."""

@@ -54,7 +54,11 @@ class Unit(BaseModel):
 
 
 class DigestNode(BaseModel):
-    """One row of the digest tree (spec §4.3 plus ``membership_hash`` and ``source_hash``)."""
+    """One row of the digest tree (spec §4.3 plus ``membership_hash`` and ``source_hash``).
+
+    ``membership_hash`` is what ContentHash leaves out: a leaf's scope links and title (fix C),
+    or an internal node's summary-input hash (its ordered children's ids, kinds, content and
+    summary hashes), which short-circuit #2 must also match before reusing the summary."""
 
     model_config = _FROZEN
 

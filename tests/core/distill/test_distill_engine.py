@@ -252,6 +252,60 @@ def test_one_leaf_edit_calls_at_most_four_summaries(make_distiller: MakeDistille
     assert after[ROOT_ID][0] != before[ROOT_ID][0]
 
 
+def test_swapping_two_texts_keeps_content_hashes_but_rewrites_stale_summaries(
+    tmp_path: Path,
+) -> None:
+    # a (site s1) and b (site s2) swap texts: every internal ContentHash stays the same (the
+    # cluster and the root cover the same multisets), but scope s1 now holds what s2 held, so
+    # the cluster's and the root's summaries read their children in a different order. Reusing
+    # them under the unchanged ContentHash would keep summaries no clean build would write.
+    s = FakeSummarizer()
+    d = build(tmp_path / "inc", summarizer=s)
+    d.apply([note("a", "pump vibration", "s1"), note("b", "valve pressure", "s2")])
+    before = {n.id: n for n in d.store.nodes()}
+    calls = s.calls
+    d.apply([note("a", "valve pressure", "s1"), note("b", "pump vibration", "s2")])
+    after = {n.id: n for n in d.store.nodes()}
+    cluster = next(i for i in after if i.startswith("digest:1:cluster:"))
+    for node_id in (cluster, ROOT_ID):
+        assert after[node_id].content_hash == before[node_id].content_hash
+        assert after[node_id].summary_hash != before[node_id].summary_hash
+    summaries = d.snapshot().summaries
+    assert summaries[cluster] == "rollup(l0(valve pressure)|l0(pump vibration))"
+    # Leaves dedup from each other; s1, s2, the cluster and the root are re-summarised once.
+    assert s.calls - calls == 4
+    clean = build(tmp_path / "clean")
+    clean.apply([note("a", "valve pressure", "s1"), note("b", "pump vibration", "s2")])
+    assert d.table() == clean.table()
+    calls = s.calls
+    d.rollup()
+    assert s.calls == calls  # and the new inputs short-circuit from now on (P12)
+
+
+def test_internal_rows_without_an_input_hash_are_summarised_once(
+    make_distiller: MakeDistiller,
+) -> None:
+    # Rows written before the summary-input hash existed carry an empty one: their summary's
+    # inputs are unknown, so the next rollup re-summarises them once (same text: a pure
+    # function of the same inputs), then short-circuits.
+    s = FakeSummarizer()
+    d = make_distiller(summarizer=s)
+    d.apply(seven_node_units())
+    table = d.table()
+    internal = [n for n in d.store.nodes() if n.level > 0]
+    assert all(n.membership_hash for n in internal)
+    with d.store.transaction():
+        for n in internal:
+            d.store.upsert(n.model_copy(update={"membership_hash": ""}))
+    calls = s.calls
+    d.rollup()
+    assert s.calls - calls == len(internal)
+    assert d.table() == table
+    calls = s.calls
+    d.rollup()
+    assert s.calls == calls
+
+
 def test_root_is_summarised_at_most_once_per_sweep(make_distiller: MakeDistiller) -> None:
     s = FakeSummarizer()
     d = make_distiller(summarizer=s, embedder=VariedEmbedder(), max_fan_in=3, sub_bits=1)

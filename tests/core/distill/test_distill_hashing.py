@@ -18,6 +18,7 @@ from picocontext.distill import (
     scope_value,
     source_field_hash,
     source_text,
+    summary_input_hash,
 )
 
 HEX64 = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
@@ -94,6 +95,38 @@ def test_membership_hash_is_order_independent_and_separate_from_content() -> Non
     assert membership_hash("v1", ["s:a", "s:b"]) == membership_hash("v1", ["s:b", "s:a"])
     assert membership_hash("v1", ["s:a"]) != membership_hash("v1", ["s:b"])
     assert membership_hash("v1", []) != rollup_content_hash("v1", [])
+
+
+def test_summary_input_hash_covers_everything_the_summarizer_sees() -> None:
+    a = ("digest:1:scope:site:s1", "scope", "c1", "sha256:1")
+    b = ("digest:1:cluster:abc0000000000000:12", "cluster", "c2", "sha256:2")
+
+    def h(
+        *children: tuple[str, str, str, str],
+        recipe: str = "v1",
+        level: int = 2,
+        kind: str = "tenant",
+        scope_name: str = "",
+        scope_id: str = "",
+        budget: int = 256,
+    ) -> str:
+        return summary_input_hash(recipe, level, kind, scope_name, scope_id, budget, children)
+
+    base = h(a, b)
+    assert base == h(a, b)
+    assert h(b, a) != base  # order matters: the summarizer reads children in this order
+    assert h(a, (b[0], b[1], b[2], "sha256:other")) != base  # a child re-summarised
+    assert h(a, ("digest:1:scope:site:s2", *b[1:])) != base  # a child renamed, same content
+    assert h(a, (b[0], "scope", *b[2:])) != base  # a child's kind
+    assert h(a, (b[0], b[1], "c3", b[3])) != base  # a child's content
+    assert h(a, b, recipe="v2") != base
+    assert h(a, b, level=1) != base
+    assert h(a, b, kind="cluster") != base
+    assert h(a, b, budget=128) != base
+    assert h(a, b, scope_name="site", scope_id="s1") != h(a, b, scope_name="site", scope_id="s2")
+    # Unambiguous encoding: moving text across a field boundary changes the hash.
+    assert h(("x\x00y", "z", "c", "s")) != h(("x", "y\x00z", "c", "s"))
+    assert base != rollup_content_hash("v1", ["c1", "c2"])
 
 
 def test_canonical_serializer() -> None:
