@@ -34,6 +34,12 @@ PROMPTS = (
 def load(args: argparse.Namespace, *, prefix_cache: bool = False) -> Any:
     from picocontext.models.registry import load_model
 
+    if getattr(args, "tiny", False):
+        import tempfile
+
+        from picocontext.models.tiny import write_tiny_model
+
+        args.model_dir = write_tiny_model(tempfile.mkdtemp(prefix="pcx-tiny-"))
     return load_model(args.model, model_dir=args.model_dir, prefix_cache=prefix_cache, log=print)
 
 
@@ -70,6 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.sh generate", description=__doc__)
     parser.add_argument("--model", default=None, help="registry name (default: platform default)")
     parser.add_argument("--model-dir", default=None, help="a local MLX model directory")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="use the tiny random test model: compute is ~1 ms/token, so this bounds the "
+        "per-token overhead from above",
+    )
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--output", type=Path, default=Path("out/bench/generate.json"))
