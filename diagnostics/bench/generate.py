@@ -43,11 +43,29 @@ def load(args: argparse.Namespace, *, prefix_cache: bool = False) -> Any:
     return load_model(args.model, model_dir=args.model_dir, prefix_cache=prefix_cache, log=print)
 
 
+def matmul_gflops(model: Any, size: int = 1024, runs: int = 10) -> float:
+    """float32 matmul throughput on the model's device (shows which BLAS MLX really uses)."""
+    import mlx.core as mx
+
+    def run() -> float:
+        a = mx.random.normal((size, size))
+        b = mx.random.normal((size, size))
+        mx.eval(a, b, a @ b)
+        started = time.perf_counter()
+        for _ in range(runs):
+            mx.eval(a @ b)
+        return 2 * size**3 * runs / (time.perf_counter() - started) / 1e9
+
+    gflops: float = model.worker.call(run)
+    return round(gflops, 1)
+
+
 def environment(model: Any) -> dict[str, Any]:
     import mlx.core as mx
 
     return {
         "model": model.describe(),
+        "matmul_gflops_1024": matmul_gflops(model),
         "device": str(model.worker.call(mx.default_device)),
         "machine": platform.machine(),
         "system": platform.system(),
@@ -162,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"process CPU {report['overhead_cpu_min']:+.2%}; "
         f"identical outputs: {report['all_identical']}"
     )
+    print(f"matmul 1024x1024 float32: {report['environment']['matmul_gflops_1024']} GFLOPS")
     print(f"wrote {args.output}")
     return 0
 
