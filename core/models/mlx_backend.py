@@ -205,6 +205,7 @@ class MLXModel:
         self.load_seconds = load_seconds
         self.prefill_step_size = prefill_step_size
         self._format = ChatFormat(HFChatTokenizer(tokenizer))
+        _add_chatml_stops(tokenizer, self._format.tokenizer)
         self._slots: list[_KVState] = []
         self.cache_slots = cache_slots
         self._busy = threading.Lock()
@@ -568,6 +569,18 @@ class MLXModel:
             prefill_tokens=len(ids) - reuse,
             seconds=time.perf_counter() - started,
         )
+
+
+def _add_chatml_stops(wrapper: Any, chat_tokenizer: Any) -> None:
+    """ChatML models end a turn with ``<|im_end|>`` and a document with ``<|endoftext|>``;
+    configs often name only one of them, so a stray other one would not stop generation."""
+    template = getattr(chat_tokenizer, "template", "")
+    if "<|im_start|>" not in template or not hasattr(wrapper, "add_eos_token"):
+        return
+    added = wrapper.get_added_vocab() if hasattr(wrapper, "get_added_vocab") else {}
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        if token in added:
+            wrapper.add_eos_token(token)
 
 
 def _named_tool(name: str) -> dict[str, Any]:

@@ -378,3 +378,12 @@ def test_chat_generates_and_parses_tool_calls(model: MLXModel) -> None:
     assert model.count_tokens("hello") == len(
         model.tokenizer.encode("hello", add_special_tokens=False)
     )
+
+
+def test_chatml_models_stop_on_either_end_token(model: MLXModel, lamp: Any) -> None:
+    end_of_text = model.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ids = [*script_ids(model, "Hi", eos=False), end_of_text]
+    model.extra_processors = lambda: [forced_tokens(ids)]
+    response = model.generate(prompt_for(model, lamp()), 40)
+    assert response.text == "Hi" and not response.reached_token_limit
+    assert response.generated_tokens == len(ids)
