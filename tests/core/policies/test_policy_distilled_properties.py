@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kettle import kettle_snapshot
 
 from picocontext import (
+    ContextSession,
     ModelInput,
     Phase,
     Record,
     Role,
+    RunBudget,
     Scope,
     Snapshot,
     ToolCall,
     validate_snapshot,
 )
-from picocontext.models import ByteCounter
-from picocontext.policies.distilled import chunk_text, split_groups, split_history
+from picocontext.distill.testing import FakeSummarizer
+from picocontext.models import ByteCounter, ScriptedBackend
+from picocontext.policies import DistilledPolicy
+from picocontext.policies.distilled import (
+    DistilledSettings,
+    chunk_text,
+    split_groups,
+    split_history,
+)
+from picocontext.session import ToolLoop, ToolResult
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 WORD = st.text(alphabet="abcdefghij", min_size=1, max_size=6)
@@ -154,3 +166,59 @@ def test_split_keeps_groups_whole_protected_visible_and_the_tail_within_budget(
             ),
         )
         assert measure(wider) - measure(protected_only) > tail_budget
+
+
+# -- tool arguments ----------------------------------------------------------------------------
+
+_LOOPS: list[ToolLoop] = []
+_POLICIES: list[DistilledPolicy] = []  # kept alive: its corpus lives as long as the policy
+
+
+def _loop() -> ToolLoop:
+    """One distilled turn's tool loop over the kettle history (built once per process)."""
+    if not _LOOPS:
+        # the policy owns a temporary corpus, removed when the process ends
+        policy = DistilledPolicy(FakeSummarizer(), settings=DistilledSettings(tail_share=0.05))
+        _POLICIES.append(policy)
+        session = ContextSession(kettle_snapshot(), ByteCounter(), ScriptedBackend([]))
+        budget = RunBudget(context_window=200_000, total_tokens=1_000_000)
+        _LOOPS.append(policy._build(session.state, session.counter, budget, None))
+    return _LOOPS[0]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5000) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+ARGUMENTS = st.one_of(
+    st.text(max_size=60),
+    JSON_VALUES.map(json.dumps),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "nodeId": st.sampled_from(["digest:2:tenant", "digest:0:history:old-call/1", "x"]),
+            "hash": st.text(alphabet="0123456789abcdef", max_size=20),
+            "query": st.text(max_size=20),
+            "budget": st.integers(-3, 3000),
+            "altitude": st.sampled_from(["auto", "entity", "scope", "tenant", "up", 2]),
+            "scope": st.sampled_from(["", "digest:2:tenant", "nope"]),
+        },
+    ).map(json.dumps),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["digest", "resolve", "recall"]), ARGUMENTS)
+def test_any_arguments_give_a_tool_result_never_an_exception(name: str, arguments: str) -> None:
+    result = _loop().execute(name, arguments)
+    assert isinstance(result, ToolResult) and result.text.strip()
+    assert "unavailable" not in result.text and "failed:" not in result.text
+    try:
+        payload = json.loads(arguments)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        assert not result.ok  # only a JSON object can be a valid call
