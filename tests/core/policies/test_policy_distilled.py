@@ -689,3 +689,27 @@ def test_caller_ids_that_look_like_runtime_ids_do_not_collide(tmp_path: Path) ->
     control = report.calls[-1].input.control_records
     assert {r.id for r in control}.isdisjoint(snapshot.ids)
     assert control[0].body.startswith("Digest map:")
+
+
+def test_concurrent_turns_of_different_scopes_share_one_policy(tmp_path: Path) -> None:
+    import threading
+
+    policy = policy_at(tmp_path)
+    scopes = [SCOPE.model_copy(update={"branch_id": f"b{i}"}) for i in range(4)]
+    reports: dict[str, str | None] = {}
+    recall = json.dumps({"query": "TODAY kettle SKU", "altitude": "entity", "budget": 300})
+
+    def run(scope_index: int) -> None:
+        scope = scopes[scope_index]
+        session = session_for(script(calls(("recall", recall))), kettle_snapshot(scope))
+        report = policy.turn(session, BUDGET)
+        reports[scope.branch_id] = report.failure if report.tool_steps[0].ok else "recall failed"
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert reports == {f"b{i}": None for i in range(4)}
+    assert all(len(policy.turns(s)) == 1 and policy.turns(s)[0].leaves == 6 for s in scopes)
+    policy.close()
