@@ -25,15 +25,11 @@ from typing import Any, Protocol
 from picocontext.backend import (
     ChatMessage,
     ModelInput,
-    Phase,
     PreparedPrompt,
     ToolSpec,
 )
 from picocontext.errors import InvalidContext, ModelError
 from picocontext.prompts import (
-    COMPLETION_GUIDANCE,
-    decision_guidance,
-    decision_tools,
     record_header,
 )
 from picocontext.records import Record, Role, Snapshot
@@ -367,12 +363,12 @@ class ChatFormat:
             if record.tool_call_id is not None:
                 message["tool_call_id"] = record.tool_call_id
             messages.append(message)
-        if model_input.phase is Phase.EDIT:
-            messages.append({"role": "user", "content": decision_guidance(model_input)})
-            tools: list[dict[str, Any]] | None = decision_tools(model_input.context)
-        else:
-            messages.append({"role": "user", "content": COMPLETION_GUIDANCE})
-            tools = None
+        # The phase's own guidance and tools, or a policy's overrides (tools phase).
+        messages.append({"role": "user", "content": model_input.trailing_guidance})
+        tools: list[dict[str, Any]] | None = model_input.tools
+        if tools:
+            for spec in tools:
+                self.check_text(json.dumps(spec, ensure_ascii=False))
         return self._adapt(messages, tools)
 
     def _adapt(

@@ -385,15 +385,20 @@ class MLXModel:
     ) -> ModelResponse:
         decision = prompt.input.phase is Phase.EDIT
         grammar_input = prompt.input if decision and self._constrained else None
-        # Native tool-call events are read in both phases (a call during completion must be
-        # seen to be refused); the text fallback only runs in the decision phase.
-        tools = [_named_tool(EDIT_TOOL), _named_tool(KEEP_TOOL)]
+        # Native tool-call events are read in every phase (a call during completion must be
+        # seen to be refused); the text fallback runs where tools are offered: the decision
+        # phase, and a policy's tools phase with its own tool names.
+        offered = prompt.input.tools
+        if prompt.input.phase is Phase.TOOLS and offered:
+            tools = [_named_tool(str(t["function"]["name"])) for t in offered]
+        else:
+            tools = [_named_tool(EDIT_TOOL), _named_tool(KEEP_TOOL)]
         return self._respond(
             list(prompt.token_ids),
             max_tokens,
             cancel,
             tools=tools,
-            fallback=decision,
+            fallback=decision or prompt.input.phase is Phase.TOOLS,
             grammar_input=grammar_input,
         )
 

@@ -104,11 +104,6 @@ def test_real_tokens_real_summaries_and_verbatim_recall(tiny: Any, tmp_path: Pat
     policy.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="picocontext.models.chatformat renders tools and guidance for the edit phase only; "
-    "the tools phase should render ModelInput.tools and ModelInput.trailing_guidance",
-)
 def test_a_real_model_sees_the_digest_tools_and_the_guidance(tiny: Any, tmp_path: Path) -> None:
     from picocontext.policies.distilled import GUIDANCE
 
