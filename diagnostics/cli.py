@@ -7,6 +7,7 @@ Exit codes: 0 every result passed; 2 some result failed (the report is still wri
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from picocontext import Cancelled, CancelToken, PicoContextError
-from picocontext_diagnostics.errors import DiagnosticsError
+from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
     EvaluationLimits,
@@ -25,12 +26,15 @@ from picocontext_diagnostics.evaluation import (
     load_config,
 )
 from picocontext_diagnostics.fixtures import fixtures_dir
+from picocontext_diagnostics.policies import BUILTIN_POLICIES, parse_policy_list
 from picocontext_diagnostics.runner import StepReport
 
 PROG = "picocontext-eval"
-PROFILES = ("retention", "state", "pressure")
+PROFILES = ("retention", "state", "pressure", "long-history")
+MAX_BYTES_PER_TOKEN = 16
 
 USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
+                        [--policies A,B,...] [--bytes-per-token N]
                         [--model NAME_OR_DIR] [--prefix-cache on|off] [--constrained on|off]
                         [--output PATH] [--steps] [--quiet]
 
@@ -41,6 +45,13 @@ options:
                      mlx (a real local model through picocontext.models)
   --config PATH      evaluation configuration JSON (at most 1 MB; see docs/diagnostics.md)
   --profile NAME     a bundled configuration: {", ".join(PROFILES)}
+  --policies LIST    comma-separated policies to compare, replacing the configuration's
+                     list: {", ".join(BUILTIN_POLICIES)} (e.g.
+                     append-only,editable,navigated,distilled)
+  --bytes-per-token N
+                     deterministic only: multiply every token limit of the configuration by
+                     N (1...{MAX_BYTES_PER_TOKEN}), since that backend counts UTF-8 bytes; 4
+                     gives the profiles' 4,096-token window as 16,384 bytes
   --model VALUE      mlx only: a known model name (see picocontext.models.MODELS) or a local
                      MLX model directory (default model when omitted)
   --prefix-cache on|off
@@ -65,6 +76,8 @@ _VALUED = (
     "--prefix-cache",
     "--constrained",
     "--output",
+    "--policies",
+    "--bytes-per-token",
 )
 _MLX_ONLY = ("model", "prefix-cache", "constrained")
 _FLAGS = ("--quiet", "--steps")
@@ -119,6 +132,17 @@ def parse_args(argv: Sequence[str]) -> dict[str, str]:
     for key in ("prefix-cache", "constrained"):
         if key in out and out[key] not in ("on", "off"):
             raise UsageError(f"--{key} must be on or off")
+    if "bytes-per-token" in out:
+        if out.get("backend", "deterministic") != "deterministic":
+            raise UsageError("--bytes-per-token applies only to --backend deterministic")
+        text = out["bytes-per-token"]
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_BYTES_PER_TOKEN):
+            raise UsageError(f"--bytes-per-token must be an integer 1...{MAX_BYTES_PER_TOKEN}")
+    if "policies" in out:
+        try:
+            parse_policy_list(out["policies"])
+        except InvalidConfiguration as exc:
+            raise UsageError(exc.message) from None
     return out
 
 
@@ -127,6 +151,21 @@ def _switch(args: dict[str, str], key: str) -> bool | None:
 
 
 def choose_config(args: dict[str, str]) -> EvaluationConfig:
+    """The configuration file or profile (or the defaults), then ``--policies`` and
+    ``--bytes-per-token`` applied and the whole plan validated again."""
+    config = _base_config(args)
+    if "policies" not in args and "bytes-per-token" not in args:
+        return config
+    data = config.model_dump(mode="json")
+    if "policies" in args:
+        data["policies"] = list(parse_policy_list(args["policies"]))
+    if "bytes-per-token" in args:
+        scaled = config.limits.scaled(int(args["bytes-per-token"]))
+        data["limits"] = scaled.model_dump(mode="json")
+    return EvaluationConfig.parse(json.dumps(data), "command line")
+
+
+def _base_config(args: dict[str, str]) -> EvaluationConfig:
     if "config" in args:
         return load_config(args["config"])
     if "profile" in args:
@@ -225,6 +264,19 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
         )
         for note in handle.notes:
             print(f"Note: {note}", file=err)
+        notes = list(handle.notes)
+        if "bytes-per-token" in args:
+            notes.append(
+                f"token limits of the configuration multiplied by {args['bytes-per-token']} "
+                "because the deterministic backend counts UTF-8 bytes"
+            )
+        elif handle.name == "deterministic" and config.limits.context_window <= 4_096:
+            print(
+                f"Note: the deterministic backend counts UTF-8 bytes, so a "
+                f"{config.limits.context_window}-byte window is far smaller than the same "
+                "number of model tokens; --bytes-per-token 4 compares at token scale.",
+                file=err,
+            )
 
         def on_result(result: EvaluationResult) -> None:
             if not quiet:
@@ -235,7 +287,8 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
                 print(step_line(step), file=out, flush=True)
 
         try:
-            runner = EvaluationRunner(config, handle.counter, handle.backend, provenance(handle))
+            source = provenance(handle).model_copy(update={"model_notes": tuple(notes)})
+            runner = EvaluationRunner(config, handle.counter, handle.backend, source)
             report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
         finally:
             if handle.close is not None:

@@ -121,9 +121,15 @@ def request_shape(keys: list[str] | tuple[str, ...], placeholder: str) -> str:
 
 
 def step_records(
-    index: int, operations: list[str] | tuple[str, ...], noise: list[str], request: str, tool: str
+    index: int,
+    operations: list[str] | tuple[str, ...],
+    noise: list[str],
+    request: str,
+    tool: str,
+    protect_request: bool = True,
 ) -> tuple[Record, ...]:
-    """The three records of step ``index`` (1-based): feed call, feed result, request."""
+    """The three records of step ``index`` (1-based): feed call, feed result, request
+    (protected unless ``protect_request`` is false)."""
     step_id = f"step-{index}"
     call_id = f"{step_id}-feed"
     body = "\n".join([*operations, *noise])
@@ -134,7 +140,7 @@ def step_records(
             tool_calls=(ToolCall(id=call_id, name=tool, arguments=dumps_sorted({"step": index})),),
         ),
         Record(id=f"{step_id}-data", role=Role.TOOL, body=body, tool_call_id=call_id),
-        Record(id=f"{step_id}-request", role=Role.USER, body=request, protected=True),
+        Record(id=f"{step_id}-request", role=Role.USER, body=request, protected=protect_request),
     )
 
 
@@ -198,8 +204,13 @@ def generated_episode(
     step_count: int = 4,
     noise_lines: int = 12,
     scope: Scope | None = None,
+    protect_requests: bool = True,
 ) -> Episode:
     """A seeded episode of 1...32 steps.
+
+    ``protect_requests=False`` leaves each step's request unprotected, as in a long chat where
+    only the newest request matters: a policy may then drop or archive answered requests,
+    which the long-history task needs (protected requests alone would outgrow a small window).
 
     Slots ``cell0``…``cell7`` are assigned in turn; state updates overwrite them forever and
     every fifth step removes the current and the previous slot, while retention stops assigning
@@ -231,7 +242,9 @@ def generated_episode(
         steps.append(
             Step(
                 id=f"step-{index}",
-                records=step_records(index, operations, noise, request, texts.feed_tool),
+                records=step_records(
+                    index, operations, noise, request, texts.feed_tool, protect_requests
+                ),
                 expected_facts=dict(state),
                 answer_record_id=f"step-{index}-answer",
             )

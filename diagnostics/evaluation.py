@@ -36,6 +36,7 @@ from picocontext import (
     Snapshot,
     TokenCounter,
 )
+from picocontext.report import ToolStep
 from picocontext_diagnostics.episodes import MAX_STEPS, Episode, generated_episode
 from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.fixtures import (
@@ -61,7 +62,7 @@ from picocontext_diagnostics.stats import (
 
 SCHEMA: Literal["picocontext-evaluation"] = "picocontext-evaluation"
 SCHEMA_VERSION: Literal[1] = 1
-MAX_PLANNED_STEPS = 128
+MAX_PLANNED_STEPS = 512
 MAX_SEEDS = 16
 MAX_REPETITIONS = 4
 MAX_CONFIG_BYTES = 1_000_000
@@ -83,6 +84,23 @@ class EvaluationLimits(BaseModel):
     completion_output_tokens: int = Field(default=512, ge=1, le=4_096)
     decision_attempts: int = Field(default=4, ge=1, le=4)
 
+    def scaled(self, factor: int) -> EvaluationLimits:
+        """Every token limit times ``factor`` (attempts unchanged): a token budget expressed in
+        a finer unit, e.g. UTF-8 bytes at about 4 per token. Out-of-range results fail
+        clearly."""
+        if factor < 1:
+            raise InvalidConfiguration("the scale factor must be a positive integer")
+        data = self.model_dump()
+        for key in data:
+            if key != "decision_attempts":
+                data[key] *= factor
+        try:
+            return EvaluationLimits.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidConfiguration(
+                f"limits × {factor}: {describe_validation_error(exc)}"
+            ) from None
+
     def run_budget(self) -> RunBudget:
         return RunBudget(
             context_window=self.context_window,
@@ -94,7 +112,7 @@ class EvaluationLimits(BaseModel):
 
 
 class EvaluationConfig(BaseModel):
-    """What to run. At most 128 planned steps (seeds × repetitions × policies × steps)."""
+    """What to run. At most 512 planned steps (seeds × repetitions × policies × steps)."""
 
     model_config = _STRICT
     schema_version: Literal[1] = 1
@@ -104,6 +122,8 @@ class EvaluationConfig(BaseModel):
     repetitions: int = Field(default=3, ge=1, le=MAX_REPETITIONS)
     step_count: int = Field(default=4, ge=1, le=MAX_STEPS)
     noise_lines: int = Field(default=12, ge=0, le=MAX_NOISE_LINES)
+    # False: answered requests are ordinary history a policy may drop or archive.
+    protect_requests: bool = True
     policies: tuple[str, ...] = Field(default=DEFAULT_POLICIES, min_length=1)
     limits: EvaluationLimits = Field(default_factory=EvaluationLimits)
 
@@ -203,6 +223,8 @@ class EvaluationStep(BaseModel):
     elapsed_seconds: float
     attempts: tuple[AttemptTrace, ...]
     calls: tuple[CallTrace, ...]
+    # Every navigation or digest tool call of a navigated/distilled turn, with its result.
+    tool_steps: tuple[ToolStep, ...] = ()
 
     @classmethod
     def from_step(cls, report: StepReport) -> EvaluationStep:
@@ -252,6 +274,7 @@ class EvaluationStep(BaseModel):
             elapsed_seconds=run.elapsed_seconds if run else 0.0,
             attempts=attempts,
             calls=calls,
+            tool_steps=run.tool_steps if run else (),
         )
 
 
@@ -526,7 +549,12 @@ class EvaluationRunner:
         c = self.config
         return [
             generated_episode(
-                c.scenario, seed, c.step_count, c.noise_lines, evaluation_scope(c.scenario)
+                c.scenario,
+                seed,
+                c.step_count,
+                c.noise_lines,
+                evaluation_scope(c.scenario),
+                protect_requests=c.protect_requests,
             )
             for seed in c.seeds
         ]

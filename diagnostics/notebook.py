@@ -4,12 +4,22 @@ It plays both phases by rule, so the whole pipeline — decisions, edits, receip
 answers and grading — runs without weights, in any policy:
 
 * decision phase, targeted style: every unprotected tool result is replaced by its own
-  ``FACT``/``REMOVE`` lines (unchanged records are skipped, at most 32 operations);
+  ``FACT``/``REMOVE`` lines (unchanged records are skipped), and unprotected user requests
+  that a newer user record follows (answered already, no notebook line in them) are deleted
+  (at most 32 operations in all);
 * decision phase, summarize style: the last unprotected record receives the sorted
   ``FACT key=value`` lines of the folded notebook and every other unprotected record is
   emptied; if that needs more than 32 operations it proposes nothing;
 * no operations → ``keep_context``; otherwise ``edit_context`` (sorted-key JSON arguments);
-* completion: sorted-key ``{"facts": ...}`` JSON of the fold of the live context.
+* completion: sorted-key ``{"facts": ...}`` JSON of the fold of the live context;
+* tools phase (navigated and distilled policies), a reader of what it is shown: the state is
+  its newest visible answer (a full notebook it wrote earlier) updated by every newer visible
+  FACT/REMOVE line, with what earlier tool results returned folded underneath. When a key the
+  latest request asks for is still unknown it looks deterministically — ``recall`` of
+  ``FACT <key>`` at entity altitude (digest tools), or ``open`` of the newest index line it has
+  not opened (navigation tools) — and otherwise answers with what it knows (a missing key is
+  then graded as a miss, never invented). The completion that ends a tool loop reads the same
+  way.
 
 Usage is counted in UTF-8 bytes of the output. Output longer than the allowance is clipped on
 a character boundary and flagged ``reached_token_limit`` (a clipped decision carries no call).
@@ -19,7 +29,9 @@ lets tests and demos show that the graders catch lost live context.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Sequence
 
 from picocontext import (
     EDIT_TOOL,
@@ -34,10 +46,20 @@ from picocontext import (
     Role,
     Snapshot,
 )
+from picocontext_diagnostics.errors import AnswerFormatError
 from picocontext_diagnostics.fixtures import dumps_sorted
-from picocontext_diagnostics.grading import FACT_PREFIX, REMOVE_PREFIX, notebook_state
+from picocontext_diagnostics.grading import (
+    FACT_PREFIX,
+    REMOVE_PREFIX,
+    fold_lines,
+    notebook_state,
+    parse_facts_answer,
+)
 
 MAX_OPERATIONS = 32
+RECALL_WORDS = 400
+_INDEX_LINE = re.compile(r"^(\S+) \[(?:leaf|branch:\d+)\] (.*)$", re.MULTILINE)
+_RECORD_NUMBER = re.compile(r"#(\d+)")
 MODEL_ID = "deterministic-notebook"
 MODEL_REVISION = "1"
 
@@ -48,6 +70,19 @@ def _clip(text: str, max_bytes: int) -> tuple[str, int, bool]:
         return text, len(raw), False
     clipped = raw[:max_bytes].decode("utf-8", errors="ignore")
     return clipped, len(clipped.encode("utf-8")), True
+
+
+def superseded(snapshot: Snapshot) -> list[Record]:
+    """Unprotected user requests that a newer user record follows and that carry no notebook
+    line: each was answered already, so deleting it loses nothing the fold needs. (Protected
+    requests, the default in episodes, are never touched; answers are kept.)"""
+    users = [r for r in snapshot.records if r.role is Role.USER]
+    return [
+        r
+        for r in users[:-1]
+        if not r.protected
+        and not any(line.startswith((FACT_PREFIX, REMOVE_PREFIX)) for line in r.body.split("\n"))
+    ]
 
 
 class DeterministicNotebookBackend:
@@ -78,6 +113,7 @@ class DeterministicNotebookBackend:
             body = "\n".join(line for line in record.body.split("\n") if self._keeps(line))
             if body != record.body:
                 ops.append({"action": "replace", "recordID": record.id, "body": body})
+        ops.extend({"action": "delete", "recordID": r.id} for r in superseded(snapshot))
         return ops[:MAX_OPERATIONS]
 
     def summary_operations(self, snapshot: Snapshot) -> list[dict[str, str]]:
@@ -110,12 +146,124 @@ class DeterministicNotebookBackend:
     def answer(self, prompt: PreparedPrompt) -> str:
         return dumps_sorted({"facts": notebook_state(prompt.input.context)})
 
+    # -- tools phase: a reader of what it is shown ----------------------------------------
+    def seen_state(self, prompt: PreparedPrompt) -> dict[str, str]:
+        """What a careful reader knows from this prompt: tool results (older history it
+        fetched) first, then the visible records; a visible answer of its own resets the state
+        to that full notebook, later FACT/REMOVE lines update it."""
+        state: dict[str, str] = {}
+        results = [r for r in prompt.input.control_records if r.role is Role.TOOL]
+        if self._navigation(prompt):
+            results.reverse()  # leaves are opened newest first; read them oldest first
+        for record in results:
+            fold_lines(record.body.split("\n"), state)
+        for record in prompt.input.context.records:
+            if record.role is Role.ASSISTANT and record.body and not record.tool_calls:
+                try:
+                    state = dict(parse_facts_answer(record.body))
+                    continue
+                except AnswerFormatError:
+                    pass
+            fold_lines(record.body.split("\n"), state)
+        return state
+
+    @staticmethod
+    def asked_keys(prompt: PreparedPrompt) -> tuple[str, ...] | None:
+        """Keys of the answer shape in the latest user request (None: no shape found)."""
+        for record in reversed(prompt.input.context.records):
+            if record.role is not Role.USER:
+                continue
+            start = record.body.find('{"facts"')
+            if start < 0:
+                continue
+            try:
+                shape, _ = json.JSONDecoder().raw_decode(record.body[start:])
+            except ValueError:
+                continue
+            facts = shape.get("facts") if isinstance(shape, dict) else None
+            if isinstance(facts, dict):
+                return tuple(str(k) for k in facts)
+        return None
+
+    @staticmethod
+    def _offered(prompt: PreparedPrompt) -> set[str]:
+        tools = prompt.input.tools if prompt.input.phase is Phase.TOOLS else None
+        return {str(t.get("function", t).get("name", "")) for t in tools or ()}
+
+    def _navigation(self, prompt: PreparedPrompt) -> bool:
+        calls = {c.name for r in prompt.input.control_records for c in r.tool_calls}
+        return "open" in self._offered(prompt) or "open" in calls
+
+    @staticmethod
+    def _called(prompt: PreparedPrompt, name: str) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for record in prompt.input.control_records:
+            for call in record.tool_calls:
+                if call.name != name:
+                    continue
+                try:
+                    value = json.loads(call.arguments)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    out.append(value)
+        return out
+
+    def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> ModelToolCall | None:
+        """The next deterministic look into older history, or None when none is left."""
+        offered = self._offered(prompt)
+        if "recall" in offered:
+            asked = {str(c.get("query")) for c in self._called(prompt, "recall")}
+            for key in missing:
+                query = f"{FACT_PREFIX}{key}"
+                if query not in asked:
+                    arguments = {"altitude": "entity", "budget": RECALL_WORDS, "query": query}
+                    return ModelToolCall(name="recall", arguments=dumps_sorted(arguments))
+            return None
+        if "open" in offered:
+            opened = {str(c.get("id")) for c in self._called(prompt, "open")}
+            best: tuple[int, str] | None = None
+            for record in prompt.input.control_records:
+                for node_id, text in _INDEX_LINE.findall(record.body):
+                    if node_id == "r" or node_id in opened:
+                        continue
+                    newest = max((int(n) for n in _RECORD_NUMBER.findall(text)), default=0)
+                    if best is None or newest > best[0]:
+                        best = (newest, node_id)
+            if best is not None:
+                return ModelToolCall(name="open", arguments=dumps_sorted({"id": best[1]}))
+        return None
+
+    def read(self, prompt: PreparedPrompt) -> tuple[str, ModelToolCall | None]:
+        """(answer, None) or ("", the tool call to make) for a tools-phase prompt."""
+        state = self.seen_state(prompt)
+        asked = self.asked_keys(prompt)
+        keys = tuple(sorted(state)) if asked is None else asked
+        missing = [k for k in keys if k not in state]
+        if missing and prompt.input.phase is Phase.TOOLS:
+            call = self.look_up(prompt, missing)
+            if call is not None:
+                return "", call
+        return dumps_sorted({"facts": {k: state[k] for k in keys if k in state}}), None
+
     def generate(
         self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
     ) -> ModelResponse:
         if cancel is not None:
             cancel.check()
         self.calls += 1
+        # A tool-using policy's prompt: its own phase, or the completion closing its loop.
+        if prompt.input.phase is Phase.TOOLS or prompt.input.system_text is not None:
+            text, call = self.read(prompt)
+            if call is not None:
+                clipped_args, used, clipped = _clip(call.arguments, max_tokens)
+                if clipped:
+                    return ModelResponse(
+                        text=clipped_args, generated_tokens=used, reached_token_limit=True
+                    )
+                return ModelResponse(tool_calls=(call,), generated_tokens=used)
+            text, used, clipped = _clip(text, max_tokens)
+            return ModelResponse(text=text, generated_tokens=used, reached_token_limit=clipped)
         if prompt.input.phase is Phase.EDIT:
             name, arguments = self.decide(prompt)
             text, used, clipped = _clip(arguments, max_tokens)

@@ -39,7 +39,12 @@ from picocontext_diagnostics.grading import (
     explain_state,
     retained_facts,
 )
-from picocontext_diagnostics.policies import Policy, TurnRunner, session_turn
+from picocontext_diagnostics.policies import (
+    Policy,
+    TurnRunner,
+    close_session_policies,
+    session_turn,
+)
 
 DEFAULT_EPISODE_TOKENS = 80_000
 MAX_EPISODE_TOKENS = 10_000_000
@@ -174,21 +179,25 @@ class EpisodeRunner:
         used = 0
         reports: list[StepReport] = []
         failure: str | None = None
-        for step in episode.steps:
+        try:
+            for step in episode.steps:
+                _check(cancel)
+                report = self._step(
+                    session, episode, step, policy, budget, episode_tokens - used, cancel
+                )
+                if report.run is not None:
+                    used += report.run.total_input_tokens + report.run.total_generated_tokens
+                reports.append(report)
+                if on_step is not None:
+                    on_step(report)
+                _check(cancel)
+                if report.failure is not None:
+                    failure = report.failure
+                    break
             _check(cancel)
-            report = self._step(
-                session, episode, step, policy, budget, episode_tokens - used, cancel
-            )
-            if report.run is not None:
-                used += report.run.total_input_tokens + report.run.total_generated_tokens
-            reports.append(report)
-            if on_step is not None:
-                on_step(report)
-            _check(cancel)
-            if report.failure is not None:
-                failure = report.failure
-                break
-        _check(cancel)
+        finally:
+            # A navigated or distilled policy object lives exactly as long as its episode.
+            close_session_policies(session)
         return EpisodeReport(
             title=episode.title,
             policy=policy,

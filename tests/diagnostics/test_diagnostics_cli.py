@@ -163,8 +163,8 @@ def test_bad_configs_exit_1(tmp_path: Path) -> None:
     big.write_text(" " * 1_000_001, encoding="utf-8")
     code, _, err = run_cli("--config", str(big))
     assert code == 1 and "limit" in err
-    code, _, err = run_cli("--config", str(write_config(tmp_path, policies=["navigated"])))
-    assert code == 1 and "unknown policy 'navigated'" in err
+    code, _, err = run_cli("--config", str(write_config(tmp_path, policies=["wandering"])))
+    assert code == 1 and "unknown policy 'wandering'" in err
 
 
 def test_unwritable_output_exits_1(tmp_path: Path) -> None:

@@ -102,7 +102,15 @@ def test_defaults() -> None:
         ({"noise_lines": 129}, "noise_lines"),
         ({"policies": []}, "policies"),
         ({"policies": ["editable", "editable"]}, "policies must be unique"),
-        ({"seeds": [1, 2], "repetitions": 4, "step_count": 9}, "at most 128"),
+        (
+            {
+                "seeds": [1, 2],
+                "repetitions": 4,
+                "step_count": 17,
+                "policies": ["append-only", "editable", "navigated", "distilled"],
+            },
+            "at most 512",
+        ),
         ({"limits": {"context_window": 32_769}}, "limits.context_window"),
         ({"limits": {"decision_attempts": 5}}, "limits.decision_attempts"),
         ({"limits": {"turn_tokens": 0}}, "limits.turn_tokens"),
@@ -119,11 +127,14 @@ def test_configuration_bounds_are_validated_with_clear_messages(
         EvaluationConfig.parse(json.dumps(change), "test.json")
 
 
-def test_plan_of_exactly_128_steps_is_allowed() -> None:
+def test_plan_of_exactly_512_steps_is_allowed() -> None:
     config = EvaluationConfig(
-        seeds=(1, 2), repetitions=4, step_count=8, policies=("append-only", "editable")
+        seeds=(1, 2),
+        repetitions=4,
+        step_count=16,
+        policies=("append-only", "editable", "navigated", "distilled"),
     )
-    assert config.planned_steps == 128
+    assert config.planned_steps == 512
 
 
 def test_oversized_and_malformed_configuration_text() -> None:
@@ -135,14 +146,20 @@ def test_oversized_and_malformed_configuration_text() -> None:
 
 def test_unknown_policies_are_rejected_before_any_call() -> None:
     backend = DeterministicNotebookBackend()
-    with pytest.raises(InvalidConfiguration, match="unknown policy 'navigated'"):
-        runner_for(EvaluationConfig(policies=("editable", "navigated")), backend)
+    with pytest.raises(InvalidConfiguration, match="unknown policy 'wandering'"):
+        runner_for(EvaluationConfig(policies=("editable", "wandering")), backend)
     assert backend.calls == 0
     assert resolve_policies(["summarize"]) == (SUMMARIZE,)
 
 
 def test_policies_are_data() -> None:
-    assert set(BUILTIN_POLICIES) == {"append-only", "editable", "summarize"}
+    assert set(BUILTIN_POLICIES) == {
+        "append-only",
+        "editable",
+        "summarize",
+        "navigated",
+        "distilled",
+    }
     assert APPEND_ONLY.mode is RunMode.APPEND_ONLY and EDITABLE.mode is RunMode.EDITABLE
     with pytest.raises(ValueError):
         Policy(name="Bad Name", mode=RunMode.EDITABLE)
@@ -407,5 +424,5 @@ def test_configuration_parser_either_accepts_a_bounded_plan_or_says_why(data: ob
     except InvalidConfiguration as exc:
         assert exc.message
         return
-    assert 1 <= config.planned_steps <= 128
+    assert 1 <= config.planned_steps <= 512
     assert len(set(config.seeds)) == len(config.seeds) and config.policies
