@@ -217,6 +217,9 @@ def step_line(step: StepReport) -> str:
     ]
     if run is not None:
         parts.append(f"edits {run.edit_call_count}, keeps {run.keep_call_count}, {usage}")
+        if run.tool_steps:
+            calls = ", ".join(f"{t.name}{'' if t.ok else ' (not ok)'}" for t in run.tool_steps)
+            parts.append(f"tools: {calls}")
     if step.failure:
         parts.append(f"failure: {step.failure}")
     return ", ".join(parts)
@@ -229,7 +232,10 @@ def summary_lines(report: EvaluationReport) -> list[str]:
         lines.append(
             f"  {s.policy}: episodes {s.episodes.text()}; context steps "
             f"{s.retained_steps.text()}; answer steps {s.answer_steps.text()}; "
-            f"mean input {s.mean_input_tokens:.0f}, output {s.mean_generated_tokens:.0f}"
+            f"mean input {s.mean_input_tokens:.0f}, output {s.mean_generated_tokens:.0f}, "
+            f"prefill {s.mean_prefill_tokens:.0f}; total input {s.total_input_tokens}, "
+            f"prefill {s.total_prefill_tokens}, tool calls {s.tool_calls}, "
+            f"{s.total_elapsed_seconds:.1f} s"
         )
     for c in report.summary.comparisons:
         diff = "n/a" if c.difference is None else f"{c.difference:+.0%}"

@@ -374,6 +374,12 @@ class PolicySummary(BaseModel):
     mean_input_tokens: float
     mean_generated_tokens: float
     mean_elapsed_seconds: float
+    # Totals over the batch and prefill work (what was computed, less with a prefix cache).
+    total_input_tokens: int = 0
+    total_prefill_tokens: int = 0
+    mean_prefill_tokens: float = 0.0
+    total_elapsed_seconds: float = 0.0
+    tool_calls: int = 0
 
 
 class PairedComparison(BaseModel):
@@ -476,6 +482,11 @@ def summarize(results: Sequence[EvaluationResult], policies: Sequence[str]) -> E
                 mean_input_tokens=sum(r.input_tokens for r in mine) / count,
                 mean_generated_tokens=sum(r.generated_tokens for r in mine) / count,
                 mean_elapsed_seconds=sum(r.elapsed_seconds for r in mine) / count,
+                total_input_tokens=sum(r.input_tokens for r in mine),
+                total_prefill_tokens=sum(r.prefill_tokens for r in mine),
+                mean_prefill_tokens=sum(r.prefill_tokens for r in mine) / count,
+                total_elapsed_seconds=sum(r.elapsed_seconds for r in mine),
+                tool_calls=sum(len(st.tool_steps) for r in mine for st in r.steps),
             )
         )
     comparisons: list[PairedComparison] = []

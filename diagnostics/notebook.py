@@ -60,6 +60,9 @@ MAX_OPERATIONS = 32
 RECALL_WORDS = 400
 _INDEX_LINE = re.compile(r"^(\S+) \[(?:leaf|branch:\d+)\] (.*)$", re.MULTILINE)
 _RECORD_NUMBER = re.compile(r"#(\d+)")
+_RECALL_PIECE = re.compile(
+    r"^--- older group (\d+)(?:, part (\d+)/\d+)? \([^)\n]*\)$", re.MULTILINE
+)
 MODEL_ID = "deterministic-notebook"
 MODEL_REVISION = "1"
 
@@ -70,6 +73,39 @@ def _clip(text: str, max_bytes: int) -> tuple[str, int, bool]:
         return text, len(raw), False
     clipped = raw[:max_bytes].decode("utf-8", errors="ignore")
     return clipped, len(clipped.encode("utf-8")), True
+
+
+def history_chunks(results: Sequence[str]) -> list[str]:
+    """Tool results cut into pieces of older history, oldest first and each once.
+
+    A distilled recall lists pieces as ``--- older group G[, part P/N] (node id)``; an opened
+    navigated leaf starts with its breadcrumb ``[context] … › #N …``. Text without such a
+    position (branch listings, headers) comes first, in call order."""
+    unplaced: list[str] = []
+    placed: dict[tuple[int, int], str] = {}
+    for text in results:
+        first = text.split("\n", 1)[0]
+        if first.startswith("[context]"):
+            numbers = _RECORD_NUMBER.findall(first)
+            if numbers:
+                placed.setdefault((int(numbers[-1]), 0), text)
+                continue
+        pieces = _RECALL_PIECE.split(text)
+        unplaced.append(pieces[0])
+        for i in range(1, len(pieces) - 2, 3):
+            key = (int(pieces[i]), int(pieces[i + 1] or 1))
+            placed.setdefault(key, pieces[i + 2])
+    return [*unplaced, *(placed[k] for k in sorted(placed))]
+
+
+def _facts_line(line: str) -> dict[str, str] | None:
+    """The notebook of a line that is one whole facts answer, else None."""
+    if not line.startswith('{"facts"'):
+        return None
+    try:
+        return dict(parse_facts_answer(line))
+    except AnswerFormatError:
+        return None
 
 
 def superseded(snapshot: Snapshot) -> list[Record]:
@@ -152,11 +188,14 @@ class DeterministicNotebookBackend:
         fetched) first, then the visible records; a visible answer of its own resets the state
         to that full notebook, later FACT/REMOVE lines update it."""
         state: dict[str, str] = {}
-        results = [r for r in prompt.input.control_records if r.role is Role.TOOL]
-        if self._navigation(prompt):
-            results.reverse()  # leaves are opened newest first; read them oldest first
-        for record in results:
-            fold_lines(record.body.split("\n"), state)
+        results = [r.body for r in prompt.input.control_records if r.role is Role.TOOL]
+        for chunk in history_chunks(results):
+            for line in chunk.split("\n"):
+                answer = _facts_line(line)
+                if answer is None:
+                    fold_lines((line,), state)
+                else:  # an archived answer of its own, read back verbatim
+                    state = answer
         for record in prompt.input.context.records:
             if record.role is Role.ASSISTANT and record.body and not record.tool_calls:
                 try:
@@ -189,10 +228,6 @@ class DeterministicNotebookBackend:
     def _offered(prompt: PreparedPrompt) -> set[str]:
         tools = prompt.input.tools if prompt.input.phase is Phase.TOOLS else None
         return {str(t.get("function", t).get("name", "")) for t in tools or ()}
-
-    def _navigation(self, prompt: PreparedPrompt) -> bool:
-        calls = {c.name for r in prompt.input.control_records for c in r.tool_calls}
-        return "open" in self._offered(prompt) or "open" in calls
 
     @staticmethod
     def _called(prompt: PreparedPrompt, name: str) -> list[dict[str, object]]:
