@@ -207,6 +207,9 @@ def compile_tree(
         work.groups.update(old.groups)
         work.checks.update(old.checks)
         work.reasons.update(old.reasons)
+        # Only the previous build's final lines pin unchanged siblings (see describe_tree).
+        work.prior_members = dict(old.members)
+        work.prior_ungraded = frozenset(old.member_ungraded)
     work.extra["idf"] = idf.to_json()
     log = CallLog(watch)
     popts = PipelineOptions(
@@ -350,6 +353,8 @@ def _prune(cache: DescriptorCache, described: dict[int, DescribeResult]) -> None
     cache.checks = {k: v for k, v in cache.checks.items() if k in cache.check_used}
     cache.reasons = {k: v for k, v in cache.reasons.items() if k in cache.check_used}
     cache.groups = {k: v for k, v in cache.groups.items() if k in cache.group_used}
+    cache.members = {k: v for k, v in cache.members.items() if k in cache.member_used}
+    cache.member_ungraded &= cache.member_used
 
 
 def _fidelity(

@@ -33,7 +33,7 @@ from picocontext.build.ir import SourceNode
 from picocontext.build.quality import Descriptor, vacuity_flags, worst_pair
 from picocontext.cancel import CancelToken
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 Progress = Callable[[int], None]
 
 
@@ -65,6 +65,12 @@ def leaf_key(sig: str, node: SourceNode) -> str:
 
 def group_key(sig: str, parent: SourceNode, child_keys: list[str]) -> str:
     return _h(sig, "group", parent.title, parent.hint, *child_keys)
+
+
+def member_key(sig: str, parent: SourceNode, child_key: str) -> str:
+    """A child's place in its group: the final (contrasted, graded) line it was given there is
+    kept by the next incremental build as long as neither the child nor the parent changed."""
+    return _h(sig, "member", parent.id, parent.title, parent.hint, child_key)
 
 
 def branch_key(sig: str, node: SourceNode, gkey: str) -> str:
@@ -132,6 +138,14 @@ class DescriptorCache:
         self.checks: dict[str, float | None] = {}
         self.check_used: set[str] = set()
         self.reasons: dict[str, str] = {}
+        # member key -> the final line a child had in its group, and the members that were
+        # left ungraded there. ``prior_members`` holds the previous build's (read-only): only
+        # those pin siblings, so a full build never depends on its own shaping attempts' order.
+        self.members: dict[str, Descriptor] = {}
+        self.member_ungraded: set[str] = set()
+        self.member_used: set[str] = set()
+        self.prior_members: dict[str, Descriptor] = {}
+        self.prior_ungraded: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +156,8 @@ class DescriptorCache:
             "groups": {k: [d.model_dump() for d in v] for k, v in self.groups.items()},
             "checks": self.checks,
             "reasons": self.reasons,
+            "members": {k: v.model_dump() for k, v in sorted(self.members.items())},
+            "member_ungraded": sorted(self.member_ungraded),
         }
 
     def save(self, path: Path) -> None:
@@ -167,6 +183,10 @@ class DescriptorCache:
                 str(k): (None if v is None else float(v)) for k, v in data["checks"].items()
             }
             cache.reasons = {str(k): str(v) for k, v in data["reasons"].items()}
+            cache.members = {
+                str(k): Descriptor.model_validate(v) for k, v in data["members"].items()
+            }
+            cache.member_ungraded = {str(k) for k in data["member_ungraded"]}
             return cache
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -242,24 +262,48 @@ def describe_tree(
         gkey = group_key(sig, node, [keys[c.id] for c in kids])
         cache.group_used.add(gkey)
         cached = cache.groups.get(gkey)
+        mkeys = [member_key(sig, node, keys[c.id]) for c in kids]
+        left: set[str] = set()  # member keys left ungraded in this group
         if cached is not None and len(cached) == len(kids):
             cache.hits += 1
             descs = list(cached)
+            left = {mk for mk in mkeys if mk in cache.member_ungraded or mk in cache.prior_ungraded}
         else:
             cache.misses += 1
+            # Siblings whose own subtree and parent did not change since the previous build keep
+            # the line they had there: re-contrasting a changed group rewrites only the changed
+            # members, so an incremental rebuild calls the engine on the changed path alone.
+            pinned = {
+                i: cache.prior_members[mk]
+                for i, mk in enumerate(mkeys)
+                if mk in cache.prior_members
+            }
+            start = [pinned.get(i, draft[c.id]) for i, c in enumerate(kids)]
+            failed: list[str] = []
             descs = _finish_group(
                 node,
-                [draft[c.id] for c in kids],
+                start,
                 engine,
                 options,
                 log,
                 final,
-                ungraded,
+                failed,
                 fidelity,
                 cache,
                 keys,
+                frozenset(pinned),
             )
+            left = {mk for mk, c in zip(mkeys, kids, strict=True) if c.id in failed}
+            left |= {mkeys[i] for i in pinned if mkeys[i] in cache.prior_ungraded}
             cache.groups[gkey] = descs
+        for c, mk, d in zip(kids, mkeys, descs, strict=True):
+            cache.member_used.add(mk)
+            cache.members[mk] = d
+            if mk in left:
+                cache.member_ungraded.add(mk)
+                ungraded.append(c.id)
+            else:
+                cache.member_ungraded.discard(mk)
         for c, d in zip(kids, descs, strict=True):
             final[c.id] = d
             flags = vacuity_flags(c.title, d)
@@ -294,15 +338,19 @@ def _contrast_loop(
     options: PipelineOptions,
     log: CallLog,
     force_first: bool,
+    fixed: frozenset[int] = frozenset(),
 ) -> list[Descriptor]:
+    """``fixed``: members whose lines are kept (pinned by the previous build); the engine sees
+    them as context, only the others are rewritten."""
     worst = worst_pair(descs)[0]
     for rnd in range(max(options.max_contrast_rounds, 1)):
         if worst < options.collision_threshold and not (force_first and rnd == 0):
             break
         log.add("contrast", parent)
-        new = engine.contrast(parent, list(zip(kids, descs, strict=True)))
-        if len(new) != len(descs):
-            raise BuildError(f"engine {engine.name} returned {len(new)} of {len(descs)} items")
+        got = engine.contrast(parent, list(zip(kids, descs, strict=True)))
+        if len(got) != len(descs):
+            raise BuildError(f"engine {engine.name} returned {len(got)} of {len(descs)} items")
+        new = [descs[i] if i in fixed else d for i, d in enumerate(got)]
         new_worst = worst_pair(new)[0]
         if new_worst > worst and not (force_first and rnd == 0):
             break  # the round made it worse: keep what we had
@@ -328,10 +376,13 @@ def _finish_group(
     fidelity: dict[str, float],
     cache: DescriptorCache,
     keys: Mapping[str, str],
+    fixed: frozenset[int] = frozenset(),
 ) -> list[Descriptor]:
     """Contrast, then grade/repair with re-grading and re-contrast (B22). Grades, fidelity
-    scores and repairs are cached on everything they depend on, so re-running a group
-    because one member changed costs no calls for the members that did not."""
+    scores and repairs are cached on everything they depend on. Members in ``fixed`` keep the
+    final line the previous build gave them (they were graded then): they are context for the
+    contrast but are never rewritten, graded or repaired again, so an incremental rebuild
+    makes no engine call for a sibling outside the changed path."""
     kids = parent.children
     sig = engine.signature
 
@@ -387,12 +438,22 @@ def _finish_group(
         cache.nodes[key] = out
         return out
 
+    if len(fixed) == len(kids):
+        return list(descs)
     if len(kids) >= 2:
         # Round one always runs: contrast is what turns shared words into distinguishing ones.
-        descs = _contrast_loop(parent, kids, descs, engine, options, log, force_first=True)
+        descs = _contrast_loop(parent, kids, descs, engine, options, log, True, fixed)
     for attempt in range(options.max_repairs + 1):
         failing: list[tuple[int, str]] = []
         for i, (node, d) in enumerate(zip(kids, descs, strict=True)):
+            if i in fixed:
+                fkey = _h(sig, "fidelity", keys[node.id], _dj(d))
+                known = cache.checks.get(fkey)
+                if fkey in cache.checks:
+                    cache.check_used.add(fkey)
+                if known is not None:
+                    fidelity[node.id] = known
+                continue
             reasons = vacuity_flags(node.title, d)
             bad = grade(node, d, [x for j, x in enumerate(descs) if j != i])
             if bad:
@@ -412,5 +473,5 @@ def _finish_group(
         for i, why in failing:
             descs[i] = repair(kids[i], why, descs[i])
         if len(kids) >= 2 and worst_pair(descs)[0] >= options.collision_threshold:
-            descs = _contrast_loop(parent, kids, descs, engine, options, log, force_first=False)
+            descs = _contrast_loop(parent, kids, descs, engine, options, log, False, fixed)
     return descs
