@@ -30,7 +30,7 @@ from picocontext_diagnostics.policies import BUILTIN_POLICIES, parse_policy_list
 from picocontext_diagnostics.runner import StepReport
 
 PROG = "picocontext-eval"
-PROFILES = ("retention", "state", "pressure", "long-history")
+PROFILES = ("retention", "state", "pressure", "long-history", "retention-four", "state-four")
 MAX_BYTES_PER_TOKEN = 16
 
 USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]

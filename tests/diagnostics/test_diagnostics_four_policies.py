@@ -524,3 +524,15 @@ def test_parse_policy_list_is_strict() -> None:
     assert parse_policy_list(" editable , distilled ") == ("editable", "distilled")
     with pytest.raises(InvalidConfiguration, match="known policies"):
         parse_policy_list("nope")
+
+
+@pytest.mark.parametrize(
+    ("name", "scenario", "steps"),
+    [("retention-four", Scenario.RETENTION, 4), ("state-four", Scenario.STATE_UPDATES, 5)],
+)
+def test_four_policy_profiles_of_the_short_tasks(name: str, scenario: Scenario, steps: int) -> None:
+    config = load_config(str(fixtures_dir() / "evaluation" / f"{name}.json"))
+    assert config.policies == FOUR_POLICIES and config.limits == EvaluationLimits()
+    assert (config.scenario, config.step_count, config.noise_lines) == (scenario, steps, 12)
+    assert (config.seeds, config.repetitions) == ((17, 29), 2)
+    assert name in cli.PROFILES
