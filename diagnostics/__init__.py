@@ -3,7 +3,9 @@
 * :mod:`.fixtures` — JSON fixtures (order lookup, notebook episodes, pressure profile).
 * :mod:`.episodes` — fixed and seeded generated notebook episodes with their oracle.
 * :mod:`.grading` — the notebook fold, exact-value framing and the strict answer parser.
-* :mod:`.notebook` — a deterministic notebook backend (an "ideal model" for tests and demos).
+* :mod:`.notebook` — a deterministic notebook backend (an "ideal model" for tests and demos;
+  in the tools phase of navigated/distilled policies a reader of what it is shown).
+* :mod:`.policies` — policies as data; append-only, editable, summarize, navigated, distilled.
 * :mod:`.runner` — the episode runner; :mod:`.evaluation` — batches, statistics, JSON reports.
 * :mod:`.cli` — ``picocontext-eval``.
 """
@@ -51,10 +53,15 @@ from picocontext_diagnostics.notebook import DeterministicNotebookBackend
 from picocontext_diagnostics.policies import (
     APPEND_ONLY,
     BUILTIN_POLICIES,
+    DISTILLED,
     EDITABLE,
+    FOUR_POLICIES,
+    NAVIGATED,
     SUMMARIZE,
     Policy,
     TurnRunner,
+    close_session_policies,
+    session_policy,
 )
 from picocontext_diagnostics.runner import (
     DEFAULT_EPISODE_TOKENS,
@@ -68,7 +75,10 @@ __all__ = [
     "APPEND_ONLY",
     "BUILTIN_POLICIES",
     "DEFAULT_EPISODE_TOKENS",
+    "DISTILLED",
     "EDITABLE",
+    "FOUR_POLICIES",
+    "NAVIGATED",
     "SUMMARIZE",
     "AnswerFormatError",
     "BackendSetupError",
@@ -96,6 +106,7 @@ __all__ = [
     "TurnRunner",
     "answer_matches",
     "check_oracle",
+    "close_session_policies",
     "exact_values",
     "fixture_episode",
     "generated_episode",
@@ -105,5 +116,6 @@ __all__ = [
     "pressure_profile",
     "retained_facts",
     "sequential_budget",
+    "session_policy",
     "value_is_framed",
 ]
