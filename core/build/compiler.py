@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +43,7 @@ from picocontext.build.links import betweenness, graph_of, infer_links
 from picocontext.build.quality import lexical_fidelity
 from picocontext.build.shape import (
     CheckResult,
+    LayoutMemory,
     initial_width,
     self_check,
     shape_tree,
@@ -211,6 +212,8 @@ def compile_tree(
         work.prior_members = dict(old.members)
         work.prior_ungraded = frozenset(old.member_ungraded)
     work.extra["idf"] = idf.to_json()
+    layouts = LayoutMemory(old.layouts if old is not None else None)
+    prior_shaping = old.shaping if old is not None else {}
     log = CallLog(watch)
     popts = PipelineOptions(
         collision_threshold=options.collision_threshold,
@@ -252,9 +255,12 @@ def compile_tree(
             options,
             progress,
             cancel,
+            layouts,
+            prior_shaping.get(str(budget)),
         )
         progress.finish()
-        manifest, shaped_root, desc, check, verbosity, stats_s, attempts = found
+        manifest, shaped_root, desc, check, verbosity, stats_s, attempts, state = found
+        work.shaping[str(budget)] = state
         manifests[budget] = manifest
         stores[budget] = leaf_store(shaped_root)
         described[budget] = desc
@@ -279,6 +285,7 @@ def compile_tree(
                 schema_checked=check.schema_checked,
             )
         )
+    work.layouts = layouts.current
     # Gates and quality stats over every emitted variant.
     pairs: list[tuple[float, str, str]] = []
     colliding: set[tuple[int, str]] = set()
@@ -382,8 +389,29 @@ def _fidelity(
 
 
 _Found = tuple[
-    Manifest, SourceNode, DescribeResult, CheckResult, Verbosity, tuple[int, int, int, int], int
+    Manifest,
+    SourceNode,
+    DescribeResult,
+    CheckResult,
+    Verbosity,
+    tuple[int, int, int, int],
+    int,
+    dict[str, Any],
 ]
+
+
+def _prior_state(
+    prior: dict[str, Any] | None,
+) -> tuple[Verbosity, int, int, dict[str, int]] | None:
+    """The shaping state the previous build settled on for this budget, if it is readable."""
+    if not prior:
+        return None
+    try:
+        verbosity = next(v for v in VERBOSITIES if v.name == prior["verbosity"])
+        overrides = {str(k): int(v) for k, v in dict(prior["overrides"]).items()}
+        return verbosity, int(prior["width"]), int(prior["leaf_cap"]), overrides
+    except (KeyError, StopIteration, TypeError, ValueError):
+        return None
 
 
 def _shape_budget(
@@ -401,9 +429,59 @@ def _shape_budget(
     options: BuildOptions,
     progress: Progress,
     cancel: CancelToken | None,
+    layouts: LayoutMemory,
+    prior: dict[str, Any] | None = None,
 ) -> _Found:
     last: CheckResult | None = None
     attempts = 0
+
+    def state_of(v: Verbosity, w: int, cap: int, ov: dict[str, int]) -> dict[str, Any]:
+        return {
+            "verbosity": v.name,
+            "width": w,
+            "leaf_cap": cap,
+            "overrides": dict(sorted(ov.items())),
+        }
+
+    def attempt(
+        v: Verbosity, w: int, cap: int, ov: dict[str, int]
+    ) -> tuple[SourceNode, tuple[int, int, int, int], DescribeResult, Manifest]:
+        shaped, sstats = shape_tree(
+            canonical,
+            width=w,
+            leaf_cap=cap,
+            counter=counter,
+            signals=signals,
+            overrides=ov,
+            layouts=layouts,
+        )
+        desc = describe_tree(
+            shaped, engine, cache, popts, log, progress=progress.advance, cancel=cancel
+        )
+        manifest = build_manifest(
+            shaped,
+            desc.descriptors,
+            source_id=tree.source_id,
+            kind=tree.kind,
+            budget=budget,
+            siblings=budgets,
+            counter=counter,
+            verbosity=v,
+            links=links,
+        )
+        stats = (sstats.width, sstats.leaf_cap, sstats.clusters, sstats.pages)
+        return shaped, stats, desc, manifest
+
+    # An incremental build first retries the shape the previous build settled on: while it
+    # still passes the self-check, one edited page cannot reshape (and so re-describe) the
+    # rest of the tree.
+    settled = _prior_state(prior)
+    if settled is not None:
+        attempts += 1
+        shaped, stats, desc, manifest = attempt(*settled)
+        check = self_check(manifest, counter)
+        if check.ok:
+            return manifest, shaped, desc, check, settled[0], stats, attempts, dict(prior or {})
     for verbosity in VERBOSITIES:
         width = initial_width(budget, LINE_GUESS[verbosity.name], options.reveal_share)
         leaf_cap = max(16, int(budget * options.leaf_share))
@@ -416,28 +494,7 @@ def _shape_budget(
                 break
             tried.add(state)
             attempts += 1
-            shaped, sstats = shape_tree(
-                canonical,
-                width=width,
-                leaf_cap=leaf_cap,
-                counter=counter,
-                signals=signals,
-                overrides=overrides,
-            )
-            desc = describe_tree(
-                shaped, engine, cache, popts, log, progress=progress.advance, cancel=cancel
-            )
-            manifest = build_manifest(
-                shaped,
-                desc.descriptors,
-                source_id=tree.source_id,
-                kind=tree.kind,
-                budget=budget,
-                siblings=budgets,
-                counter=counter,
-                verbosity=verbosity,
-                links=links,
-            )
+            shaped, stats, desc, manifest = attempt(verbosity, width, leaf_cap, overrides)
             lines = [n.desc_tokens or 0 for n in manifest.nodes.values()]
             line_avg = sum(lines) / max(len(lines), 1)
             fitted = initial_width(budget, line_avg, options.reveal_share)
@@ -452,8 +509,8 @@ def _shape_budget(
                 continue
             check = self_check(manifest, counter)
             if check.ok:
-                stats = (sstats.width, sstats.leaf_cap, sstats.clusters, sstats.pages)
-                return manifest, shaped, desc, check, verbosity, stats, attempts
+                done = state_of(verbosity, width, leaf_cap, overrides)
+                return manifest, shaped, desc, check, verbosity, stats, attempts, done
             last = check
             if any(p.startswith(("schema:", "structure:")) for p in check.problems):
                 raise SelfCheckFailed(budget, check.problems)

@@ -146,6 +146,10 @@ class DescriptorCache:
         self.member_used: set[str] = set()
         self.prior_members: dict[str, Descriptor] = {}
         self.prior_ungraded: frozenset[str] = frozenset()
+        # Shaping the previous build settled on: cluster layouts (see shape.LayoutMemory) and,
+        # per budget, the attempt that passed; an incremental build tries both first.
+        self.layouts: dict[str, Any] = {}
+        self.shaping: dict[str, dict[str, Any]] = {}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,6 +162,8 @@ class DescriptorCache:
             "reasons": self.reasons,
             "members": {k: v.model_dump() for k, v in sorted(self.members.items())},
             "member_ungraded": sorted(self.member_ungraded),
+            "layouts": dict(sorted(self.layouts.items())),
+            "shaping": self.shaping,
         }
 
     def save(self, path: Path) -> None:
@@ -187,6 +193,8 @@ class DescriptorCache:
                 str(k): Descriptor.model_validate(v) for k, v in data["members"].items()
             }
             cache.member_ungraded = {str(k) for k in data["member_ungraded"]}
+            cache.layouts = dict(data["layouts"])
+            cache.shaping = {str(k): dict(v) for k, v in data["shaping"].items()}
             return cache
         except (OSError, ValueError, KeyError, TypeError):
             return None

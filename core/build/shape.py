@@ -14,10 +14,12 @@ frontier for which the variant passes :func:`self_check`:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -87,6 +89,101 @@ def paginate(text: str, cap: int, counter: TextCounter) -> list[str]:
     return pages
 
 
+Layout = list[Any]  # items: a child id (str) or {"id", "title", "members": Layout}
+
+
+class LayoutMemory:
+    """Cluster layouts by (branch, width, child ids). ``prior`` comes from the previous build:
+    a branch whose children are the same pages is clustered exactly as it was, so editing one
+    page cannot move its unchanged neighbours into new clusters (which would make an
+    incremental rebuild describe nodes outside the changed path). ``current`` records what
+    this build used, for the next one."""
+
+    def __init__(self, prior: Mapping[str, Layout] | None = None) -> None:
+        self.prior: dict[str, Layout] = dict(prior or {})
+        self.current: dict[str, Layout] = {}
+
+    @staticmethod
+    def key(node: SourceNode, limit: int) -> str:
+        digest = hashlib.sha256(f"{node.id}\x00{limit}".encode())
+        for child in node.children:
+            digest.update(b"\x00" + child.id.encode("utf-8", errors="surrogatepass"))
+        return digest.hexdigest()[:32]
+
+
+def _layout_of(nodes: list[SourceNode]) -> Layout:
+    out: Layout = []
+    for n in nodes:
+        if n.synthetic and n.facets.get("kind") == "cluster":
+            out.append({"id": n.id, "title": n.title, "members": _layout_of(n.children)})
+        else:
+            out.append(n.id)
+    return out
+
+
+def _layout_ids(layout: Layout) -> list[str]:
+    out: list[str] = []
+    for item in layout:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("members"), list):
+            out.extend(_layout_ids(item["members"]))
+        else:
+            out.append("\x00invalid")
+    return out
+
+
+def _apply_layout(
+    layout: Layout, by_id: dict[str, SourceNode], ids: IdRegistry
+) -> tuple[list[SourceNode], int] | None:
+    """The children rebuilt from ``layout``, with the number of clusters, or None when the
+    layout does not name exactly the available children."""
+    out: list[SourceNode] = []
+    created = 0
+    for item in layout:
+        if isinstance(item, str):
+            node = by_id.pop(item, None)
+            if node is None:
+                return None
+            out.append(node)
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("members"), list):
+            return None
+        inner = _apply_layout(item["members"], by_id, ids)
+        if inner is None or not inner[0]:
+            return None
+        out.append(
+            SourceNode(
+                id=ids.claim(str(item["id"])),
+                title=str(item.get("title", "")),
+                facets={"kind": "cluster"},
+                children=inner[0],
+                synthetic=True,
+            )
+        )
+        created += inner[1] + 1
+    return out, created
+
+
+def _cluster(
+    node: SourceNode, limit: int, signals: Signals, ids: IdRegistry, memory: LayoutMemory | None
+) -> int:
+    if memory is None:
+        return group_children(node, limit, signals, ids)
+    key = LayoutMemory.key(node, limit)
+    prior = memory.prior.get(key)
+    if prior is not None and sorted(_layout_ids(prior)) == sorted(c.id for c in node.children):
+        by_id = {c.id: c for c in node.children}
+        applied = _apply_layout(prior, by_id, ids)
+        if applied is not None and not by_id:
+            node.children = applied[0]
+            memory.current[key] = prior
+            return applied[1]
+    created = group_children(node, limit, signals, ids)
+    memory.current[key] = _layout_of(node.children)
+    return created
+
+
 def shape_tree(
     canonical: SourceNode,
     *,
@@ -95,9 +192,11 @@ def shape_tree(
     counter: TextCounter,
     signals: Signals,
     overrides: Mapping[str, int] | None = None,
+    layouts: LayoutMemory | None = None,
 ) -> tuple[SourceNode, ShapeStats]:
     """``overrides`` narrows particular (natural) branches below ``width``: the compiler sets
-    them for branches whose measured reveal did not fit its share of the budget."""
+    them for branches whose measured reveal did not fit its share of the budget. ``layouts``
+    reuses the previous build's clusters (see :class:`LayoutMemory`)."""
     overrides = overrides or {}
     root = canonical.copy_tree()
     ids = IdRegistry(tuple(n.id for n in root.walk()))
@@ -127,7 +226,7 @@ def shape_tree(
     for node in list(root.walk()):
         limit = overrides.get(node.id, width)
         if len(node.children) > limit:
-            clusters += group_children(node, limit, signals, ids)
+            clusters += _cluster(node, limit, signals, ids, layouts)
     return root, ShapeStats(width=width, leaf_cap=leaf_cap, clusters=clusters, pages=pages)
 
 
