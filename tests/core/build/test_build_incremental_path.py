@@ -37,6 +37,7 @@ TOPICS = [
     ("Frost draining", "winter, drain, plug, freeze, crack"),
     ("Sensor wiring", "cable, gland, terminal, shield, ground"),
 ]
+OPTS_4K = BuildOptions(budgets=(4096,))
 EXTRA = [
     "filter",
     "strainer",
@@ -221,3 +222,73 @@ def test_rebuild_is_the_same_under_every_hash_seed(tmp_path: Path, seeds: tuple[
         assert data["outside"] == []
         outs.append(json.dumps(data, sort_keys=True))
     assert len(set(outs)) == 1
+
+
+def test_the_saved_cache_keeps_lines_layouts_and_shape(tmp_path: Path) -> None:
+    """The CLI's path: the cache goes through a file between the builds."""
+    root = tmp_path / "docs"
+    files = wide(root)
+    opts = BuildOptions(budgets=(2048,))
+    first = compile_tree(load_source(root, "docs", "docs"), GradingEngine(), opts)
+    saved = tmp_path / "cache.json"
+    first.cache.save(saved)
+    loaded = DescriptorCache.load(saved)
+    assert loaded is not None
+    assert loaded.members and loaded.layouts and "2048" in loaded.shaping
+    changed = leaf_id(root, files[9])
+    files[9].write_text(files[9].read_text() + "\nAlso covers the bypass manifold.\n")
+    again = rebuild(root, opts, loaded, changed, GradingEngine())
+    assert again.log.calls and again.log.outside == []
+
+
+def test_a_cache_of_the_previous_format_is_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    narrow(root)
+    first = compile_tree(load_source(root, "docs", "docs"), GradingEngine(), OPTS_4K)
+    data = first.cache.to_json()
+    data["version"] = 1
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert DescriptorCache.load(path) is None
+
+
+def test_a_changed_page_copying_a_sibling_is_contrasted_not_the_sibling(tmp_path: Path) -> None:
+    """The worst case for a collision: the page becomes a copy of its sibling. The group is
+    re-contrasted, but only the changed page's line may move."""
+    root = tmp_path / "docs"
+    files = narrow(root)
+    first = compile_tree(load_source(root, "docs", "docs"), GradingEngine(), OPTS_4K)
+    victim, twin = files[1], files[2]
+    changed = leaf_id(root, victim)
+    victim.write_text(twin.read_text().replace("# Flow meter", "# Flow meter notes"))
+    again = rebuild(root, OPTS_4K, first.cache, changed, GradingEngine())
+    assert again.log.outside == []
+    before, after = first.manifests[4096], again.manifests[4096]
+    twin_id = leaf_id(root, twin)
+    assert after.get(twin_id).when == before.get(twin_id).when
+    assert ("contrast", after.parents[changed]) in again.log.calls
+
+
+class PickyEngine(GradingEngine):
+    """Never passes one page, so the first build leaves it ungraded."""
+
+    name = "offline-picky"
+
+    def grade(
+        self, node: SourceNode, desc: Descriptor, siblings: Sequence[Descriptor]
+    ) -> Grade | None:
+        if node.title.startswith("Pipe sizing"):
+            return Grade(score=0.1, reason="too vague")
+        return super().grade(node, desc, siblings)
+
+
+def test_a_kept_sibling_left_ungraded_is_still_reported(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    files = narrow(root)
+    first = compile_tree(load_source(root, "docs", "docs"), PickyEngine(), OPTS_4K)
+    assert first.stats.ungraded == 1
+    changed = leaf_id(root, files[0])  # a sibling of "Pipe sizing"
+    files[0].write_text(files[0].read_text() + "\nAlso covers the bypass manifold.\n")
+    again = rebuild(root, OPTS_4K, first.cache, changed, PickyEngine())
+    assert again.log.outside == []
+    assert again.stats.ungraded == 1
