@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import KeysView, Mapping
-from itertools import chain
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -139,37 +140,66 @@ def _cost_warnings(manifest: Manifest, levels: list[list[str]]) -> list[str]:
     return warns
 
 
+_ID = attrgetter("id")
+_CHILDREN = attrgetter("children")
+_LINKS = attrgetter("links")
+_PAYLOAD = attrgetter("payload")
+_REF = attrgetter("ref")
+_TO = attrgetter("to")
+_AFTER_SCHEME = itemgetter(slice(7, None))
+
+
 def _clean_warnings(
     manifest: Manifest, limits: Limits, *, warnings: bool = True
 ) -> tuple[str, ...] | None:
-    """Warnings if the structure is clean, None at the first sign of any error. Whole-manifest
-    comprehensions and set operations only: the common case pays no per-node branching."""
+    """Warnings if the structure is clean, None at the first sign of any error.
+
+    Every whole-manifest pass is a ``map``/``filter``/``chain`` over attribute getters, so the
+    per-node work runs in C; only the rare shapes (ids present but not all equal to their
+    keys, payload refs in another scheme) fall back to a Python-level comprehension."""
     nodes = manifest.nodes
     root = manifest.root
     root_id = manifest.root_id
     if len(nodes) + 1 > limits.max_nodes or root_id in nodes:
         return None
-    if [k for k, n in nodes.items() if n.id is not None and n.id != k]:
-        return None
-    every = [root, *nodes.values()]
-    kid_lists = [n.children for n in every if n.children]
+    keys = list(nodes)
+    vals = list(nodes.values())
+    ids = list(map(_ID, vals))
+    if (
+        ids != keys
+        and ids.count(None) != len(ids)
+        and any(i is not None and i != k for i, k in zip(ids, keys, strict=True))
+    ):
+        return None  # an id that differs from its key
+    kid_lists = list(filter(None, map(_CHILDREN, vals)))
+    if root.children:
+        kid_lists.append(root.children)
     if kid_lists and max(map(len, kid_lists)) > limits.max_children:
         return None
     refs = list(chain.from_iterable(kid_lists))
     ref_set = set(refs)
     if len(ref_set) != len(refs) or len(refs) != len(nodes) or ref_set != nodes.keys():
         return None  # a duplicate, a second parent, an unknown id, the root, or an orphan
-    link_lists = [n.links for n in every if n.links]
-    if link_lists and max(map(len, link_lists)) > limits.max_links:
-        return None
-    targets = {x.to for links in link_lists for x in links}
-    if not targets <= nodes.keys() | {root_id}:
-        return None
-    leaves = {k for k, n in nodes.items() if n.payload is not None}
+    link_lists = list(filter(None, map(_LINKS, vals)))
+    if root.links:
+        link_lists.append(root.links)
+    if link_lists:
+        if max(map(len, link_lists)) > limits.max_links:
+            return None
+        targets = set(map(_TO, chain.from_iterable(link_lists)))
+        if not targets <= nodes.keys() | {root_id}:
+            return None
+    payloads = list(map(_PAYLOAD, vals))
+    has_payload = list(map(is_not, payloads, repeat(None)))
+    leaves = set(compress(keys, has_payload))
+    payload_refs = list(map(_REF, compress(payloads, has_payload)))
     if root.payload is not None:
         leaves.add(root_id)
-    payload_refs = [n.payload.ref for n in every if n.payload is not None]
-    pointed = {r[7:] for r in payload_refs if r.startswith("node://")}
+        payload_refs.append(root.payload.ref)
+    if all(map(str.startswith, payload_refs, repeat("node://"))):
+        pointed = set(map(_AFTER_SCHEME, payload_refs))
+    else:
+        pointed = {r[7:] for r in payload_refs if r.startswith("node://")}
     if not pointed <= leaves:
         return None  # a dangling payload ref, or one that points at a branch
     # Every node is referenced exactly once and the root never: a forest hanging from the
@@ -177,12 +207,13 @@ def _clean_warnings(
     levels: list[list[str]] = []
     level = list(root.children or ())
     seen = 0
+    get = nodes.__getitem__
     while level:
         if len(levels) >= limits.max_depth:
             return None
         levels.append(level)
         seen += len(level)
-        level = [c for nid in level if (k := nodes[nid].children) for c in k]
+        level = list(chain.from_iterable(filter(None, map(_CHILDREN, map(get, level)))))
     if seen != len(nodes):
         return None  # a cycle detached from the root
     if not warnings:

@@ -251,7 +251,7 @@ def test_random_graphs_are_classified_without_crashing(
         st.tuples(
             st.one_of(st.lists(_ids, max_size=3), st.none()),
             st.lists(st.sampled_from(["a", "b", "x", "r"]), max_size=2),
-            st.sampled_from(["a", "b", "e", "zz", "r"]),
+            st.sampled_from(["a", "b", "e", "zz", "r", "@file:doc.md", "@node:/a"]),
             st.one_of(st.none(), st.integers(0, 3)),
             st.one_of(st.none(), st.sampled_from(["a", "b", "q"])),
         ),
@@ -259,9 +259,10 @@ def test_random_graphs_are_classified_without_crashing(
     ),
     st.lists(_ids, max_size=4),
     st.integers(1, 4),
+    st.lists(st.sampled_from(["a", "q", "r"]), max_size=2),
 )
 def test_fast_path_agrees_with_the_detailed_pass(
-    spec: dict[str, tuple[Any, ...]], root_kids: list[str], max_depth: int
+    spec: dict[str, tuple[Any, ...]], root_kids: list[str], max_depth: int, root_links: list[str]
 ) -> None:
     from picocontext.manifest.model import Manifest
     from picocontext.manifest.validate import _clean_warnings, _detailed_structure
@@ -270,7 +271,8 @@ def test_fast_path_agrees_with_the_detailed_pass(
     for k, (kids, links, ref, tier, nid) in spec.items():
         n: dict[str, Any] = {"what": k, "when": k, "links": [{"to": t} for t in links]}
         if kids is None:
-            n["payload"] = {"ref": f"node://{ref}"}
+            # "@..." is a ref written as is (another scheme, or a near-miss of node://)
+            n["payload"] = {"ref": ref[1:] if ref.startswith("@") else f"node://{ref}"}
         else:
             n["children"] = kids
         if tier is not None:
@@ -283,11 +285,16 @@ def test_fast_path_agrees_with_the_detailed_pass(
             "pcx_version": "0.2",
             "source": {"id": "s", "kind": "k"},
             "variant": {"budget": 9},
-            "root": {"what": "r", "when": "r", "children": root_kids},
+            "root": {
+                "what": "r",
+                "when": "r",
+                "children": root_kids,
+                "links": [{"to": t} for t in root_links],
+            },
             "nodes": nodes,
         }
     )
-    limits = Limits(max_depth=max_depth)
+    limits = Limits(max_depth=max_depth, max_children=3, max_links=1)
     fast = _clean_warnings(m, limits)
     slow_errors, slow_warnings = _detailed_structure(m, limits)
     assert (fast is None) == bool(slow_errors), (spec, root_kids, slow_errors)
@@ -307,3 +314,30 @@ def test_warnings_can_be_skipped_but_errors_cannot(b: Any) -> None:
     bad = Manifest.model_validate(d)
     assert check_structure(bad, warnings=False)[0]
     assert load_manifest(b.tree_doc(budget=10)).variant.budget == 10
+
+
+def test_fast_path_accepts_clean_shapes_it_rarely_meets() -> None:
+    """Refs in another scheme, a partial set of ids, links from the root: all clean, so the
+    fast path must confirm them (not punt to the detailed pass) and agree with it."""
+    from picocontext.manifest.model import Manifest
+    from picocontext.manifest.validate import _clean_warnings, _detailed_structure
+
+    m = Manifest.model_validate(
+        {
+            "pcx_version": "0.2",
+            "source": {"id": "s", "kind": "k"},
+            "variant": {"budget": 9},
+            "root": {"what": "r", "when": "r", "children": ["a", "b"], "links": [{"to": "c"}]},
+            "nodes": {
+                "a": {"id": "a", "what": "a", "when": "a", "children": ["c"]},
+                "b": {"what": "b", "when": "b", "payload": {"ref": "file:docs/b.md"}},
+                "c": {"what": "c", "when": "c", "payload": {"ref": "node://c"}},
+            },
+        }
+    )
+    assert _clean_warnings(m, Limits()) == () == _detailed_structure(m)[0]
+    wrong_id = m.model_copy(
+        update={"nodes": {**m.nodes, "a": m.nodes["a"].model_copy(update={"id": "z"})}}
+    )
+    assert _clean_warnings(wrong_id, Limits()) is None
+    assert _detailed_structure(wrong_id)[0]
