@@ -401,6 +401,33 @@ class Runtime:
                     stack.append(c)
         return tokens, hidden, reveals, splices
 
+    def _drop_reveal(self, branch: str) -> int:
+        """Collapse ``branch``'s reveal and every reveal and splice under it in one walk over
+        what is revealed there (never the whole subtree); returns the tokens freed. The same
+        items as :meth:`_subtree_items` reports, removed as they are found. Only reveals and
+        splices are ever in the LRU (see :meth:`_touch`), so hidden lines need no LRU pop."""
+        revealed, visible, spliced = self._revealed, self._visible, self._spliced
+        line_cost, level, lru = self._line_cost, self._level, self._lru
+        freed = 0
+        stack = [branch]
+        while stack:
+            b = stack.pop()
+            kids = revealed.pop(b, ())
+            lru.pop(b, None)
+            for c in kids:
+                if visible.get(c) != b:
+                    continue
+                del visible[c]
+                freed += line_cost.pop(c)
+                level.pop(c, None)
+                held = spliced.pop(c, None)
+                if held is not None:
+                    freed += held.cost
+                    lru.pop(c, None)
+                if c in revealed:
+                    stack.append(c)
+        return freed
+
     def _plan_room(self, target: str, cost: int) -> list[str] | None:
         """LRU keys to collapse so ``cost`` fits, or None if even that cannot make room."""
         need = cost - self.budget_remaining
@@ -593,18 +620,7 @@ class Runtime:
             self._spent -= self._spliced.pop(node_id).cost
             self._lru.pop(node_id, None)
         elif node_id in self._revealed:
-            _, hidden, reveals, splices = self._subtree_items(node_id)
-            for s in splices:
-                self._spent -= self._spliced.pop(s).cost
-                self._lru.pop(s, None)
-            for h in hidden:
-                self._spent -= self._line_cost.pop(h)
-                del self._visible[h]
-                self._level.pop(h, None)
-                self._lru.pop(h, None)
-            for r in reveals:
-                self._revealed.pop(r, None)
-                self._lru.pop(r, None)
+            self._spent -= self._drop_reveal(node_id)
         elif self._visible.get(node_id) == "@lateral":
             self._spent -= self._line_cost.pop(node_id)
             del self._visible[node_id]

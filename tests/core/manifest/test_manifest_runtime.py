@@ -40,6 +40,11 @@ def assert_ledger(rt: Runtime) -> None:
     total = sum(rt.counter.count(e.text) for e in rt.ledger())
     assert rt.spent == total
     assert rt.spent <= rt.effective_budget
+    # Internal bookkeeping stays in step (collapse relies on it: only reveals and splices are
+    # ever in the LRU, and every visible line has a level and a cost).
+    assert rt._visible.keys() == rt._level.keys() == rt._line_cost.keys()
+    assert set(rt._lru) <= rt._spliced.keys() | rt._revealed.keys()
+    assert set(rt._spliced) <= rt._visible.keys()
 
 
 # --- B5: a budget below the baseline -------------------------------------------------------
@@ -357,7 +362,15 @@ def test_budget_never_exceeded(
             elif op == "look":
                 rt.look([nid])
             elif op == "close":
-                rt.collapse(nid)
+                # The planning walk (what auto-collapse counts on freeing) and the collapse
+                # itself must agree on every token.
+                planned = (
+                    rt._subtree_items(nid)[0]
+                    if rt.is_revealed(nid) and not rt.is_spliced(nid)
+                    else None
+                )
+                freed = rt.collapse(nid)
+                assert planned is None or freed == planned
             else:
                 rt.disclose([nid])
         except ManifestError:
