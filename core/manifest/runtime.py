@@ -417,12 +417,10 @@ class Runtime:
             for c in kids:
                 if visible.get(c) != b:
                     continue
-                del visible[c]
+                del visible[c], level[c]
                 freed += line_cost.pop(c)
-                level.pop(c, None)
-                held = spliced.pop(c, None)
-                if held is not None:
-                    freed += held.cost
+                if spliced and c in spliced:
+                    freed += spliced.pop(c).cost
                     lru.pop(c, None)
                 if c in revealed:
                     stack.append(c)
