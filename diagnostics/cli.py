@@ -44,7 +44,8 @@ options:
   --backend NAME     deterministic (default; a rule-based notebook model, byte counts) or
                      mlx (a real local model through picocontext.models)
   --config PATH      evaluation configuration JSON (at most 1 MB; see docs/diagnostics.md)
-  --profile NAME     a bundled configuration: {", ".join(PROFILES)}
+  --profile NAME     a bundled configuration: {", ".join(PROFILES[:4])},
+                     {", ".join(PROFILES[4:])}
   --policies LIST    comma-separated policies to compare, replacing the configuration's
                      list: {", ".join(BUILTIN_POLICIES)} (e.g.
                      append-only,editable,navigated,distilled)
