@@ -120,6 +120,8 @@ class ToolLoop:
     system_text: str
     guidance: str
     max_steps: int = 4
+    # Trailing guidance of the forced answer after the last step (None: the completion text).
+    final_guidance: str | None = None
 
 
 class ContextSession:
@@ -614,6 +616,7 @@ class _Run:
             phase=Phase.COMPLETION,
             control_records=control,
             system_text=loop.system_text,
+            guidance=loop.final_guidance,
         )
         self.final_prompt = self.s._counter.prepare(final)
         self.complete()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from kettle import (
@@ -141,11 +142,16 @@ def test_invalid_and_unknown_tool_calls_are_reported_not_fatal() -> None:
     def respond(prompt: PreparedPrompt, n: int) -> ModelResponse:
         if prompt.input.phase is Phase.COMPLETION:
             assert prompt.input.tools_json is None  # the forced answer offers no tools
+            assert prompt.input.guidance == "Steps are used up; answer now."
             return ModelResponse(text="no idea", generated_tokens=2)
         return script.pop(0)
 
     s = ContextSession(kettle_snapshot(), ByteCounter(), ScriptedBackend(respond))
-    report = s.run_tools(archive_loop, TEST_BUDGET)
+
+    def loop(state: WorkingContext) -> ToolLoop:
+        return replace(archive_loop(state), final_guidance="Steps are used up; answer now.")
+
+    report = s.run_tools(loop, TEST_BUDGET)
     assert report.failure is None and report.answer == "no idea"
     assert [t.ok for t in report.tool_steps] == [False, False, False]
     assert report.tool_steps[2].result.startswith("Unknown tool.")
