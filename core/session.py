@@ -603,8 +603,13 @@ class _Run:
                 role=Role.ASSISTANT,
                 body="",
                 protected=True,
+                # An unknown name is model text: it is never echoed into the next prompt.
                 tool_calls=tuple(
-                    ToolCall(id=link, name=call.name, arguments=_object_text(call.arguments))
+                    ToolCall(
+                        id=link,
+                        name=call.name if call.name in allowed else "unknown_tool",
+                        arguments=_object_text(call.arguments),
+                    )
                     for link, call in zip(links, response.tool_calls, strict=True)
                 ),
             )
