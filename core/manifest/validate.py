@@ -171,7 +171,8 @@ def _clean_warnings(
         and any(i is not None and i != k for i, k in zip(ids, keys, strict=True))
     ):
         return None  # an id that differs from its key
-    kid_lists = list(filter(None, map(_CHILDREN, vals)))
+    kid_fields = list(map(_CHILDREN, vals))
+    kid_lists = list(filter(None, kid_fields))
     if root.children:
         kid_lists.append(root.children)
     if kid_lists and max(map(len, kid_lists)) > limits.max_children:
@@ -191,29 +192,31 @@ def _clean_warnings(
             return None
     payloads = list(map(_PAYLOAD, vals))
     has_payload = list(map(is_not, payloads, repeat(None)))
-    leaves = set(compress(keys, has_payload))
+    leaf_keys = list(compress(keys, has_payload))
     payload_refs = list(map(_REF, compress(payloads, has_payload)))
     if root.payload is not None:
-        leaves.add(root_id)
+        leaf_keys.append(root_id)
         payload_refs.append(root.payload.ref)
-    if all(map(str.startswith, payload_refs, repeat("node://"))):
-        pointed = set(map(_AFTER_SCHEME, payload_refs))
-    else:
-        pointed = {r[7:] for r in payload_refs if r.startswith("node://")}
-    if not pointed <= leaves:
-        return None  # a dangling payload ref, or one that points at a branch
+    # Usually every leaf points at itself (node://<its id>): one list comparison confirms it.
+    if payload_refs != list(map("node://".__add__, leaf_keys)):
+        if all(map(str.startswith, payload_refs, repeat("node://"))):
+            pointed = set(map(_AFTER_SCHEME, payload_refs))
+        else:
+            pointed = {r[7:] for r in payload_refs if r.startswith("node://")}
+        if not pointed <= set(leaf_keys):
+            return None  # a dangling payload ref, or one that points at a branch
     # Every node is referenced exactly once and the root never: a forest hanging from the
     # root plus possibly detached cycles. Level-by-level descent finds both and the depth.
     levels: list[list[str]] = []
     level = list(root.children or ())
     seen = 0
-    get = nodes.__getitem__
+    get = dict(zip(keys, kid_fields, strict=True)).__getitem__  # ids -> children, no node reads
     while level:
         if len(levels) >= limits.max_depth:
             return None
         levels.append(level)
         seen += len(level)
-        level = list(chain.from_iterable(filter(None, map(_CHILDREN, map(get, level)))))
+        level = list(chain.from_iterable(filter(None, map(get, level))))
     if seen != len(nodes):
         return None  # a cycle detached from the root
     if not warnings:

@@ -341,3 +341,39 @@ def test_fast_path_accepts_clean_shapes_it_rarely_meets() -> None:
     )
     assert _clean_warnings(wrong_id, Limits()) is None
     assert _detailed_structure(wrong_id)[0]
+
+
+@pytest.mark.parametrize(
+    ("ref", "error"),
+    [
+        ("node://c", None),  # itself
+        ("node://b", None),  # another leaf
+        ("node://missing", "dangling payload ref 'node://missing'"),
+        ("node://a", "'node://a' points at a branch"),
+    ],
+)
+def test_payload_refs_alone_decide_validity(ref: str, error: str | None) -> None:
+    """A manifest whose only possible fault is one payload ref: the fast path must not confirm
+    a dangling or branch-pointing ref, and must confirm a leaf-to-leaf one."""
+    from picocontext.manifest.model import Manifest
+    from picocontext.manifest.validate import _clean_warnings, check_structure
+
+    m = Manifest.model_validate(
+        {
+            "pcx_version": "0.2",
+            "source": {"id": "s", "kind": "k"},
+            "variant": {"budget": 9},
+            "root": {"what": "r", "when": "r", "children": ["a", "b"]},
+            "nodes": {
+                "a": {"what": "a", "when": "a", "children": ["c"]},
+                "b": {"what": "b", "when": "b", "payload": {"ref": "node://b"}},
+                "c": {"what": "c", "when": "c", "payload": {"ref": ref}},
+            },
+        }
+    )
+    errors = check_structure(m, warnings=False)[0]
+    if error is None:
+        assert errors == () and _clean_warnings(m, Limits()) == ()
+    else:
+        assert _clean_warnings(m, Limits()) is None
+        assert any(error in e for e in errors), errors
