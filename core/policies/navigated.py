@@ -46,6 +46,7 @@ from picocontext.budget import RunBudget
 from picocontext.build.compiler import BuildOptions, BuildResult, compile_tree
 from picocontext.build.engines import LLMEngine, OfflineEngine
 from picocontext.build.engines.base import DescriptorEngine
+from picocontext.build.errors import SelfCheckFailed
 from picocontext.build.ir import IdRegistry, SourceNode, SourceTree
 from picocontext.cancel import CancelToken, check
 from picocontext.errors import BudgetExceeded
@@ -383,6 +384,17 @@ def split_history(
     )
 
 
+def tail_ladder(first: int, rungs: int = 4) -> tuple[int, ...]:
+    """Tail budgets to try, largest first: ``first``, halved while it stays positive, then 0
+    (at most ``rungs`` values). Each smaller tail leaves more of the window for reading."""
+    values = [first]
+    while len(values) < rungs - 1 and values[-1] // 2 > 0:
+        values.append(values[-1] // 2)
+    if values[-1] != 0:
+        values.append(0)
+    return tuple(dict.fromkeys(values))
+
+
 # -- the archive as a source tree --------------------------------------------------------------
 
 ROOT_ID = "r"
@@ -579,6 +591,9 @@ class NavigatedPolicy:
         self.name = name
         self._lock = threading.Lock()
         self._compiled: OrderedDict[str, _Compiled] = OrderedDict()
+        # Archives the compiler refused at a budget (by key): the next turn tries a smaller
+        # tail at once instead of repeating the failed shaping attempts.
+        self._refused: OrderedDict[str, SelfCheckFailed] = OrderedDict()
         self.last_turn: NavTurn | None = None
 
     # -- ContextPolicy ----------------------------------------------------------------------
@@ -642,50 +657,72 @@ class NavigatedPolicy:
             ).token_count
 
         window = budget.context_window
-        split = split_history(snapshot, prepare, int(cfg.tail_share * window))
-        info = NavTurn(
-            scope=str(snapshot.scope),
-            counter=text_counter.name,
-            view_ids=tuple(r.id for r in split.view.records),
-            archived_ids=tuple(r.id for u in split.archive for r in u),
-            tail_tokens=split.tail_tokens,
-        )
-        if seen is not None:
-            seen.append(info)
-        if not split.archive:
-            # Everything fits: no archive, no tools; the first reply is the answer.
-            loop = ToolLoop(
-                mode=RunMode.NAVIGATED,
-                view=split.view,
-                preamble=(),
-                tools=(),
-                execute=lambda name, arguments: ToolResult(False, "There is no archive."),
-                system_text=PLAIN_SYSTEM_TEXT,
-                guidance=PLAIN_GUIDANCE,
-                max_steps=1,
-            )
-            return NavPlan(loop=loop, info=info)
-
         fresh = FreshIds(reserved_ids(state.original.records, snapshot.records))
         index_id = fresh("runtime-history-index")
         empty_index = Record(id=index_id, role=Role.USER, protected=True, body="")
-        fixed = prepare(split.view, (empty_index,))
-        probe = _probe_exchange(empty_index)
-        per_call = prepare(split.view, probe) - fixed + cfg.call_slack
         out = max(budget.edit_output_tokens, budget.completion_output_tokens)
         refusal = text_counter.count(NO_ROOM)
-        room = window - out - fixed - cfg.max_steps * (per_call + refusal)
-        nav_budget = min(int(cfg.nav_share * window), room)
-        if nav_budget < cfg.min_nav_tokens:
-            raise BudgetExceeded(
-                f"the protected records and recent tail leave {max(nav_budget, 0)} tokens for "
-                f"the archive index (at least {cfg.min_nav_tokens} needed); raise the context "
-                "window or lower tail_share"
-            )
         positions = {r.id: i for i, r in enumerate(snapshot.records, start=1)}
-        compiled, mode, seconds = self._compile(
-            str(snapshot.scope), split.archive, positions, nav_budget, text_counter, cancel
-        )
+        # The tail yields to the archive when the archive cannot be compiled at the reading
+        # budget it leaves: a verbatim record bigger than that budget is paged, but every page
+        # also costs an index line, so below some budget no paging makes every page reachable.
+        # Showing fewer recent records directly frees reading budget (see tail_ladder).
+        ladder = tail_ladder(int(cfg.tail_share * window))
+        tried: set[tuple[str, ...]] = set()
+        failure: SelfCheckFailed | None = None
+        for tail_tokens in ladder:
+            split = split_history(snapshot, prepare, tail_tokens)
+            if split.tail_ids in tried:
+                continue  # the same split as a rung already refused
+            tried.add(split.tail_ids)
+            info = NavTurn(
+                scope=str(snapshot.scope),
+                counter=text_counter.name,
+                view_ids=tuple(r.id for r in split.view.records),
+                archived_ids=tuple(r.id for u in split.archive for r in u),
+                tail_tokens=split.tail_tokens,
+            )
+            if seen is not None:
+                seen.append(info)
+            if not split.archive:
+                # Everything fits: no archive, no tools; the first reply is the answer.
+                loop = ToolLoop(
+                    mode=RunMode.NAVIGATED,
+                    view=split.view,
+                    preamble=(),
+                    tools=(),
+                    execute=lambda name, arguments: ToolResult(False, "There is no archive."),
+                    system_text=PLAIN_SYSTEM_TEXT,
+                    guidance=PLAIN_GUIDANCE,
+                    max_steps=1,
+                )
+                return NavPlan(loop=loop, info=info)
+
+            fixed = prepare(split.view, (empty_index,))
+            probe = _probe_exchange(empty_index)
+            per_call = prepare(split.view, probe) - fixed + cfg.call_slack
+            room = window - out - fixed - cfg.max_steps * (per_call + refusal)
+            nav_budget = min(int(cfg.nav_share * window), room)
+            if nav_budget < cfg.min_nav_tokens:
+                raise BudgetExceeded(
+                    f"the protected records and recent tail leave {max(nav_budget, 0)} tokens "
+                    f"for the archive index (at least {cfg.min_nav_tokens} needed); raise the "
+                    "context window or lower tail_share"
+                )
+            try:
+                compiled, mode, seconds = self._compile(
+                    str(snapshot.scope), split.archive, positions, nav_budget, text_counter, cancel
+                )
+            except SelfCheckFailed as exc:
+                if nav_budget >= int(cfg.nav_share * window):
+                    raise  # a smaller tail cannot raise the reading budget any further
+                failure = exc
+                check(cancel)
+                continue
+            break
+        else:
+            assert failure is not None  # every rung either returned, raised or failed to fit
+            raise failure
         result = compiled.result
         manifest = result.manifests[compiled.budget]
         leaves = result.leaves[compiled.budget]
@@ -772,6 +809,10 @@ class NavigatedPolicy:
             with self._lock:
                 self._compiled.move_to_end(scope)
             return previous, "reused", 0.0
+        with self._lock:
+            refused = self._refused.get(key)
+        if refused is not None:
+            raise refused
         leaves = sum(1 for n in tree.root.walk() if n.is_leaf and n is not tree.root)
         incremental = previous is not None and leaves <= previous.idf_leaves * (
             cfg.idf_refresh_growth
@@ -780,15 +821,22 @@ class NavigatedPolicy:
             budgets=(nav_budget,), leaf_share=cfg.leaf_share, reveal_share=cfg.reveal_share
         )
         started = time.perf_counter()
-        result = compile_tree(
-            tree,
-            engine,
-            options,
-            counter=counter,
-            cache=previous.result.cache if incremental and previous is not None else None,
-            incremental=incremental,
-            cancel=cancel,
-        )
+        try:
+            result = compile_tree(
+                tree,
+                engine,
+                options,
+                counter=counter,
+                cache=previous.result.cache if incremental and previous is not None else None,
+                incremental=incremental,
+                cancel=cancel,
+            )
+        except SelfCheckFailed as exc:
+            with self._lock:
+                self._refused[key] = exc
+                while len(self._refused) > 4 * cfg.cached_scopes:
+                    self._refused.popitem(last=False)
+            raise
         seconds = time.perf_counter() - started
         check(cancel)
         idf_leaves = previous.idf_leaves if incremental and previous is not None else leaves

@@ -3,13 +3,16 @@ valid and invalid verb calls, the runtime and window budgets, cancellation and c
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import picocontext.policies.navigated as navigated_module
 from picocontext import (
     BudgetExceeded,
     Cancelled,
@@ -31,6 +34,7 @@ from picocontext import (
     ToolSpec,
     validate_snapshot,
 )
+from picocontext.build.compiler import compile_tree
 from picocontext.cancel import CancelToken as _Token
 from picocontext.manifest import HeuristicCounter
 from picocontext.models import ByteCounter, ScriptedBackend
@@ -46,6 +50,7 @@ from picocontext.policies.navigated import (
     leaf_text,
     parse_arguments,
     split_history,
+    tail_ladder,
     text_counter_for,
 )
 
@@ -733,3 +738,98 @@ def test_argument_parser_accepts_exactly_the_schema(name: str, raw: str) -> None
     else:
         assert set(value) == {"id"} and isinstance(value["id"], str) and value["id"]
     assert parsed is not None
+
+
+# -- records bigger than the reading budget ----------------------------------------------------
+
+FEED_BUDGET = RunBudget(
+    context_window=WINDOW,
+    total_tokens=96_000,
+    edit_output_tokens=4096,
+    completion_output_tokens=2048,
+)
+
+
+def feed_snapshot(steps: int = 2, noise: int = 80) -> Snapshot:
+    """Each step: a feed call, a ~4.9 KB verbatim result and a protected request (the shape of
+    the playground's pressure episode)."""
+    records = [
+        Record(id="rules", role=Role.SYSTEM, body="Quote values exactly."),
+        Record(id="task", role=Role.USER, protected=True, body="Track the sensor values."),
+    ]
+    for s in range(1, steps + 1):
+        lines = [f"set gauge-{s} = {s * 37 % 101}"] + [
+            f"sensor {s} tick {t:02d}: drift nominal, humidity steady, fan rpm {s * t % 977}"
+            for t in range(noise)
+        ]
+        records += [
+            Record(
+                id=f"feed-{s}",
+                role=Role.ASSISTANT,
+                tool_calls=(ToolCall(id=f"f-{s}", name="feed", arguments=f'{{"step":{s}}}'),),
+            ),
+            Record(id=f"data-{s}", role=Role.TOOL, tool_call_id=f"f-{s}", body="\n".join(lines)),
+            Record(id=f"ask-{s}", role=Role.USER, protected=True, body=f"What is gauge-{s}?"),
+        ]
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+def test_records_bigger_than_the_reading_budget_are_paged_reachably() -> None:
+    snapshot = feed_snapshot()
+    session = session_for(snapshot, scripted([]))
+    policy = NavigatedPolicy()
+    # With the default tail (data-2 shown in full) about 3,000 bytes are left for reading:
+    # less than data-1, and too little for any paging of it (every page's index line costs
+    # room too), so the tail has to give way to the archive.
+    default_tail = split_history(
+        snapshot, lambda v: _bytes(v), int(NavigatedConfig().tail_share * WINDOW)
+    )
+    assert "data-2" in default_tail.tail_ids and "data-1" not in default_tail.tail_ids
+    report, info = policy.turn_with_info(session, FEED_BUDGET)
+    assert report.failure is None, report.failure
+    assert info is not None and info.manifest is not None and "data-1" in info.archived_ids
+    assert info.tail_tokens < default_tail.tail_tokens
+    manifest = info.manifest
+    for rid in ("data-1", *(r for r in info.archived_ids if r.startswith("data-"))):
+        record = session.context.record(rid)
+        assert record is not None and len(leaf_text(record).encode()) > 4000
+        node = manifest.get(rid)
+        parts = list(node.children or ()) if not node.is_leaf else [rid]
+        pages: list[str] = []
+        for part in parts:
+            fresh = policy.plan(session.counter, session.state, FEED_BUDGET)
+            assert fresh.info.compiled == "reused"
+            result = None
+            for nid in [*manifest.ancestors(part)[1:], part]:
+                result = fresh.loop.execute("open", json.dumps({"id": nid}))
+                assert result.ok, result.text
+            assert result is not None and fresh.leaves[part] in result.text
+            pages.append(fresh.leaves[part])
+        assert "\n".join(pages) == leaf_text(record)
+
+
+@given(st.integers(min_value=0, max_value=1_000_000))
+def test_tail_ladder_shrinks_to_zero(first: int) -> None:
+    ladder = tail_ladder(first)
+    assert ladder[0] == first and ladder[-1] == 0 and len(ladder) <= 4
+    assert all(a > b for a, b in itertools.pairwise(ladder))
+
+
+def test_a_refused_archive_is_not_recompiled_on_the_next_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = session_for(feed_snapshot(), scripted([])).state
+    policy = NavigatedPolicy()
+    first = policy.plan(ByteCounter(), state, FEED_BUDGET)
+    assert len(policy._refused) >= 1  # the default tail's archive was refused once
+    calls: list[object] = []
+    real = compile_tree
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(navigated_module, "compile_tree", counting)
+    second = policy.plan(ByteCounter(), state, FEED_BUDGET)
+    assert second.info.compiled == "reused" and calls == []
+    assert second.info.tail_tokens == first.info.tail_tokens
