@@ -42,6 +42,7 @@ from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator, Navig
 from picocontext.manifest.runtime import LeafResolver, ViewLevel, dict_resolver
 from picocontext.manifest.session import ModeConfig, NavSession
 from picocontext.manifest.validate import load_manifest
+from picocontext_playground import gcguard
 
 ChatModelFactory = Callable[[], ChatModel]
 _HIDDEN = QBrush(QColor(150, 150, 150))
@@ -510,12 +511,14 @@ class ManifestTab(QWidget):
         thread.failed.connect(self._eval_failed)
         thread.finished.connect(self._thread_done)
         self._thread = thread
+        gcguard.hold()  # cycles are collected on the GUI thread only (see gcguard)
         thread.start()
         return True
 
     def _thread_done(self) -> None:
         if self._thread is not None:
             self._thread.deleteLater()
+            gcguard.release()
         self._thread = None
         self.eval_button.setEnabled(self.manifest is not None)
 

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from picocontext import CancelToken, ChatModel, diff_snapshots
 from picocontext_diagnostics import BUILTIN_POLICIES
+from picocontext_playground import gcguard
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
@@ -559,6 +560,7 @@ class MainWindow(QMainWindow):
         thread.finished.connect(self._on_thread_finished)
         self._thread, self._worker = thread, worker
         self._sync_enabled()
+        gcguard.hold()  # cycles are collected on the GUI thread only (see gcguard)
         thread.start()
 
     @Slot()
@@ -638,6 +640,7 @@ class MainWindow(QMainWindow):
             worker.deleteLater()
         if thread is not None:
             thread.deleteLater()
+        gcguard.release()
         self._sync_enabled()
         self.run_finished.emit(self.result)
 
