@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from picocontext.build.errors import SourceError
+from picocontext.build.ir import IdRegistry, SourceNode, humanize, path_id
 
 ROOT_ID = "r"
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -43,3 +44,15 @@ def sorted_entries(folder: Path) -> Iterator[Path]:
     files = sorted((e for e in entries if e.is_file()), key=lambda p: p.name)
     yield from dirs
     yield from files
+
+
+def folder_node(ids: IdRegistry, parts: list[str], kind: str) -> SourceNode:
+    """The branch for a sub-folder at ``parts`` (path segments), shared by folder adapters."""
+    joined = "/".join(parts)
+    return SourceNode(
+        id=ids.claim(path_id(parts) + "/"),
+        title=humanize(parts[-1]),
+        facets={"kind": kind, "folder": parts[0]},
+        meta={"path": joined},
+        origin=joined + "/",
+    )

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from picocontext.build.adapters._common import ROOT_ID, read_text, require_dir, sorted_entries
+from picocontext.build.adapters._common import (
+    ROOT_ID,
+    folder_node,
+    read_text,
+    require_dir,
+    sorted_entries,
+)
 from picocontext.build.errors import SourceError
 from picocontext.build.frontmatter import (
     as_list,
@@ -57,13 +63,7 @@ def load_docs(path: Path, source_id: str) -> SourceTree:
             parts = [*rel, entry.name]
             top = parts[0] if len(parts) > 1 else "."
             if entry.is_dir():
-                child = SourceNode(
-                    id=ids.claim(path_id(parts) + "/"),
-                    title=humanize(entry.name),
-                    facets={"kind": "doc-folder", "folder": parts[0]},
-                    meta={"path": "/".join(parts)},
-                    origin="/".join(parts) + "/",
-                )
+                child = folder_node(ids, parts, "doc-folder")
                 node.children.append(child)
                 order.append((node, child))
                 pending_dirs.append((entry, child, parts))

@@ -16,7 +16,13 @@ import ast
 import re
 from pathlib import Path
 
-from picocontext.build.adapters._common import ROOT_ID, read_text, require_dir, sorted_entries
+from picocontext.build.adapters._common import (
+    ROOT_ID,
+    folder_node,
+    read_text,
+    require_dir,
+    sorted_entries,
+)
 from picocontext.build.cluster import group_children
 from picocontext.build.errors import SourceError
 from picocontext.build.frontmatter import (
@@ -58,6 +64,12 @@ def markdown_sections(body: str) -> list[tuple[str, str]]:
             break
     else:
         return []
+    return _cut_sections(lines, at)
+
+
+def _cut_sections(lines: list[str], at: list[tuple[int, str]]) -> list[tuple[str, str]]:
+    """Split ``lines`` at the heading lines ``at`` (line index, title); the first section also
+    keeps whatever precedes its heading."""
     out = []
     for k, (i, title) in enumerate(at):
         start = 0 if k == 0 else i
@@ -83,12 +95,7 @@ def rst_sections(body: str) -> list[tuple[str, str]]:
             break
     else:
         return []
-    out = []
-    for k, (i, title) in enumerate(at):
-        start = 0 if k == 0 else i
-        end = at[k + 1][0] if k + 1 < len(at) else len(lines)
-        out.append((title, "\n".join(lines[start:end]).strip()))
-    return out
+    return _cut_sections(lines, at)
 
 
 def rst_title(body: str) -> str | None:
@@ -249,13 +256,7 @@ def load_files(path: Path, source_id: str, max_width: int = DEFAULT_MAX_WIDTH) -
             parts = [*rel, entry.name]
             top = parts[0] if len(parts) > 1 else "."
             if entry.is_dir():
-                child = SourceNode(
-                    id=ids.claim(path_id(parts) + "/"),
-                    title=humanize(entry.name),
-                    facets={"kind": "folder", "folder": parts[0]},
-                    meta={"path": "/".join(parts)},
-                    origin="/".join(parts) + "/",
-                )
+                child = folder_node(ids, parts, "folder")
                 node.children.append(child)
                 folders.append(child)
                 subdirs.append((entry, child, parts))
