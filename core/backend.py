@@ -112,22 +112,24 @@ class ModelResponse(BaseModel):
     seconds: float = 0.0
 
 
+def function_spec(tool: ToolSpec) -> dict[str, Any]:
+    """The OpenAI-style function entry of one tool, as chat templates expect it."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters or {"type": "object", "properties": {}},
+        },
+    }
+
+
 def tools_json(specs: Sequence[ToolSpec]) -> str:
     """Canonical JSON of tool specs for :attr:`ModelInput.tools_json`."""
     import json
 
     return json.dumps(
-        [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters or {"type": "object", "properties": {}},
-                },
-            }
-            for t in specs
-        ],
+        [function_spec(t) for t in specs],
         ensure_ascii=False,
         sort_keys=True,
         separators=(",", ":"),

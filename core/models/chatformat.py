@@ -27,6 +27,7 @@ from picocontext.backend import (
     ModelInput,
     PreparedPrompt,
     ToolSpec,
+    function_spec,
 )
 from picocontext.errors import InvalidContext, ModelError
 from picocontext.prompts import (
@@ -461,17 +462,7 @@ class ChatFormat:
             out.append(item)
         if not out:
             raise InvalidContext("empty prompt or output allowance")
-        specs = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters or {"type": "object", "properties": {}},
-                },
-            }
-            for t in tools
-        ]
+        specs = [function_spec(t) for t in tools]
         for spec in specs:
             self.check_text(json.dumps(spec, ensure_ascii=False))
         return self._adapt(out, specs or None)

@@ -109,26 +109,26 @@ LOOK_TOOL = ToolSpec(
         "additionalProperties": False,
     },
 )
-OPEN_TOOL = ToolSpec(
-    name="open",
-    description="Open a listed id: a branch lists its records, a leaf shows one record verbatim.",
-    parameters={
-        "type": "object",
-        "properties": {"id": _ID_SCHEMA},
-        "required": ["id"],
-        "additionalProperties": False,
-    },
+
+
+def _one_id_tool(name: str, description: str) -> ToolSpec:
+    """A verb whose only argument is one node id."""
+    return ToolSpec(
+        name=name,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {"id": _ID_SCHEMA},
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+    )
+
+
+OPEN_TOOL = _one_id_tool(
+    "open", "Open a listed id: a branch lists its records, a leaf shows one record verbatim."
 )
-CLOSE_TOOL = ToolSpec(
-    name="close",
-    description="Close an open id to free reading budget.",
-    parameters={
-        "type": "object",
-        "properties": {"id": _ID_SCHEMA},
-        "required": ["id"],
-        "additionalProperties": False,
-    },
-)
+CLOSE_TOOL = _one_id_tool("close", "Close an open id to free reading budget.")
 NAV_TOOLS: tuple[ToolSpec, ...] = (INDEX_TOOL, LOOK_TOOL, OPEN_TOOL, CLOSE_TOOL)
 
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
