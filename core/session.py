@@ -209,25 +209,25 @@ class ContextSession:
         self._state = candidate
 
     # -- caller mutations ---------------------------------------------------------------
-    def apply(self, edit: Edit, cancel: CancelToken | None = None) -> Snapshot:
-        """A caller edit: same validation and persistence boundary as model edits."""
+    def _mutate(
+        self, change: Callable[[WorkingContext], WorkingContext], cancel: CancelToken | None
+    ) -> Snapshot:
+        """Validate on a copy, save, then publish — all under the busy guard."""
         self._acquire()
         try:
-            candidate = self._state.apply(edit)
+            candidate = change(self._state)
             self._publish(candidate, cancel)
             return candidate.snapshot
         finally:
             self._busy.release()
 
+    def apply(self, edit: Edit, cancel: CancelToken | None = None) -> Snapshot:
+        """A caller edit: same validation and persistence boundary as model edits."""
+        return self._mutate(lambda state: state.apply(edit), cancel)
+
     def append(self, transaction: AppendTransaction, cancel: CancelToken | None = None) -> Snapshot:
         """Caller records extend both views together; no token budget is checked here."""
-        self._acquire()
-        try:
-            candidate = self._state.append(transaction)
-            self._publish(candidate, cancel)
-            return candidate.snapshot
-        finally:
-            self._busy.release()
+        return self._mutate(lambda state: state.append(transaction), cancel)
 
     def append_records(
         self, records: Iterable[Record], cancel: CancelToken | None = None
