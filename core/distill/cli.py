@@ -39,6 +39,16 @@ def default_corpus() -> Path:
     return Path(platformdirs.user_data_dir("picocontext")) / "distill" / "default"
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="picocontext-distill",
@@ -51,9 +61,26 @@ def _build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--docs", action="append", default=[], help="a document folder")
     sync.add_argument("--sessions", action="append", default=[], help="a session SQLite file")
     sync.add_argument("--summarizer", choices=["fake", "model"], default=None)
-    sync.add_argument("--model", default=None, help="MLX model directory for --summarizer model")
+    sync.add_argument(
+        "--model",
+        default=None,
+        help="a known model name (for example smollm2-135m) or an MLX model directory, for "
+        "--summarizer model and --embedder model",
+    )
+    sync.add_argument(
+        "--embedder",
+        choices=["lexical", "model"],
+        default=None,
+        help="lexical hashing (default, no model) or mean-pooled hidden states of --model",
+    )
     sync.add_argument("--guard", choices=["regex", "none"], default=None)
     sync.add_argument("--dims", type=int, default=None, help="lexical embedder width")
+    sync.add_argument(
+        "--budget",
+        type=_positive,
+        default=None,
+        help="words per summary (default 256; a small model on a CPU is faster with ~60)",
+    )
     sync.add_argument("--recipe", default=None, help="explicit recipe salt")
     sync.add_argument("--json", action="store_true")
 
@@ -100,25 +127,58 @@ def _load_config(store: NodeStore) -> dict[str, Any]:
     return dict(json.loads(raw)) if raw else {}
 
 
-def _summarizer(config: dict[str, Any]) -> Summarizer:
+class _ModelSlot:
+    """Loads the configured local model at most once, so the summarizer and the embedder
+    share one set of weights (and one worker thread)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self._model: Any = None
+
+    def get(self, purpose: str) -> Any:
+        if self._model is None:
+            name = self._config.get("model")
+            if not name:
+                raise ConfigError(
+                    f"{purpose} needs --model NAME_OR_DIR (a known model such as smollm2-135m, "
+                    "or an MLX model directory)."
+                )
+            try:
+                from picocontext.models.registry import load_model
+            except ImportError as exc:  # pragma: no cover - the registry itself is core
+                raise ConfigError(f"{purpose} needs the model registry: {exc}") from exc
+            directory = Path(str(name))
+            try:
+                if directory.is_dir():
+                    self._model = load_model(model_dir=directory)
+                else:
+                    self._model = load_model(str(name))
+            except ImportError as exc:
+                raise ConfigError(
+                    f"{purpose} needs the mlx extra (pip install 'picocontext[mlx]'): {exc}"
+                ) from exc
+        return self._model
+
+    def close(self) -> None:
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+
+
+def _summarizer(config: dict[str, Any], models: _ModelSlot) -> Summarizer:
     if config.get("summarizer", "fake") == "fake":
         from picocontext.distill.testing import FakeSummarizer
 
         return FakeSummarizer()
-    model_dir = config.get("model")
-    if not model_dir:
-        raise ConfigError("--summarizer model needs --model <MLX model directory>.")
-    try:
-        from picocontext.models.mlx_backend import MLXModel
-    except ImportError as exc:
-        raise ConfigError(
-            f"The model summarizer needs the mlx extra (pip install 'picocontext[mlx]'): {exc}"
-        ) from exc
-    model = MLXModel.load(model_dir)
+    model = models.get("--summarizer model")
     return ChatSummarizer(model, quantization=str(config.get("quantization", "")))
 
 
-def _embedder(config: dict[str, Any]) -> Embedder:
+def _embedder(config: dict[str, Any], models: _ModelSlot | None = None) -> Embedder:
+    if config.get("embedder", "lexical") == "model":
+        from picocontext.distill.embedder import ModelEmbedder
+
+        return ModelEmbedder((models or _ModelSlot(config)).get("--embedder model"))
     return LexicalEmbedder(dims=int(config.get("dims", 256)))
 
 
@@ -139,9 +199,12 @@ def _adapters(config: dict[str, Any]) -> list[SourceAdapter]:
     return adapters
 
 
-def _open_distiller(corpus: Path, config: dict[str, Any]) -> tuple[Distiller, list[SourceAdapter]]:
+def _open_distiller(
+    corpus: Path, config: dict[str, Any]
+) -> tuple[Distiller, list[SourceAdapter], _ModelSlot]:
     adapters = _adapters(config)
-    summarizer = _summarizer(config)
+    models = _ModelSlot(config)
+    summarizer = _summarizer(config, models)
     tokenizer = whitespace_tokens
     tokenizer_id = "whitespace-words"
     if isinstance(summarizer, ChatSummarizer):
@@ -150,14 +213,18 @@ def _open_distiller(corpus: Path, config: dict[str, Any]) -> tuple[Distiller, li
     distiller = Distiller.open(
         corpus,
         summarizer,
-        _embedder(config),
+        _embedder(config, models),
         guard=_guard(config),
-        config=DistillConfig(recipe_version=str(config.get("recipe", "")), corpus=corpus.name),
+        config=DistillConfig(
+            recipe_version=str(config.get("recipe", "")),
+            corpus=corpus.name,
+            budget=int(config.get("budget", DistillConfig().budget)),
+        ),
         tokenizer=tokenizer,
         tokenizer_id=tokenizer_id,
         adapter_versions=[a.version for a in adapters],
     )
-    return distiller, adapters
+    return distiller, adapters, models
 
 
 def _print(data: Any) -> None:
@@ -204,14 +271,16 @@ def _sync(corpus: Path, args: argparse.Namespace) -> int:
         config["docs"] = [str(Path(p).resolve()) for p in args.docs]
     if args.sessions:
         config["sessions"] = [str(Path(p).resolve()) for p in args.sessions]
-    for key in ("summarizer", "model", "guard", "dims", "recipe"):
+    for key in ("summarizer", "model", "embedder", "guard", "dims", "budget", "recipe"):
         value = getattr(args, key)
         if value is not None:
-            config[key] = str(Path(value).resolve()) if key == "model" else value
+            # A directory is remembered absolutely; a model name stays a name.
+            is_dir = key == "model" and Path(value).is_dir()
+            config[key] = str(Path(value).resolve()) if is_dir else value
     if not config.get("docs") and not config.get("sessions"):
         print("Nothing to distil: pass --docs DIR and/or --sessions FILE.", file=sys.stderr)
         return 2
-    distiller, adapters = _open_distiller(corpus, config)
+    distiller, adapters, models = _open_distiller(corpus, config)
     try:
         distiller.store.meta_set(CONFIG_KEY, json.dumps(config, sort_keys=True))
         if config.get("summarizer", "fake") == "fake" and not args.json:
@@ -241,6 +310,7 @@ def _sync(corpus: Path, args: argparse.Namespace) -> int:
         return 1 if any(r.sweep.failures for r in reports) else 0
     finally:
         distiller.close()
+        models.close()
 
 
 def _watch(corpus: Path, args: argparse.Namespace) -> int:
@@ -259,7 +329,7 @@ def _watch(corpus: Path, args: argparse.Namespace) -> int:
         config = _load_config(probe)
     finally:
         probe.close()
-    distiller, adapters = _open_distiller(corpus, config)
+    distiller, adapters, models = _open_distiller(corpus, config)
 
     def report(r: SweepReport) -> None:
         if r.processed or r.rollup is not None:
@@ -288,6 +358,7 @@ def _watch(corpus: Path, args: argparse.Namespace) -> int:
     finally:
         worker.stop(flush=True)
         distiller.close()
+        models.close()
     return 0
 
 
@@ -300,7 +371,7 @@ def _repair(corpus: Path) -> int:
         config = _load_config(probe)
     finally:
         probe.close()
-    distiller, adapters = _open_distiller(corpus, config)
+    distiller, adapters, models = _open_distiller(corpus, config)
     try:
         dropped = distiller.repair()
         for node_id in dropped:
@@ -312,6 +383,7 @@ def _repair(corpus: Path) -> int:
         return 1 if failures else 0
     finally:
         distiller.close()
+        models.close()
 
 
 def _query(

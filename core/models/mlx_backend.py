@@ -372,6 +372,48 @@ class MLXModel:
             )
         return self._decision_grammar
 
+    # -- hidden states (for picocontext.distill.ModelEmbedder) --------------------------
+    @property
+    def hidden_size(self) -> int:
+        """Width of the final hidden states (the embedding size of a mean-pooled text)."""
+        inner = getattr(self._model, "model", None)
+        norm = getattr(inner, "norm", None)
+        weight = getattr(norm, "weight", None)
+        if weight is None:
+            raise ModelError(
+                f"{self._model_id} does not expose its final norm; hidden states need a "
+                "decoder-only mlx_lm model with .model.norm (llama, qwen3 and their kin)."
+            )
+        return int(weight.shape[0])
+
+    def hidden_states(self, text: str, max_tokens: int = 2048) -> Any:
+        """The final-norm hidden states of ``text`` as a float32 numpy array of shape
+        (tokens, hidden_size): plain tokenization (no chat template), at most ``max_tokens``
+        tokens (the head of longer texts), computed on the worker thread and converted there,
+        so no unevaluated MLX array crosses threads. Never touches the generation KV cache."""
+        if max_tokens < 1:
+            raise InvalidContext("max_tokens must be at least 1")
+        size = self.hidden_size
+        ids = list(self._format.tokenizer.encode(text))[:max_tokens]
+
+        def _run() -> Any:
+            import numpy as np
+
+            if not ids:
+                return np.zeros((0, size), dtype=np.float32)
+            import mlx.core as mx
+
+            states = self._model.model(mx.array([ids]))[0].astype(mx.float32)
+            mx.eval(states)
+            return np.array(states, copy=True)
+
+        if not self._busy.acquire(blocking=False):
+            raise Busy()
+        try:
+            return self._worker.call(_run)
+        finally:
+            self._busy.release()
+
     # -- TokenCounter ---------------------------------------------------------------------
     def prepare(self, model_input: ModelInput) -> PreparedPrompt:
         return self._format.prepare(model_input)

@@ -73,3 +73,68 @@ def test_chat_summarizer_over_mlx_builds_the_tree(tiny: Any, tmp_path: Path) -> 
         assert n.tokens == tiny.count_tokens(d.cas.retrieve_text(n.summary_hash)) > 0
     assert summarizer.calls == d.counters.get("summaries") == len(nodes)
     assert d.recipe.startswith("r1-")
+
+
+def test_cli_distils_a_folder_with_a_local_model_as_summarizer_and_embedder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sync --summarizer model --embedder model --model DIR` loads one model for both seams,
+    remembers the choice for later syncs, and reports real model summaries (free text from
+    the random weights) with model-sized embeddings."""
+    import json
+
+    pytest.importorskip("mlx_lm")
+    from picocontext.distill.cli import main
+    from picocontext.distill.store import NodeStore
+    from picocontext.models.tiny import write_tiny_model
+
+    model_dir = write_tiny_model(tmp_path / "model")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "kiln.md").write_text("# Kiln\n\nThe relay clicks twice.\n", encoding="utf-8")
+    (docs / "garden.md").write_text("# Garden\n\nWater the tomatoes.\n", encoding="utf-8")
+    corpus = tmp_path / "corpus"
+    argv = ["--corpus", str(corpus), "sync", "--docs", str(docs), "--json"]
+    model_args = ["--summarizer", "model", "--embedder", "model", "--model", str(model_dir)]
+    model_args += ["--budget", "12"]
+    assert main([*argv, *model_args]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["counters"]["summaries"] > 0
+    store = NodeStore(corpus / "nodes.sqlite")
+    try:
+        config = json.loads(store.meta_get("cli_config") or "{}")
+        assert config["embedder"] == "model" and config["summarizer"] == "model"
+        assert config["budget"] == 12
+        assert Path(config["model"]) == model_dir.resolve()
+    finally:
+        store.close()
+    # The second sync reuses the remembered model settings: nothing changed, nothing to do.
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["counters"]["summaries"] == 0
+    assert main(["--corpus", str(corpus), "map"]) == 0
+    assert "digest:" in capsys.readouterr().out
+
+
+def test_cli_model_choice_without_a_model_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from picocontext.distill.cli import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\ntext\n", encoding="utf-8")
+    argv = ["--corpus", str(tmp_path / "c"), "sync", "--docs", str(docs), "--embedder", "model"]
+    assert main(argv) == 1
+    assert "--embedder model needs --model NAME_OR_DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budget", ["0", "-3", "many"])
+def test_cli_rejects_a_budget_that_is_not_a_positive_number(
+    budget: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from picocontext.distill.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--corpus", str(tmp_path / "c"), "sync", "--docs", str(tmp_path), "--budget", budget])
+    assert exit_info.value.code == 2
+    assert "expected a positive whole number" in capsys.readouterr().err

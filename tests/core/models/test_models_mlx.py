@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -387,3 +388,34 @@ def test_chatml_models_stop_on_either_end_token(model: MLXModel, lamp: Any) -> N
     response = model.generate(prompt_for(model, lamp()), 40)
     assert response.text == "Hi" and not response.reached_token_limit
     assert response.generated_tokens == len(ids)
+
+
+def test_hidden_states_feed_a_real_model_embedder(model: MLXModel) -> None:
+    """The MLX model is a ``HiddenStateModel``: one row per token, the config's width, the same
+    numbers on every call, and the KV cache used for generation is left alone."""
+    import numpy as np
+
+    from picocontext.distill import ModelEmbedder
+    from picocontext.distill.embedder import HiddenStateModel
+
+    assert isinstance(model, HiddenStateModel)
+    config = json.loads((model.path / "config.json").read_text(encoding="utf-8"))
+    assert model.hidden_size == config["hidden_size"]
+    text = "The kiln relay clicks twice before the element heats."
+    states = model.hidden_states(text)
+    assert states.shape == (len(model.chat_format.tokenizer.encode(text)), model.hidden_size)
+    assert states.dtype == np.float32 and np.isfinite(states).all()
+    np.testing.assert_array_equal(states, model.hidden_states(text))
+    assert model.hidden_states(text, max_tokens=3).shape == (3, model.hidden_size)
+    np.testing.assert_array_equal(model.hidden_states(text, max_tokens=3), states[:3])
+    assert model.hidden_states("").shape == (0, model.hidden_size)
+    with pytest.raises(InvalidContext):
+        model.hidden_states(text, max_tokens=0)
+
+    embedder = ModelEmbedder(model)
+    vectors = embedder.embed([text, "An unrelated sentence about tomatoes.", text])
+    assert vectors.shape == (3, model.hidden_size)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(vectors[0], vectors[2])
+    assert not np.array_equal(vectors[0], vectors[1])
+    assert embedder.embedder_id == f"mean-pool:{model.model_id}"
