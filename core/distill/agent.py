@@ -85,6 +85,11 @@ class RecallArgs(BaseModel):
         return value
 
 
+def _pending(node: DigestNode) -> bool:
+    """A view whose summary is deferred: exact ContentHash, no summary or SemHash yet."""
+    return node.level > LEVEL_ENTITY and not node.summary_hash
+
+
 def _line(node: DigestNode, unchanged: bool = False) -> MapLine:
     return MapLine(
         id=node.id,
@@ -94,6 +99,7 @@ def _line(node: DigestNode, unchanged: bool = False) -> MapLine:
         content_hash=node.content_hash,
         sem_hash=node.sem_hash,
         unchanged=unchanged,
+        pending=_pending(node),
     )
 
 
@@ -120,12 +126,20 @@ class DigestTools:
         tokenizer: Callable[[str], int],
         embedder: Embedder | None = None,
         sem_seed: int = 1,
+        complete: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.store = store
         self.cas = cas
         self.tokenizer = tokenizer
         self.embedder = embedder
         self.sem_seed = sem_seed
+        # Writes pending (deferred) view summaries on first need; None = read-only tools,
+        # which show pending nodes as pending with an empty summary.
+        self.complete = complete
+
+    def _ensure(self, node_ids: list[str]) -> None:
+        if self.complete is not None and node_ids:
+            self.complete(node_ids)
 
     @classmethod
     def open(cls, corpus: str | Path) -> DigestTools:
@@ -201,6 +215,16 @@ class DigestTools:
         node = self.store.get(node_id)
         if node is None:
             raise NodeNotFound(node_id)
+        waiting = [node_id] if _pending(node) else []
+        for child_id in node.child_ids:
+            child = self.store.get(child_id)
+            if child is not None and _pending(child):
+                waiting.append(child_id)
+        if waiting and self.complete is not None:
+            self._ensure(waiting)
+            node = self.store.get(node_id)
+            if node is None:
+                raise NodeNotFound(node_id)
         children = []
         for child_id in node.child_ids:
             child = self.store.get(child_id)
@@ -277,6 +301,12 @@ class DigestTools:
         if budget <= 0:
             raise DistillError(f"Recall budget must be > 0, got {budget}.")
         nodes = {n.id: n for n in self.store.nodes()}
+        if altitude != Altitude.ENTITY and self.complete is not None:
+            # Digests are ranked by their embeddings: pending views get written first.
+            waiting = sorted(i for i, n in nodes.items() if _pending(n))
+            if waiting:
+                self._ensure(waiting)
+                nodes = {n.id: n for n in self.store.nodes()}
         if scope:
             if scope not in nodes:
                 raise NodeNotFound(scope)

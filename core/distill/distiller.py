@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -140,6 +140,26 @@ class DistillConfig(BaseModel):
     embed_batch: int = Field(default=200, gt=0)
     max_attempts: int = Field(default=3, ge=1)
     corpus: str = "default"
+    split_key: Literal["id", "semhash"] = Field(
+        default="id",
+        description=(
+            "What an overflowing group is partitioned on: 'id' (a hash of each child's id, so "
+            "an edit never moves a child to another intermediate) or 'semhash' (the "
+            "reference: children with similar summaries share an intermediate, but an edit "
+            "that changes a child's SemHash moves it and re-summarises two paths)."
+        ),
+    )
+    views: Literal["deferred", "eager"] = Field(
+        default="deferred",
+        description=(
+            "'deferred': the root rolls up each leaf's primary parent only (its first declared "
+            "scope, else its cluster, else the unclustered bucket); the other level-1 nodes "
+            "(secondary scopes such as days, clusters of scoped leaves) are views whose "
+            "ContentHashes a sweep keeps exact and whose summaries are written the first "
+            "time digest/recall needs them. 'eager': the reference — every level-1 node is "
+            "a child of the root and every summary is written in the sweep."
+        ),
+    )
 
 
 class Counters:
@@ -151,6 +171,7 @@ class Counters:
         "embedded_texts",
         "negative_cache_hits",
         "links_refreshed",
+        "deferred",
     )
 
     def __init__(self) -> None:
@@ -195,6 +216,11 @@ class _Pass:
     existing: dict[str, DigestNode]
     built: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+
+
+def _is_pending(node: DigestNode | None) -> bool:
+    """An internal node whose summary was deferred (a view in deferred-views mode)."""
+    return node is not None and node.level > LEVEL_ENTITY and not node.summary_hash
 
 
 _GATES: dict[str, threading.Lock] = {}
@@ -731,22 +757,37 @@ class Distiller:
         report = {"scope_nodes": 0, "cluster_nodes": 0, "short_circuits": 0}
         tops: list[str] = []
 
+        # Deferred views: the root rolls up each leaf's *primary* parent only, so an edit
+        # re-summarises one path; every other level-1 node is a view (see DistillConfig.views).
+        deferred = self.config.views == "deferred"
+        primary_tops = {self._primary_parent(state.index[leaf.id], clusters_of) for leaf in leaves}
+        cluster_start = self.config.cluster_bits if self.config.split_key == "semhash" else 0
+
         def top(node_id: str, kind: str, scope: ScopeRef, members: list[str], bits: int) -> None:
+            view = deferred and node_id not in primary_tops
             rolled = self._rollup_group(
-                state, node_id, LEVEL_SCOPE, kind, scope, (ROOT_ID,), members, bits
+                state,
+                node_id,
+                LEVEL_SCOPE,
+                kind,
+                scope,
+                () if view else (ROOT_ID,),
+                members,
+                bits,
+                lazy=view,
             )
             if rolled:
                 report["scope_nodes" if kind == KIND_SCOPE else "cluster_nodes"] += 1
-            else:
+            elif not view or not _is_pending(state.index.get(node_id)):
                 report["short_circuits"] += 1
-            if node_id in state.index:
+            if node_id in state.index and not view:
                 tops.append(node_id)
 
         for sid in sorted(scope_groups):
             name, value = parse_scope_id(sid)
             top(sid, KIND_SCOPE, ScopeRef(name=name, id=value), sorted(scope_groups[sid]), 0)
         for cid, members in clusters.items():
-            top(cid, KIND_CLUSTER, ScopeRef(), list(members), self.config.cluster_bits)
+            top(cid, KIND_CLUSTER, ScopeRef(), list(members), cluster_start)
         if unclustered:
             top(UNCLUSTERED_ID, KIND_CLUSTER, ScopeRef(), sorted(unclustered), 0)
         tenant_rolled = False
@@ -778,6 +819,24 @@ class Distiller:
             deleted=deleted,
         )
 
+    def _split_key(self, child: DigestNode) -> int:
+        """The 64-bit value a split partitions on. 'id' hashes the child's id, which no edit
+        changes, so an edited child stays in its intermediate (one path per edit); 'semhash'
+        (the reference) groups similar children but moves a child whose summary changed."""
+        if self.config.split_key == "semhash":
+            return parse_sem_hash_or_zero(child.sem_hash)
+        return int(source_field_hash(child.id)[:16], 16)
+
+    @staticmethod
+    def _primary_parent(leaf: DigestNode, clusters_of: dict[str, list[str]]) -> str:
+        """The level-1 node through which a leaf reaches the root in deferred-views mode: its
+        first declared scope, else its first cluster, else the unclustered bucket (fix A)."""
+        for parent_id in leaf.parent_ids:
+            if is_scope_id(parent_id):
+                return parent_id
+        own = sorted(clusters_of.get(leaf.id, []))
+        return own[0] if own else UNCLUSTERED_ID
+
     def _partition(
         self, children: Sequence[DigestNode], start_bits: int
     ) -> tuple[int, dict[int, list[DigestNode]], list[int]] | None:
@@ -790,7 +849,7 @@ class Distiller:
             nxt = min(bits + self.config.sub_bits, 64)
             parts: dict[int, list[DigestNode]] = {}
             for child in children:
-                key = cluster_prefix(parse_sem_hash_or_zero(child.sem_hash), nxt)
+                key = cluster_prefix(self._split_key(child), nxt)
                 parts.setdefault(key, []).append(child)
             if len(parts) >= 2:
                 return nxt, parts, skipped
@@ -808,6 +867,7 @@ class Distiller:
         parents: tuple[str, ...],
         members: Sequence[str],
         prefix_bits: int,
+        lazy: bool = False,
     ) -> bool:
         state.built.add(node_id)
         children = [state.index[m] for m in members if m in state.index]
@@ -817,7 +877,7 @@ class Distiller:
         )
         split = None if (fits or not children) else self._partition(children, prefix_bits)
         if split is None:
-            return self._rollup_node(state, node_id, level, kind, scope, parents, children)
+            return self._rollup_node(state, node_id, level, kind, scope, parents, children, lazy)
         bits, parts, skipped = split
         self.counters.add("splits")
         base = node_id + "".join("#" + hex16(p) for p in skipped)
@@ -837,10 +897,11 @@ class Distiller:
                 (node_id,),
                 [c.id for c in group],
                 bits,
+                lazy,
             )
             if sub_id in state.index:
                 direct.append(state.index[sub_id])
-        return self._rollup_node(state, node_id, level, kind, scope, parents, direct)
+        return self._rollup_node(state, node_id, level, kind, scope, parents, direct, lazy)
 
     def _rollup_node(
         self,
@@ -851,7 +912,12 @@ class Distiller:
         scope: ScopeRef,
         parents: tuple[str, ...],
         children: Sequence[DigestNode],
+        lazy: bool = False,
     ) -> bool:
+        if not lazy and any(_is_pending(c) for c in children):
+            # Only after switching from deferred to eager views: write the pending children
+            # first, exactly as a clean eager build would have.
+            children = [self._complete(state, c) for c in children]
         ch = rollup_content_hash(self.recipe, [c.content_hash for c in children])
         # Short-circuit #2 keys on the ContentHash *and* the summary-input hash: equal content
         # hashes do not imply equal summarizer inputs (children renamed, reordered, or
@@ -878,6 +944,9 @@ class Distiller:
                     self.store.upsert(refreshed)
                 existing = refreshed
             state.index[node_id] = existing
+            return False
+        if lazy:
+            self._defer(state, node_id, level, kind, scope, parents, ch, child_ids, existing)
             return False
         if existing is not None:
             state.index[node_id] = existing
@@ -942,6 +1011,94 @@ class Distiller:
         state.index[node_id] = node
         return True
 
+    def _defer(
+        self,
+        state: _Pass,
+        node_id: str,
+        level: int,
+        kind: str,
+        scope: ScopeRef,
+        parents: tuple[str, ...],
+        content_hash: str,
+        child_ids: tuple[str, ...],
+        existing: DigestNode | None,
+    ) -> None:
+        """Record a view node whose summary is out of date as *pending*: its ContentHash and
+        links are exact (so ``map`` diffs stay exact), its summary, SemHash, tokens and vector
+        are empty until :meth:`complete` writes them. The row itself is the persisted queue:
+        a crash leaves it pending, and the next ``complete`` finishes it."""
+        node = DigestNode(
+            id=node_id,
+            level=level,
+            kind=kind,
+            scope_name=scope.name,
+            scope_id=scope.id,
+            content_hash=content_hash,
+            child_ids=child_ids,
+            parent_ids=parents,
+            updated_at=time.time_ns(),
+        )
+        same = existing is not None and existing.table_key() == node.table_key()
+        if existing is not None and same and _is_pending(existing):
+            state.index[node_id] = existing  # already pending with these hashes and links
+            return
+        with self.store.transaction():
+            self.store.upsert(node)
+            self.store.delete_vector(node_id)
+        self.counters.add("deferred")
+        state.index[node_id] = node
+
+    def _complete(self, state: _Pass, node: DigestNode) -> DigestNode:
+        """Write a pending node's summary (its pending children first) from the same inputs
+        an eager rollup uses, so the result is the row a clean eager build writes."""
+        if not _is_pending(node):
+            return node
+        children = []
+        for child_id in node.child_ids:
+            child = state.index.get(child_id) or self.store.get(child_id)
+            if child is not None:
+                children.append(self._complete(state, child))
+        state.existing.setdefault(node.id, node)
+        self._rollup_node(
+            state,
+            node.id,
+            node.level,
+            node.kind,
+            ScopeRef(name=node.scope_name, id=node.scope_id),
+            node.parent_ids,
+            children,
+        )
+        return state.index.get(node.id, node)
+
+    def pending_ids(self) -> list[str]:
+        """Ids of view nodes whose summaries are pending (deferred views), sorted."""
+        return sorted(n.id for n in self.store.nodes() if _is_pending(n))
+
+    def complete(self, node_ids: Iterable[str] | None = None) -> int:
+        """Write the pending summaries of ``node_ids`` (and of the pending nodes below them
+        that they are made from), or of every pending node when ``node_ids`` is None. Returns
+        the number of summarizer calls. Single-flight with sweeps; a node the guard blocks
+        stays pending (and the negative cache stops it from calling the model again)."""
+        with self.gate():
+            nodes = {n.id: n for n in self.store.nodes()}
+            wanted = sorted(nodes) if node_ids is None else sorted(set(node_ids))
+            targets = [nodes[i] for i in wanted if i in nodes and _is_pending(nodes[i])]
+            if not targets:
+                return 0
+            state = _Pass(
+                index={},
+                existing={i: n for i, n in nodes.items() if n.level > LEVEL_ENTITY},
+            )
+            before = self.counters.get("summaries")
+            try:
+                for node in targets:
+                    self._complete(state, state.index.get(node.id, node))
+            finally:
+                self._fresh.clear()
+            if state.errors:
+                raise DistillError("; ".join(state.errors))
+            return self.counters.get("summaries") - before
+
     # -- maintenance and views ---------------------------------------------------------------
     def gc(self, grace_seconds: float = 3600.0, now: float | None = None) -> GCReport:
         """Mark-and-sweep the CAS with the live summary and source hashes as roots."""
@@ -995,5 +1152,10 @@ class Distiller:
         from picocontext.distill.agent import DigestTools
 
         return DigestTools(
-            self.store, self.cas, self.tokenizer, self.embedder, self.config.sem_seed
+            self.store,
+            self.cas,
+            self.tokenizer,
+            self.embedder,
+            self.config.sem_seed,
+            complete=self.complete,
         )

@@ -166,6 +166,7 @@ class MapLine(BaseModel):
     sem_hash: str = ""
     unchanged: bool = False
     summary: str = ""
+    pending: bool = False
 
     def wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "level": self.level, "kind": self.kind}
@@ -175,6 +176,8 @@ class MapLine(BaseModel):
         out["semHash"] = self.sem_hash
         if self.unchanged:
             out["unchanged"] = True
+        if self.pending:
+            out["pending"] = True
         if self.summary:
             out["summary"] = self.summary
         return out

@@ -298,6 +298,10 @@ class NodeStore:
             (node_id, int(vec.size), vec.tobytes()),
         )
 
+    def delete_vector(self, node_id: str) -> None:
+        """A node whose summary is pending has no embedding until it is written."""
+        self._x("DELETE FROM digest_vectors WHERE id=?", (node_id,))
+
     def get_vector(self, node_id: str) -> npt.NDArray[np.float32] | None:
         rows = self._q("SELECT dims, data FROM digest_vectors WHERE id=?", (node_id,))
         if not rows:

@@ -155,8 +155,13 @@ def build(
     guard: Guard | None = None,
     **config: Any,
 ) -> Distiller:
-    """A corpus with the deterministic fakes; the recipe defaults to the reference's "v1"."""
+    """A corpus with the deterministic fakes in the reference's setup: recipe "v1", SemHash
+    splits and eager views (every level-1 node under the root, every summary written in the
+    sweep), so the reference's fixtures keep their shapes. Pass ``views="deferred"`` and
+    ``split_key="id"`` for the library defaults."""
     config.setdefault("recipe_version", "v1")
+    config.setdefault("split_key", "semhash")
+    config.setdefault("views", "eager")
     return Distiller.open(
         root,
         summarizer or FakeSummarizer(),

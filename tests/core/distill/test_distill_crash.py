@@ -1,6 +1,8 @@
 """Crash safety (P22): SIGKILL a worker process at random points of its sweeps, at least 20
 times; the restarted worker converges to the same node table as a clean build (P7), every
-mark made before a crash is processed, and every live summary blob still verifies.
+mark made before a crash is processed, and every live summary blob still verifies. The
+worker runs the library defaults (deferred views), so kills also land while it writes pending
+view summaries.
 
 Each round waits for the child to finish importing, then kills it after a random delay that
 falls inside its sweep (L0 work, rollup or the commits between). About 30 s: every round
@@ -40,6 +42,7 @@ CHILD = textwrap.dedent(
     print("ready", flush=True)
     while d.store.pending_count() or d.store.meta_get("rollup_needed") == "1":
         d.sweep()
+    d.complete()  # deferred views: kills also land while pending summaries are written
     print("converged", flush=True)
     """
 ).format(config=CONFIG)
@@ -108,8 +111,11 @@ def test_kill_nine_during_sweeps_converges_to_a_clean_build(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr.decode()
     recovered = _open(corpus)
     assert recovered.store.pending_count() == 0
+    assert recovered.pending_ids() == []
     clean = _open(tmp_path / "clean")
     clean.apply(sorted(final.values(), key=lambda u: u.unit_id))
+    assert clean.pending_ids()  # the defaults defer the views (the shift scopes, clusters)
+    clean.complete()
     assert recovered.table() == clean.table()
     assert {n.source_id for n in recovered.store.nodes(0)} == set(final)
     for node in recovered.store.nodes():
