@@ -58,8 +58,11 @@ from picocontext_diagnostics.grading import (
 
 MAX_OPERATIONS = 32
 RECALL_WORDS = 400
-_INDEX_LINE = re.compile(r"^(\S+) \[(?:leaf|branch:\d+)\] (.*)$", re.MULTILINE)
+_INDEX_LINE = re.compile(r"^(\S+) \[(leaf|branch:\d+)\] (.*)$", re.MULTILINE)
 _RECORD_NUMBER = re.compile(r"#(\d+)")
+_LEAF_PART = re.compile(r"\(part (\d+) of \d+\)\s*$")
+_OWN_ANSWER = re.compile(r"#(\d+) assistant(?! calls)\b")
+_OUT_OF_BUDGET = re.compile(r"^Opening '[^'\n]*' costs \d+ tokens but only \d+ remain")
 _RECALL_PIECE = re.compile(
     r"^--- older group (\d+)(?:, part (\d+)/\d+)? \([^)\n]*\)$", re.MULTILINE
 )
@@ -88,7 +91,8 @@ def history_chunks(results: Sequence[str]) -> list[str]:
         if first.startswith("[context]"):
             numbers = _RECORD_NUMBER.findall(first)
             if numbers:
-                placed.setdefault((int(numbers[-1]), 0), text)
+                part = _LEAF_PART.search(first)
+                placed.setdefault((int(numbers[-1]), int(part.group(1)) if part else 0), text)
                 continue
         pieces = _RECALL_PIECE.split(text)
         unplaced.append(pieces[0])
@@ -256,18 +260,78 @@ class DeterministicNotebookBackend:
                     return ModelToolCall(name="recall", arguments=dumps_sorted(arguments))
             return None
         if "open" in offered:
-            opened = {str(c.get("id")) for c in self._called(prompt, "open")}
-            best: tuple[int, str] | None = None
-            for record in prompt.input.control_records:
-                for node_id, text in _INDEX_LINE.findall(record.body):
-                    if node_id == "r" or node_id in opened:
-                        continue
-                    newest = max((int(n) for n in _RECORD_NUMBER.findall(text)), default=0)
-                    if best is None or newest > best[0]:
-                        best = (newest, node_id)
-            if best is not None:
-                return ModelToolCall(name="open", arguments=dumps_sorted({"id": best[1]}))
+            return self._navigate(prompt)
         return None
+
+    @staticmethod
+    def _exchanges(prompt: PreparedPrompt) -> list[tuple[str, str, str]]:
+        """(verb, node id, result text) of this turn's tool calls, in order."""
+        calls: list[tuple[str, str, str]] = []
+        results = {r.tool_call_id: r.body for r in prompt.input.control_records if r.tool_call_id}
+        for record in prompt.input.control_records:
+            for call in record.tool_calls:
+                try:
+                    value = json.loads(call.arguments)
+                except ValueError:
+                    continue
+                node = str(value.get("id", "")) if isinstance(value, dict) else ""
+                calls.append((call.name, node, results.get(call.id, "")))
+        return calls
+
+    def _navigate(self, prompt: PreparedPrompt) -> ModelToolCall | None:
+        """Read like someone who knows that each of its own answers is a full notebook: the
+        newest archived answer first, then whatever is newer than it, newest first (branches
+        are opened to list what they hold). When the runtime says the reading budget is
+        spent, close the oldest leaf still open (its text stays in this turn's transcript, so
+        nothing read is lost) and try again; with nothing left to close or to read, answer
+        with what is known."""
+        kinds: dict[str, str] = {}
+        numbers: dict[str, int] = {}
+        holds_answer: dict[str, int] = {}  # newest own answer a node is or lists
+        for record in prompt.input.control_records:
+            for node_id, kind, text in _INDEX_LINE.findall(record.body):
+                kinds[node_id] = kind
+                newest = max((int(n) for n in _RECORD_NUMBER.findall(text)), default=0)
+                numbers[node_id] = max(numbers.get(node_id, 0), newest)
+                answer = max((int(n) for n in _OWN_ANSWER.findall(text)), default=0)
+                if answer:
+                    holds_answer[node_id] = max(holds_answer.get(node_id, 0), answer)
+        read: set[str] = set()
+        resident: list[str] = []  # open leaves, oldest first
+        out_of_budget = False
+        for verb, node, result in self._exchanges(prompt):
+            out_of_budget = False
+            if verb == "open":
+                if _OUT_OF_BUDGET.match(result):
+                    out_of_budget = True
+                elif not result.startswith(("Refused", "Unknown", "open needs")):
+                    read.add(node)
+                    if kinds.get(node) == "leaf" and node not in resident:
+                        resident.append(node)
+            elif verb == "close" and node in resident:
+                resident.remove(node)
+        if out_of_budget:
+            if not resident:
+                return None
+            return ModelToolCall(name="close", arguments=dumps_sorted({"id": resident[0]}))
+        answers_read = (n for n in read if kinds.get(n) == "leaf" and n in holds_answer)
+        horizon = max((holds_answer[n] for n in answers_read), default=0)
+        unread = {n: k for n, k in numbers.items() if n != "r" and n not in read and k > horizon}
+        if not unread:
+            return None
+        # A newer answer of its own first (the leaf itself before a branch listing it), then
+        # the rest, newest first; the parts of one record in reading order (max() keeps the
+        # first of equals, and ids sort by part).
+        target = max(
+            sorted(unread),
+            key=lambda n: (
+                holds_answer.get(n, 0) > horizon,
+                holds_answer.get(n, 0),
+                kinds.get(n) == "leaf",
+                unread[n],
+            ),
+        )
+        return ModelToolCall(name="open", arguments=dumps_sorted({"id": target}))
 
     def read(self, prompt: PreparedPrompt) -> tuple[str, ModelToolCall | None]:
         """(answer, None) or ("", the tool call to make) for a tools-phase prompt."""

@@ -296,6 +296,107 @@ def test_reader_opens_the_newest_unopened_index_line() -> None:
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("open", '{"id":"turn-3"}')]
 
 
+def _exchange(n: int, verb: str, node: str, result: str) -> tuple[Record, Record]:
+    call = Record(
+        id=f"c{n}",
+        role=Role.ASSISTANT,
+        protected=True,
+        tool_calls=(ToolCall(id=f"t{n}", name=verb, arguments=json.dumps({"id": node})),),
+    )
+    return call, Record(
+        id=f"r{n}", role=Role.TOOL, protected=True, tool_call_id=f"t{n}", body=result
+    )
+
+
+NAV_TOOLS = "index,look,open,close"
+LISTING = (
+    "ARCHIVE INDEX\nr [branch:1] History: all\n"
+    "turn-1 [branch:4] Turn 1 #3-#9: #4 tool result, #6 assistant, #8 tool result\n"
+)
+
+
+def _next(control: Sequence[Record]) -> tuple[str, str]:
+    index = Record(id="idx", role=Role.USER, protected=True, body=LISTING)
+    reply = DeterministicNotebookBackend().generate(
+        _prompt([_request("a", "b")], (index, *control), NAV_TOOLS), 1_000
+    )
+    assert len(reply.tool_calls) == 1, reply.text
+    return reply.tool_calls[0].name, json.loads(reply.tool_calls[0].arguments)["id"]
+
+
+def test_reader_opens_its_newest_archived_answer_first_then_newer_parts_in_order() -> None:
+    """Its own answers are full notebooks: the newest one first, then only what is newer, and
+    the parts of one record in reading order."""
+    listed = _exchange(
+        1,
+        "open",
+        "turn-1",
+        "d-4 [leaf] #4 tool result: FACT a=0\nans-6 [leaf] #6 assistant: #6 assistant\n"
+        "d-8 [branch:2] #8 tool result: parts\n",
+    )
+    assert _next(listed) == ("open", "ans-6")
+    answer = _exchange(2, "open", "ans-6", '[context] H › #6 assistant\n{"facts":{"a":"1"}}')
+    assert _next((*listed, *answer)) == ("open", "d-8")
+    parts = _exchange(
+        3,
+        "open",
+        "d-8",
+        "d-8~p2 [leaf] #8 tool result (part 2 of 2): noise\n"
+        "d-8~p1 [leaf] #8 tool result (part 1 of 2): FACT b=2\n",
+    )
+    assert _next((*listed, *answer, *parts)) == ("open", "d-8~p1")
+
+
+def test_reader_closes_its_oldest_open_leaf_when_the_reading_budget_is_spent() -> None:
+    listed = _exchange(
+        1,
+        "open",
+        "turn-1",
+        "ans-6 [leaf] #6 assistant: #6 assistant\nd-8 [leaf] #8 tool result: x\n",
+    )
+    answer = _exchange(2, "open", "ans-6", '[context] H › #6 assistant\n{"facts":{"a":"1"}}')
+    refused = _exchange(
+        3, "open", "d-8", "Opening 'd-8' costs 300 tokens but only 20 remain; close something."
+    )
+    control = (*listed, *answer, *refused)
+    assert _next(control) == ("close", "ans-6")
+    closed = _exchange(4, "close", "ans-6", "Closed ans-6: 280 tokens freed, 300 left.")
+    # the refused leaf was never read, so it is tried again; the closed answer stays known
+    assert _next((*control, *closed)) == ("open", "d-8")
+
+
+def test_reader_answers_when_the_budget_is_spent_and_nothing_is_open() -> None:
+    refused = _exchange(
+        1, "open", "turn-1", "Opening 'turn-1' costs 900 tokens but only 20 remain; close first."
+    )
+    index = Record(id="idx", role=Role.USER, protected=True, body=LISTING)
+    reply = DeterministicNotebookBackend().generate(
+        _prompt([_request("a")], (index, *refused), NAV_TOOLS), 1_000
+    )
+    assert reply.tool_calls == () and json.loads(reply.text) == {"facts": {}}
+
+
+def test_navigated_reader_keeps_every_answer_under_retention_pressure() -> None:
+    """The playground's four-column pressure smoke: 48 noise lines per update push older
+    answers into the archive, where the reader finds them (its newest answer first)."""
+    from picocontext_diagnostics.episodes import fixture_episode
+
+    episode = fixture_episode(Scenario.RETENTION, noise_lines=48)
+    budget = RunBudget(
+        context_window=16_384,
+        total_tokens=96_000,
+        edit_output_tokens=4_096,
+        completion_output_tokens=2_048,
+    )
+    report = EpisodeRunner(ByteCounter(), DeterministicNotebookBackend()).run(
+        episode, NAVIGATED, budget, 320_000
+    )
+    assert report.passed, [(s.step.id, s.failure, s.answer_problem) for s in report.steps]
+    for step in report.steps[1:]:
+        assert step.run is not None
+        assert any(t.name == "open" and t.ok for t in step.run.tool_steps), step.step.id
+
+
 def test_history_chunks_are_ordered_and_deduplicated() -> None:
     chunks = history_chunks(
         [
