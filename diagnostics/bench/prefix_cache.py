@@ -21,17 +21,38 @@ from typing import Any
 from picocontext import ContextSession, Record, Role, RunBudget
 from picocontext_diagnostics.bench.generate import environment, load
 from picocontext_diagnostics.episodes import generated_episode
-from picocontext_diagnostics.fixtures import Scenario
+from picocontext_diagnostics.fixtures import Scenario, fixtures_dir
 from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, Policy
 
 
+def reference_text(model: Any, tokens: int) -> str:
+    """The first ``tokens`` model tokens (cut at a line) of the bundled greenhouse corpora
+    (every text file under ``resources/corpora``, sorted): the stable reference material an
+    on-device assistant carries in every prompt."""
+    root = fixtures_dir().parent / "corpora"
+    lines: list[str] = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in {".md", ".rst", ".txt", ".py"}:
+            lines.extend(path.read_text(encoding="utf-8").splitlines())
+    out: list[str] = []
+    for line in lines:
+        if model.count_tokens("\n".join(out)) >= tokens:
+            return "\n".join(out)
+        out.append(line)
+    raise ValueError(f"the corpora under {root} hold fewer than {tokens} tokens")
+
+
 def run_episode(
-    model: Any, policy: Policy, seed: int, steps: int, budget: RunBudget
+    model: Any, policy: Policy, seed: int, steps: int, budget: RunBudget, reference: str
 ) -> dict[str, Any]:
     """Every step runs even if an earlier one failed (a 135M model often overruns its answer
     allowance): append the step's records, run the policy, record the answer, go on."""
     episode = generated_episode(Scenario.RETENTION, seed, step_count=steps)
-    session = ContextSession(episode.initial, model, model)
+    initial = episode.initial
+    if reference:
+        note = Record(id="reference", role=Role.USER, protected=True, body=reference)
+        initial = initial.model_copy(update={"records": (*initial.records, note)})
+    session = ContextSession(initial, model, model)
     started = time.perf_counter()
     rows = []
     for step in episode.steps:
@@ -73,6 +94,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--answer-tokens", type=int, default=48)
+    parser.add_argument(
+        "--reference-tokens",
+        type=int,
+        default=1_600,
+        help="a protected reference document of about this many tokens after the task "
+        "(0: none). Reuse saves what stays put, so the ratio grows with the stable prefix: "
+        "(4b + 10d) / (b + 4d) for b stable and d new tokens per step",
+    )
     parser.add_argument("--no-editable", action="store_true", help="skip the editable run")
     parser.add_argument("--output", type=Path, default=Path("out/bench/prefix_cache.json"))
     args = parser.parse_args(argv)
@@ -85,14 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     model = load(args, prefix_cache=False)
     try:
-        off = run_episode(model, APPEND_ONLY, args.seed, args.steps, budget)
+        reference = reference_text(model, args.reference_tokens) if args.reference_tokens else ""
+        off = run_episode(model, APPEND_ONLY, args.seed, args.steps, budget, reference)
         model.prefix_cache = True
-        on = run_episode(model, APPEND_ONLY, args.seed, args.steps, budget)
+        on = run_episode(model, APPEND_ONLY, args.seed, args.steps, budget, reference)
         editable = None
         if not args.no_editable:
             model.prefix_cache = False
             model.prefix_cache = True  # fresh caches
-            editable = run_episode(model, EDITABLE, args.seed, args.steps, budget)
+            editable = run_episode(model, EDITABLE, args.seed, args.steps, budget, reference)
         env = environment(model)
     finally:
         model.close()
@@ -100,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = {
         "benchmark": "prefix-cache",
         "episode": f"retention seed {args.seed}, {args.steps} steps, append-only",
+        "reference_tokens": model.count_tokens(reference) if reference else 0,
         "environment": env,
         "without_reuse": off,
         "with_reuse": on,
