@@ -126,7 +126,7 @@ class DigestTools:
         tokenizer: Callable[[str], int],
         embedder: Embedder | None = None,
         sem_seed: int = 1,
-        complete: Callable[[list[str]], object] | None = None,
+        complete: Callable[[list[str] | None], int] | None = None,
     ) -> None:
         self.store = store
         self.cas = cas

@@ -116,6 +116,11 @@ def _build_parser() -> argparse.ArgumentParser:
     w.add_argument("--iterations", type=int, default=0, help="stop after N polls (0: never)")
     sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
     sub.add_parser("repair", help="drop nodes whose blobs are corrupt or missing, then sync")
+    sub.add_parser(
+        "complete",
+        help="write every pending view summary now (views are otherwise summarised when "
+        "digest or recall first needs them)",
+    )
     c = sub.add_parser("call", help="run one tool call as a model would")
     c.add_argument("name")
     c.add_argument("arguments", nargs="?", default="{}")
@@ -254,10 +259,42 @@ def run(argv: Sequence[str]) -> int:
         from picocontext.distill.cas import BlobStore
 
         config = _load_config(store)
-        tools = DigestTools(store, BlobStore(corpus / "cas"), whitespace_tokens, _embedder(config))
-        return _query(args, store, tools, corpus, config)
+        completer = _Completer(corpus, config)
+        tools = DigestTools(
+            store,
+            BlobStore(corpus / "cas"),
+            whitespace_tokens,
+            _embedder(config),
+            complete=completer,
+        )
+        try:
+            return _query(args, store, tools, corpus, config)
+        finally:
+            completer.close()
     finally:
         store.close()
+
+
+class _Completer:
+    """Writes pending (deferred) view summaries when digest/recall first needs them; opens
+    the distiller, and so loads the summarizer model, only if that happens."""
+
+    def __init__(self, corpus: Path, config: dict[str, Any]) -> None:
+        self._corpus = corpus
+        self._config = config
+        self._opened: tuple[Distiller, _ModelSlot] | None = None
+
+    def __call__(self, node_ids: list[str] | None) -> int:
+        if self._opened is None:
+            distiller, _, models = _open_distiller(self._corpus, self._config)
+            self._opened = (distiller, models)
+        return self._opened[0].complete(node_ids)
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened[0].close()
+            self._opened[1].close()
+            self._opened = None
 
 
 def _sync(corpus: Path, args: argparse.Namespace) -> int:
@@ -448,6 +485,7 @@ def _query(
             "nodes": len(nodes),
             "by_level": {str(lv): sum(1 for n in nodes if n.level == lv) for lv in (0, 1, 2)},
             "pending": store.pending_count(),
+            "pending_views": sum(1 for n in nodes if n.level > 0 and not n.summary_hash),
             "blocked": store.blocked_count(),
             "recipe": store.meta_get("recipe"),
             "semantic_recipe": store.meta_get("semantic_recipe"),
@@ -461,6 +499,10 @@ def _query(
         return 0
     if args.command == "call":
         _print(tools.call(args.name, args.arguments))
+        return 0
+    if args.command == "complete":
+        written = tools.complete(None) if tools.complete is not None else 0
+        print(f"wrote {written} pending view summaries")
         return 0
     raise DistillError(f"Unknown command {args.command!r}.")  # pragma: no cover
 

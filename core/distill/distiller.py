@@ -1038,7 +1038,9 @@ class Distiller:
             parent_ids=parents,
             updated_at=time.time_ns(),
         )
-        same = existing is not None and existing.table_key() == node.table_key()
+        same = existing is not None and existing.model_dump(
+            exclude={"updated_at"}
+        ) == node.model_dump(exclude={"updated_at"})
         if existing is not None and same and _is_pending(existing):
             state.index[node_id] = existing  # already pending with these hashes and links
             return
