@@ -10,7 +10,7 @@ the diagnostics package's; this module only orchestrates and reshapes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -20,9 +20,11 @@ from picocontext import (
     CancelToken,
     ContextSession,
     RunBudget,
+    RunMode,
     RunReport,
     Snapshot,
 )
+from picocontext.report import ToolStep
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,
@@ -151,6 +153,18 @@ class PolicyOutcome(BaseModel):
         return sum(r.keep_call_count for r in self._runs())
 
     @property
+    def tool_steps(self) -> tuple[ToolStep, ...]:
+        """Every navigation / digest tool call of the tool-using policies, in order."""
+        return tuple(t for r in self._runs() for t in r.tool_steps)
+
+    @property
+    def calls_text(self) -> str:
+        """``edit calls 1 · keep calls 0`` or, for tool-using policies, the verbs used."""
+        if self.tool_steps:
+            return tool_calls_text(self.tool_steps)
+        return f"edit calls {self.edit_calls} · keep calls {self.keep_calls}"
+
+    @property
     def prompt_before(self) -> int | None:
         """First turn's starting prompt."""
         return self.steps[0].prompt_before if self.steps else None
@@ -245,6 +259,38 @@ def scaled(budget: RunBudget, factor: int) -> RunBudget:
             "completion_output_tokens": budget.completion_output_tokens * factor,
         }
     )
+
+
+RESULT_CLIP = 600
+
+
+def clip_result(text: str, limit: int = RESULT_CLIP) -> str:
+    """A tool result for display: the head, and how much more the prompt carried."""
+    if len(text) <= limit:
+        return text or "(empty result)"
+    return f"{text[:limit]}… (+{len(text) - limit:,} more characters in the prompt)"
+
+
+def no_decision_text(run: RunReport) -> str:
+    """Why a turn has neither decision attempts nor tool calls."""
+    if run.mode in (RunMode.NAVIGATED, RunMode.DISTILLED):
+        return "no tool call: answered from what it was shown"
+    if run.mode is RunMode.APPEND_ONLY:
+        return "no decision call in this mode"
+    return "no decision call"
+
+
+def tool_calls_text(steps: Sequence[ToolStep]) -> str:
+    """``tool calls 5: open ×3, close ×1, look ×1 (1 refused)`` — counts per verb in order of
+    first use; an unknown or refused call counts as refused."""
+    if not steps:
+        return "tool calls 0"
+    counts: dict[str, int] = {}
+    for step in steps:
+        counts[step.name] = counts.get(step.name, 0) + 1
+    verbs = ", ".join(f"{name} \u00d7{n}" for name, n in counts.items())
+    refused = sum(1 for s in steps if not s.ok)
+    return f"tool calls {len(steps)}: {verbs}" + (f" ({refused} refused)" if refused else "")
 
 
 def budgets_for(settings: ComparisonSettings, scale: int) -> tuple[RunBudget, int | None]:

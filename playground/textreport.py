@@ -14,7 +14,14 @@ import tempfile
 from pathlib import Path
 
 from picocontext import RunReport, Snapshot
-from picocontext_playground.comparison import ComparisonResult, PolicyOutcome, StepView
+from picocontext_playground.comparison import (
+    ComparisonResult,
+    PolicyOutcome,
+    StepView,
+    clip_result,
+    no_decision_text,
+    tool_calls_text,
+)
 
 RULE = "=" * 78
 
@@ -52,8 +59,8 @@ def summary_block(outcome: PolicyOutcome) -> list[str]:
         f"answers {outcome.answers_passed}/{n}",
         f"  Prompt: {tokens_text(outcome.prompt_before)} -> {tokens_text(outcome.prompt_after)}",
         f"  Total input {outcome.total_input:,}; generated {outcome.total_generated:,}; "
-        f"prefill computed {outcome.total_prefill:,}; edit calls {outcome.edit_calls}; "
-        f"keep calls {outcome.keep_calls}; elapsed {outcome.elapsed_seconds:.3f} s",
+        f"prefill computed {outcome.total_prefill:,}; {outcome.calls_text.replace(' · ', '; ')}; "
+        f"elapsed {outcome.elapsed_seconds:.3f} s",
     ]
     for step in outcome.steps:
         run = step.run
@@ -65,6 +72,8 @@ def summary_block(outcome: PolicyOutcome) -> list[str]:
             f"prompt={tokens_text(step.prompt_before)}->{tokens_text(step.prompt_after)}, "
             f"edits={edits}, keeps={keeps}"
         )
+        if run is not None and run.tool_steps:
+            line += f", tools={len(run.tool_steps)}"
         if step.failure:
             line += f", failure={step.failure}"
         lines.append(line)
@@ -75,8 +84,16 @@ def summary_block(outcome: PolicyOutcome) -> list[str]:
 
 
 def attempts_lines(run: RunReport) -> list[str]:
+    if run.tool_steps:
+        lines = [f"Tool steps: {tool_calls_text(run.tool_steps)}"]
+        for i, step in enumerate(run.tool_steps, start=1):
+            lines += [
+                f"Call {i}: {step.name} {step.arguments} -> {'ok' if step.ok else 'refused'}",
+                clip_result(step.result),
+            ]
+        return lines
     if not run.attempts:
-        return ["Attempts: none (no decision call in this mode)"]
+        return [f"Attempts: none ({no_decision_text(run)})"]
     lines = [f"Attempts: {len(run.attempts)}"]
     for i, attempt in enumerate(run.attempts, start=1):
         lines += [

@@ -23,7 +23,13 @@ from PySide6.QtWidgets import (
 )
 
 from picocontext import Record, RunReport, Snapshot
-from picocontext_playground.comparison import PolicyOutcome, StepView
+from picocontext_playground.comparison import (
+    PolicyOutcome,
+    StepView,
+    clip_result,
+    no_decision_text,
+    tool_calls_text,
+)
 from picocontext_playground.qtenv import monospace_font
 
 PASS = "\u2713"
@@ -130,10 +136,8 @@ class ResultCard(QFrame):
             f"Total input {outcome.total_input:,} · generated {outcome.total_generated:,} · "
             f"prefill computed {outcome.total_prefill:,}"
         )
-        self.calls.setText(
-            f"Edit calls {outcome.edit_calls} · keep calls {outcome.keep_calls} · "
-            f"{outcome.elapsed_seconds:.2f} s"
-        )
+        calls = outcome.calls_text
+        self.calls.setText(f"{calls[:1].upper()}{calls[1:]} · {outcome.elapsed_seconds:.2f} s")
         last = outcome.last_run
         answer = last.answer if last is not None and last.answer else "(no answer)"
         self.answer.setText(f"Last answer: {card_excerpt(answer)}")
@@ -538,8 +542,11 @@ class AttemptsView(QTextBrowser):
 
     @staticmethod
     def _attempts(run: RunReport) -> list[str]:
+        if run.tool_steps:
+            return AttemptsView._tool_steps(run)
         if not run.attempts:
-            return [f"<p style='color:{MUTED};'>No decision call (append-only turn).</p>"]
+            why = no_decision_text(run)
+            return [f"<p style='color:{MUTED};'>{html.escape(why[:1].upper() + why[1:])}.</p>"]
         out: list[str] = []
         for i, attempt in enumerate(run.attempts, start=1):
             color = GREEN if attempt.accepted else RED
@@ -552,4 +559,19 @@ class AttemptsView(QTextBrowser):
             out.append(_pre(attempt.model_text or "(no text; tool call only)"))
             out.append("<p style='margin: 2px 0 0 0;'>Arguments:</p>")
             out.append(_pre(attempt.arguments or "(none)"))
+        return out
+
+    @staticmethod
+    def _tool_steps(run: RunReport) -> list[str]:
+        """Each navigation / digest call: verb, arguments, accepted or refused, the result."""
+        out = [f"<p style='margin: 4px 0 0 0;'>{html.escape(tool_calls_text(run.tool_steps))}</p>"]
+        for i, step in enumerate(run.tool_steps, start=1):
+            color = GREEN if step.ok else RED
+            verdict = "ok" if step.ok else "refused"
+            out.append(
+                f"<p style='margin: 4px 0 0 0;'><b>Call {i}</b> · "
+                f"<code>{html.escape(step.name)} {html.escape(step.arguments)}</code> · "
+                f"<span style='color:{color}; font-weight:bold;'>{verdict}</span></p>"
+            )
+            out.append(_pre(clip_result(step.result)))
         return out

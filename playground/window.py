@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QTabWidget,
+    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
@@ -151,9 +152,15 @@ class PolicyColumn(QWidget):
 
     def expand_for_capture(self, limit: int) -> None:
         """Make the detail tabs tall enough to show the whole working context (up to
-        ``limit`` pixels), so a screenshot shows it without a scroll bar where possible."""
-        document = self.working.document()
-        document.setTextWidth(self.working.viewport().width())
+        ``limit`` pixels), so a screenshot shows it without a scroll bar where possible. A
+        tool-using policy never edits its history, so its Decisions tab (the navigation or
+        digest calls it made) is the one shown."""
+        pane: QTextBrowser = self.working
+        if self.outcome is not None and self.outcome.tool_steps:
+            pane = self.attempts
+            self.tabs.setCurrentWidget(self.attempts)
+        document = pane.document()
+        document.setTextWidth(pane.viewport().width())
         needed = int(document.size().height()) + self.tabs.tabBar().sizeHint().height() + 16
         self.tabs.setMinimumHeight(max(DETAIL_HEIGHT, min(limit, needed)))
 

@@ -96,3 +96,48 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path: Path) -> None:
         write_atomically(target, 42)  # type: ignore[arg-type]
     assert target.read_bytes() == b"kept"
     assert [p.name for p in tmp_path.iterdir()] == ["report.txt"]
+
+
+def test_tool_policies_list_every_navigation_and_digest_call() -> None:
+    """Navigated and distilled columns report the verbs they called, each with its arguments,
+    verdict and result, in the summary, the step lines and the step blocks."""
+    settings = ComparisonSettings(
+        task=Task.RETENTION, pressure=True, policies=("navigated", "distilled")
+    )
+    result = run_comparison(settings, scripted_model(), PrintEvents(lambda _line: None))
+    text = render_report(result)
+    navigated, distilled = result.outcomes
+    assert navigated.tool_steps  # under pressure it must open archived history
+    assert "open" in {t.name for t in navigated.tool_steps}
+    for outcome in result.outcomes:
+        steps = outcome.tool_steps
+        if steps:
+            assert outcome.calls_text.startswith(f"tool calls {len(steps)}: ")
+            assert outcome.calls_text.replace(" · ", "; ") in text
+        for step in outcome.steps:
+            run = step.run
+            assert run is not None
+            if not run.tool_steps:
+                # the distilled map often suffices: said so, not hidden
+                assert "Attempts: none (no tool call: answered from what it was shown)" in text
+                continue
+            assert f"tools={len(run.tool_steps)}" in text
+            first = run.tool_steps[0]
+            verdict = "ok" if first.ok else "refused"
+            assert f"Call 1: {first.name} {first.arguments} -> {verdict}" in text
+    assert distilled.label == "Distilled"
+
+
+def test_tool_call_summary_counts_verbs_and_refusals() -> None:
+    from picocontext.report import ToolStep
+    from picocontext_playground.comparison import clip_result, tool_calls_text
+
+    steps = [
+        ToolStep(step=0, name="open", arguments='{"id":"a"}', ok=True, result="x"),
+        ToolStep(step=1, name="close", arguments='{"id":"a"}', ok=True, result="y"),
+        ToolStep(step=2, name="open", arguments='{"id":"b"}', ok=False, result="no"),
+    ]
+    assert tool_calls_text(steps) == "tool calls 3: open \u00d72, close \u00d71 (1 refused)"
+    assert tool_calls_text([]) == "tool calls 0"
+    assert clip_result("") == "(empty result)"
+    assert clip_result("abcdef", limit=4) == "abcd… (+2 more characters in the prompt)"

@@ -308,3 +308,20 @@ def test_save_report_writes_the_shown_result(
     assert target.read_text(encoding="utf-8") == render_report(result)
     window.task_buttons[Task.ORDER_LOOKUP].click()
     assert not window.save_button.isEnabled()
+
+
+def test_navigated_column_lists_its_tool_calls(qtbot: QtBot, window: MainWindow) -> None:
+    """The Decisions tab of a tool-using policy shows every navigation call it made, with
+    arguments, verdict and result; the card counts them by verb."""
+    window.task_buttons[Task.RETENTION].click()
+    window.pressure.setChecked(True)
+    for name, box in window.policy_boxes.items():
+        box.setChecked(name == "navigated")
+    run_and_wait(qtbot, window)
+    column = window.columns["navigated"]
+    outcome = column.outcome
+    assert outcome is not None and outcome.tool_steps
+    shown = column.attempts.toPlainText()
+    assert "Call 1" in shown and "open" in shown and "ok" in shown
+    assert outcome.tool_steps[0].arguments in shown
+    assert column.card.calls.text().startswith(f"Tool calls {len(outcome.tool_steps)}: open")
