@@ -14,6 +14,9 @@ Rules:
   and are charged like any other line.
 * A repeated look or open is free: nothing new becomes resident.
 * ``collapse`` reclaims leaves and branch reveals (a reveal takes its descendants with it).
+  Every open branch keeps the tokens resident under it current, so closing one is O(depth):
+  the budget is credited at once and the hidden lines are cleared on the next call that reads
+  the frontier (:meth:`Runtime._flush`), never observed stale.
 * With ``auto_collapse`` the least recently *used* leaves and reveals are reclaimed to make
   room; the plan is computed first, so a refusal leaves the state untouched.
 * Leaves are verbatim: the resolver's text is spliced unchanged; a summary is served only by a
@@ -117,6 +120,19 @@ class _Splice(BaseModel):
     cost: int
 
 
+class _Reveal:
+    """An open branch: the children it put on the frontier, every token resident under it
+    (their lines, splices and nested reveals), and the reveal it hangs from. ``tokens`` is
+    kept current on every change below it, so a close never walks the subtree to price it."""
+
+    __slots__ = ("kids", "tokens", "up")
+
+    def __init__(self, kids: list[str], tokens: int, up: _Reveal | None) -> None:
+        self.kids = kids
+        self.tokens = tokens
+        self.up = up
+
+
 class KeywordSearch:
     """Default search backend: field-weighted IDF over every node's descriptor."""
 
@@ -186,7 +202,9 @@ class Runtime:
         self._visible: dict[str, str] = {}
         self._level: dict[str, str] = {}
         self._line_cost: dict[str, int] = {}
-        self._revealed: dict[str, list[str]] = {}
+        self._revealed: dict[str, _Reveal] = {}
+        # Closed reveals whose lines are still in the dicts (already credited to the budget).
+        self._pending: list[tuple[str, _Reveal]] = []
         self._spliced: dict[str, _Splice] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
         self._note: dict[str, str] = {}
@@ -222,6 +240,8 @@ class Runtime:
 
     def ledger(self) -> list[LedgerEntry]:
         """Everything resident, in render order, each with its own count."""
+        if self._pending:
+            self._flush()
         out = []
         if self.protocol_text:
             out.append(
@@ -262,15 +282,23 @@ class Runtime:
         self._spent += cost
 
     def is_visible(self, node_id: str) -> bool:
+        if self._pending:
+            self._flush()
         return node_id in self._visible
 
     def is_spliced(self, node_id: str) -> bool:
+        if self._pending:
+            self._flush()
         return node_id in self._spliced
 
     def is_revealed(self, node_id: str) -> bool:
+        if self._pending:
+            self._flush()
         return node_id in self._revealed
 
     def visible_ids(self) -> list[str]:
+        if self._pending:
+            self._flush()
         return list(self._visible)
 
     def depth(self, node_id: str) -> int:
@@ -288,6 +316,8 @@ class Runtime:
         return self.manifest.get(node_id)
 
     def _require_visible(self, node_id: str) -> Node:
+        if self._pending:
+            self._flush()
         node = self._require_known(node_id)
         if node_id not in self._visible:
             path = [a for a in self.manifest.ancestors(node_id) if a != self.manifest.root_id]
@@ -304,6 +334,8 @@ class Runtime:
 
     # ----------------------------------------------------------------- costs
     def level_cost(self, node_id: str, level: str) -> int:
+        if self._pending:
+            self._flush()
         return self._count(self._line(node_id, level))
 
     def _reveal_cost(self, node: Node) -> int:
@@ -356,6 +388,8 @@ class Runtime:
 
     def expand_cost(self, node_id: str, level: str = "full") -> int:
         """Tokens opening ``node_id`` would add now (0 when it is already open)."""
+        if self._pending:
+            self._flush()
         node = self._require_known(node_id)
         if node.is_leaf:
             if node_id in self._spliced:
@@ -378,9 +412,21 @@ class Runtime:
             lru[key] = None
             lru.move_to_end(key)
 
+    def _bump(self, node_id: str, delta: int) -> None:
+        """``node_id``'s resident tokens changed by ``delta``: every open branch it hangs from
+        (its owner's reveal, that one's owner, ...) holds ``delta`` more. O(depth)."""
+        rec = self._revealed.get(self._visible.get(node_id, ""))
+        while rec is not None:
+            rec.tokens += delta
+            rec = rec.up
+
     def _subtree_items(self, branch: str) -> tuple[int, list[str], list[str], list[str]]:
         """Tokens reclaimed by collapsing ``branch``'s reveal, with the hidden nodes, reveals
-        and splices it removes (iterative, so a deep tree cannot overflow the stack)."""
+        and splices it removes, found by walking what is revealed there (iterative, so a deep
+        tree cannot overflow the stack). The token total is recomputed here, not read from the
+        reveal's running total, so the two can be checked against each other."""
+        if self._pending:
+            self._flush()
         hidden: list[str] = []
         reveals: list[str] = []
         splices: list[str] = []
@@ -389,7 +435,8 @@ class Runtime:
         while stack:
             b = stack.pop()
             reveals.append(b)
-            for c in self._revealed.get(b, ()):
+            rec = self._revealed.get(b)
+            for c in rec.kids if rec is not None else ():
                 if self._visible.get(c) != b:
                     continue
                 hidden.append(c)
@@ -401,30 +448,29 @@ class Runtime:
                     stack.append(c)
         return tokens, hidden, reveals, splices
 
-    def _drop_reveal(self, branch: str) -> int:
-        """Collapse ``branch``'s reveal and every reveal and splice under it in one walk over
-        what is revealed there (never the whole subtree); returns the tokens freed. The same
-        items as :meth:`_subtree_items` reports, removed as they are found. Only reveals and
-        splices are ever in the LRU (see :meth:`_touch`), so hidden lines need no LRU pop."""
+    def _flush(self) -> None:
+        """Clear what closed reveals hid: their lines, and every reveal and splice under them,
+        in one walk over what was revealed there (never the whole subtree). Their tokens were
+        credited when they were closed. Only reveals and splices are ever in the LRU (see
+        :meth:`_touch`), so hidden lines need no LRU pop."""
+        pending = self._pending
         revealed, visible, spliced = self._revealed, self._visible, self._spliced
         line_cost, level, lru = self._line_cost, self._level, self._lru
-        freed = 0
-        stack = [branch]
-        while stack:
-            b = stack.pop()
-            kids = revealed.pop(b, ())
-            lru.pop(b, None)
-            for c in kids:
-                if visible.get(c) != b:
-                    continue
-                del visible[c], level[c]
-                freed += line_cost.pop(c)
-                if spliced and c in spliced:
-                    freed += spliced.pop(c).cost
-                    lru.pop(c, None)
-                if c in revealed:
-                    stack.append(c)
-        return freed
+        while pending:
+            stack = [pending.pop()]
+            while stack:
+                b, rec = stack.pop()
+                for c in rec.kids:
+                    if visible.get(c) != b:
+                        continue
+                    del visible[c], level[c], line_cost[c]
+                    if spliced and c in spliced:
+                        del spliced[c]
+                        lru.pop(c, None)
+                    sub = revealed.pop(c, None)
+                    if sub is not None:
+                        lru.pop(c, None)
+                        stack.append((c, sub))
 
     def _plan_room(self, target: str, cost: int) -> list[str] | None:
         """LRU keys to collapse so ``cost`` fits, or None if even that cannot make room."""
@@ -483,13 +529,19 @@ class Runtime:
             raise DisclosureRefused(node_id, cost, remaining, suggestion)
         for key in plan:
             self.collapse(key)
+        if self._pending:
+            self._flush()  # the caller goes on to read the frontier
 
     # ----------------------------------------------------------------- operations
     def peek(self) -> list[FrontierEntry]:
         """Every visible node, in disclosure order. Charges nothing."""
+        if self._pending:
+            self._flush()
         return [self.entry(nid) for nid in self._visible]
 
     def entry(self, node_id: str) -> FrontierEntry:
+        if self._pending:
+            self._flush()
         node = self.manifest.get(node_id)
         level = self._level.get(node_id, self.view_level)
         expanded = node_id in self._spliced or node_id in self._revealed
@@ -514,6 +566,8 @@ class Runtime:
         )
 
     def frontier_view(self, include_root: bool = True) -> str:
+        if self._pending:
+            self._flush()
         lines = [self.root_line] if include_root else []
         lines.extend(self._line(nid) for nid in self._visible)
         return "\n".join(lines)
@@ -523,6 +577,8 @@ class Runtime:
         above costs nothing; the whole call is checked against the budget before any change."""
         if level not in VIEW_LEVELS:
             raise ManifestError(f"Unknown view level {level!r}; use one of {VIEW_LEVELS}.")
+        if self._pending:
+            self._flush()
         ids = list(dict.fromkeys(node_ids))
         delta = 0
         changes: list[tuple[str, int]] = []
@@ -542,7 +598,9 @@ class Runtime:
                 "look at fewer nodes or collapse something first",
             )
         for nid, new_cost in changes:
-            self._spent += new_cost - self._line_cost[nid]
+            step = new_cost - self._line_cost[nid]
+            self._spent += step
+            self._bump(nid, step)
             self._line_cost[nid] = new_cost
             self._level[nid] = level
         for nid in ids:
@@ -552,7 +610,7 @@ class Runtime:
     def expand(self, node_id: str, level: str = "full") -> str:
         """Open a visible node. A branch puts its children on the frontier and returns their
         lines; a leaf is spliced verbatim and its text (envelope included) returned."""
-        node = self._require_visible(node_id)
+        node = self._require_visible(node_id)  # flushes closed reveals first
         if node.is_leaf:
             held = self._spliced.get(node_id)
             if held is not None and held.level == level:
@@ -570,6 +628,7 @@ class Runtime:
             self._ensure_room(node_id, cost)
             self._spliced[node_id] = _Splice(level=level, text=text, cost=cost)
             self._spent += cost
+            self._bump(node_id, cost)
             self._touch(node_id)
             return text
         if node_id in self._revealed:
@@ -578,17 +637,25 @@ class Runtime:
         cost = self._reveal_cost(node)
         self._ensure_room(node_id, cost)
         new: list[str] = []
+        before = self._spent
         for cid in node.children or ():
             if cid not in self._visible and self.manifest.has(cid):
                 self._show(cid, node_id, self.view_level)
                 new.append(cid)
-        self._revealed[node_id] = new
+        added = self._spent - before
+        up = self._revealed.get(self._visible[node_id])
+        self._revealed[node_id] = _Reveal(new, added, up)
+        while up is not None:
+            up.tokens += added
+            up = up.up
         self._touch(node_id)
         return "\n".join(self._line(c) for c in node.children or () if c in self._visible)
 
     def disclose(self, node_ids: Sequence[str], notes: Mapping[str, str] | None = None) -> str:
         """Put nodes on the frontier laterally (followed links, facet hits), charged at the view
         level with their note (e.g. a link's why) as part of the line; all or nothing."""
+        if self._pending:
+            self._flush()
         ids = list(dict.fromkeys(node_ids))
         for nid in ids:
             self._require_known(nid)
@@ -611,21 +678,39 @@ class Runtime:
 
     def collapse(self, node_id: str) -> int:
         """Reclaim a spliced leaf, a branch reveal (with everything under it) or a lateral
-        line. Returns the tokens reclaimed; 0 when nothing of it is resident."""
-        self._require_known(node_id)
-        before = self._spent
-        if node_id in self._spliced:
-            self._spent -= self._spliced.pop(node_id).cost
+        line. Returns the tokens reclaimed; 0 when nothing of it is resident.
+
+        A branch is credited from its running total in O(depth); the lines it hid are
+        cleared by the next call that reads the frontier (:meth:`_flush`)."""
+        if self._pending:
+            self._flush()
+        rec = self._revealed.pop(node_id, None)
+        if rec is not None:
+            freed = rec.tokens
+            self._spent -= freed
+            up = rec.up
+            while up is not None:
+                up.tokens -= freed
+                up = up.up
             self._lru.pop(node_id, None)
-        elif node_id in self._revealed:
-            self._spent -= self._drop_reveal(node_id)
-        elif self._visible.get(node_id) == "@lateral":
-            self._spent -= self._line_cost.pop(node_id)
+            self._pending.append((node_id, rec))
+            return freed
+        held = self._spliced.pop(node_id, None)
+        if held is not None:
+            self._spent -= held.cost
+            self._bump(node_id, -held.cost)
+            self._lru.pop(node_id, None)
+            return held.cost
+        if self._visible.get(node_id) == "@lateral":
+            cost = self._line_cost.pop(node_id)
+            self._spent -= cost
             del self._visible[node_id]
             self._level.pop(node_id, None)
             self._note.pop(node_id, None)
             self._lru.pop(node_id, None)
-        return before - self._spent
+            return cost
+        self._require_known(node_id)  # unknown ids and the root raise; anything else is 0
+        return 0
 
     def ancestors(self, node_id: str) -> list[str]:
         self.manifest.get(node_id)

@@ -82,6 +82,9 @@ class NavSession:
             protocol_text=self.protocol,
             leaf_context=config.leaf_context,
         )
+        # close is the runtime's collapse itself, bound once: closing shows the model nothing,
+        # so a wrapper would only add a call to an O(depth) operation.
+        self.close = self.runtime.collapse  # type: ignore[method-assign]
         self._shown = 0
         self.filter_limit = 20
         self._protocol_shown = False
@@ -129,6 +132,8 @@ class NavSession:
         return self._show(text)
 
     def close(self, node_id: str) -> int:
+        """Reclaim a leaf, a branch (with everything under it) or a lateral line; returns the
+        tokens freed. Bound to :meth:`Runtime.collapse` per instance in ``__init__``."""
         return self.runtime.collapse(node_id)
 
     def related(self, node_id: str) -> str:

@@ -45,6 +45,17 @@ def assert_ledger(rt: Runtime) -> None:
     assert rt._visible.keys() == rt._level.keys() == rt._line_cost.keys()
     assert set(rt._lru) <= rt._spliced.keys() | rt._revealed.keys()
     assert set(rt._spliced) <= rt._visible.keys()
+    assert not rt._pending  # ledger() cleared what closed reveals hid
+    assert_reveal_totals(rt)
+
+
+def assert_reveal_totals(rt: Runtime) -> None:
+    """Every open branch's running total equals a from-scratch walk of what hangs from it,
+    and each reveal points at the reveal its line hangs from."""
+    rt._flush()
+    for nid, rec in rt._revealed.items():
+        assert rec.tokens == rt._subtree_items(nid)[0], nid
+        assert rec.up is rt._revealed.get(rt._visible[nid])
 
 
 # --- B5: a budget below the baseline -------------------------------------------------------
