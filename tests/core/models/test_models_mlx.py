@@ -419,3 +419,36 @@ def test_hidden_states_feed_a_real_model_embedder(model: MLXModel) -> None:
     np.testing.assert_array_equal(vectors[0], vectors[2])
     assert not np.array_equal(vectors[0], vectors[1])
     assert embedder.embedder_id == f"mean-pool:{model.model_id}"
+
+
+def test_generation_that_ends_without_accounting_is_an_error_not_an_answer(
+    model: MLXModel, lamp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the decode loop stops before a stop token, the token limit or a cancellation, the
+    result cannot be accounted for: the call fails with the reference's description instead
+    of returning a silently truncated answer, and the model stays usable."""
+    import importlib
+
+    from picocontext.models.mlx_backend import NO_ACCOUNTING
+
+    # the package re-exports a function called generate, so fetch the module itself
+    module = importlib.import_module("mlx_lm.generate")
+    real = module.generate_step
+
+    def short_lived(*args: Any, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        steps = real(*args, **kwargs)
+        try:
+            for _ in range(2):
+                yield next(steps)
+        finally:
+            steps.close()
+
+    prompt = prompt_for(model, lamp())
+    monkeypatch.setattr(module, "generate_step", short_lived)
+    model.extra_processors = lambda: [forced_tokens([5, 6, 7, 8, 9, 10])]
+    with pytest.raises(InvalidContext) as err:
+        model.generate(prompt, 6)
+    assert str(err.value).endswith(NO_ACCOUNTING)
+    monkeypatch.undo()
+    model.extra_processors = None
+    assert model.generate(prompt, 3).generated_tokens >= 1
