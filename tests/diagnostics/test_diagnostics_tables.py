@@ -1,0 +1,57 @@
+"""Markdown tables quote evaluation reports exactly; bad files are clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from picocontext_diagnostics import cli
+from picocontext_diagnostics.errors import InvalidConfiguration
+from picocontext_diagnostics.tables import HEADER, load_report, main, markdown_table
+
+
+@pytest.fixture(scope="module")
+def report_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tables") / "retention.json"
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--profile", "retention-four", "--bytes-per-token", "4", "--output", str(path)]
+    assert cli.run([*argv, "--quiet"], out, err) == 0, err.getvalue()
+    return path
+
+
+def test_rows_quote_the_summary(report_path: Path) -> None:
+    report = load_report(report_path)
+    table = markdown_table([report, report])
+    lines = table.splitlines()
+    assert "\n".join(lines[:2]) == HEADER
+    policies = report["summary"]["policies"]
+    assert len(lines) == 2 + 2 * len(policies)
+    for line, entry in zip(lines[2:], policies, strict=False):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == "retention ×4" and cells[1] == entry["policy"]
+        episodes = entry["episodes"]
+        assert cells[2].startswith(f"{episodes['successes']}/{episodes['trials']} (")
+        assert cells[4] == f"{entry['total_input_tokens']:,}"
+        assert cells[5] == f"{entry['total_prefill_tokens']:,}"
+        assert cells[7] == str(entry["tool_calls"])
+
+
+def test_main_prints_the_table_and_rejects_other_files(
+    report_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(report_path)]) == 0
+    assert capsys.readouterr().out.startswith(HEADER)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"kind": "something-else"}), encoding="utf-8")
+    assert main([str(other)]) == 1
+    assert "is not a picocontext evaluation report" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{", encoding="utf-8")
+    with pytest.raises(InvalidConfiguration, match="is not a JSON evaluation report"):
+        load_report(broken)
+    with pytest.raises(InvalidConfiguration, match="cannot read"):
+        load_report(tmp_path / "missing.json")
+    assert main([]) == 2
