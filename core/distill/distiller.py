@@ -917,7 +917,8 @@ class Distiller:
         if not lazy and any(_is_pending(c) for c in children):
             # Only after switching from deferred to eager views: write the pending children
             # first, exactly as a clean eager build would have.
-            children = [self._complete(state, c) for c in children]
+            completed = [self._complete(state, c) for c in children]
+            children = [c for c in completed if not _is_pending(c)]  # blocked: as if new
         ch = rollup_content_hash(self.recipe, [c.content_hash for c in children])
         # Short-circuit #2 keys on the ContentHash *and* the summary-input hash: equal content
         # hashes do not imply equal summarizer inputs (children renamed, reordered, or
@@ -1060,6 +1061,8 @@ class Distiller:
             child = state.index.get(child_id) or self.store.get(child_id)
             if child is not None:
                 children.append(self._complete(state, child))
+        if any(_is_pending(c) for c in children):
+            return node  # a child the guard blocked: no summary can be made from it yet
         state.existing.setdefault(node.id, node)
         self._rollup_node(
             state,
