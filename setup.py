@@ -17,4 +17,11 @@ for name, folder in ROOTS.items():
     packages.append(name)
     packages += [f"{name}.{sub}" for sub in find_packages(where=folder)]
 
-setup(packages=packages, package_dir=ROOTS)
+# Data the diagnostics and the manifest schema need at run time travel inside the wheel as
+# ``picocontext_diagnostics/resources`` (a source checkout or an editable install reads the
+# top-level resources/ folder instead; both lookups are in the code). Which files: pyproject.toml.
+DATA = "picocontext_diagnostics.resources"
+packages.append(DATA)
+package_dir = {**ROOTS, DATA: "resources"}
+
+setup(packages=packages, package_dir=package_dir)
