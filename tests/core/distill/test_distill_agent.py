@@ -303,7 +303,9 @@ def test_bad_tool_calls_raise_actionable_errors(
         make_distiller().tools().call(name, args)
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     st.one_of(
         st.none(),
