@@ -125,9 +125,10 @@ class _Reveal:
     (their lines, splices and nested reveals), and the reveal it hangs from. ``tokens`` is
     kept current on every change below it, so a close never walks the subtree to price it."""
 
-    __slots__ = ("kids", "tokens", "up")
+    __slots__ = ("branch", "kids", "tokens", "up")
 
-    def __init__(self, kids: list[str], tokens: int, up: _Reveal | None) -> None:
+    def __init__(self, branch: str, kids: list[str], tokens: int, up: _Reveal | None) -> None:
+        self.branch = branch
         self.kids = kids
         self.tokens = tokens
         self.up = up
@@ -204,7 +205,7 @@ class Runtime:
         self._line_cost: dict[str, int] = {}
         self._revealed: dict[str, _Reveal] = {}
         # Closed reveals whose lines are still in the dicts (already credited to the budget).
-        self._pending: list[tuple[str, _Reveal]] = []
+        self._pending: list[_Reveal] = []
         self._spliced: dict[str, _Splice] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
         self._note: dict[str, str] = {}
@@ -459,7 +460,8 @@ class Runtime:
         while pending:
             stack = [pending.pop()]
             while stack:
-                b, rec = stack.pop()
+                rec = stack.pop()
+                b = rec.branch
                 for c in rec.kids:
                     if visible.get(c) != b:
                         continue
@@ -470,7 +472,7 @@ class Runtime:
                     sub = revealed.pop(c, None)
                     if sub is not None:
                         lru.pop(c, None)
-                        stack.append((c, sub))
+                        stack.append(sub)
 
     def _plan_room(self, target: str, cost: int) -> list[str] | None:
         """LRU keys to collapse so ``cost`` fits, or None if even that cannot make room."""
@@ -575,21 +577,23 @@ class Runtime:
     def look(self, node_ids: Sequence[str], level: ViewLevel = "full") -> str:
         """Escalate visible nodes to ``level`` (never down). A node already at that level or
         above costs nothing; the whole call is checked against the budget before any change."""
-        if level not in VIEW_LEVELS:
+        rank = _RANK.get(level)
+        if rank is None:
             raise ManifestError(f"Unknown view level {level!r}; use one of {VIEW_LEVELS}.")
         if self._pending:
             self._flush()
+        visible, levels, line_cost = self._visible, self._level, self._line_cost
         ids = list(dict.fromkeys(node_ids))
         delta = 0
         changes: list[tuple[str, int]] = []
         for nid in ids:
-            self._require_visible(nid)
-            cur = self._level[nid]
-            if _RANK[level] <= _RANK[cur]:
+            if nid not in visible:
+                self._require_visible(nid)  # raises the precise error (root, unknown, hint)
+            if rank <= _RANK[levels[nid]]:
                 continue
-            new_cost = self.level_cost(nid, level)
+            new_cost = self._count(self._line(nid, level))
             changes.append((nid, new_cost))
-            delta += new_cost - self._line_cost[nid]
+            delta += new_cost - line_cost[nid]
         if delta > self.budget_remaining:
             raise DisclosureRefused(
                 ",".join(ids),
@@ -644,7 +648,7 @@ class Runtime:
                 new.append(cid)
         added = self._spent - before
         up = self._revealed.get(self._visible[node_id])
-        self._revealed[node_id] = _Reveal(new, added, up)
+        self._revealed[node_id] = _Reveal(node_id, new, added, up)
         while up is not None:
             up.tokens += added
             up = up.up
@@ -693,7 +697,7 @@ class Runtime:
                 up.tokens -= freed
                 up = up.up
             self._lru.pop(node_id, None)
-            self._pending.append((node_id, rec))
+            self._pending.append(rec)  # no allocation: a close never triggers a GC pass
             return freed
         held = self._spliced.pop(node_id, None)
         if held is not None:

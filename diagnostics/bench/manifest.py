@@ -297,9 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         ratio = (bval / a) if (bval is not None and a > 0) else None
         if ratio is not None:
             ratios[name] = round(ratio, 3)
-        peer_ms = f"{bval * 1000:10.1f}" if bval is not None else f"{'-':>10}"
+        peer_ms = f"{bval * 1000:10.2f}" if bval is not None else f"{'-':>10}"
         shown = f"{ratio:11.2f}" if ratio is not None else f"{'-':>11}"
-        print(f"{name:<14}{a * 1000:10.1f}{peer_ms}{shown}")
+        print(f"{name:<14}{a * 1000:10.2f}{peer_ms}{shown}")
     report["ratio_peer_over_ours"] = ratios
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
