@@ -186,7 +186,8 @@ class DigestTools:
         """The tree as lines sorted by (level, id), each flagged ``unchanged`` when the caller's
         remembered ContentHash still matches. ``scope`` is a scope value (the reference's
         filter: root plus nodes with that scope_id) or a node id (that node's subtree).
-        ``prune_unchanged`` omits the descendants of unchanged nodes."""
+        ``prune_unchanged`` omits the descendants of unchanged nodes, and unchanged views
+        (level-1 nodes outside the root's tree in deferred-views mode) themselves."""
         known = dict(known_hashes or {})
         nodes = {n.id: n for n in self.store.nodes()}
         if scope:
@@ -203,6 +204,8 @@ class DigestTools:
         if prune_unchanged:
             for node_id in unchanged:
                 omitted_ids |= _descendants(nodes, node_id)
+                if not nodes[node_id].parent_ids and node_id != ROOT_ID:
+                    omitted_ids.add(node_id)  # an unchanged view (no parent) is news to no one
         lines = tuple(_line(n, n.id in unchanged) for n in selected if n.id not in omitted_ids)
         deleted = tuple(sorted(i for i in known if i not in nodes))
         return MapResult(
@@ -460,7 +463,8 @@ def map_tool_schema() -> dict[str, Any]:
     return _fn(
         MAP_TOOL,
         "Outline of the digest tree (one line per node: id, level, kind, contentHash, "
-        "semHash). Pass knownHashes from an earlier map to get unchanged flags and deleted ids.",
+        "semHash). Pass knownHashes from an earlier map to get unchanged flags and deleted ids. "
+        "A line marked pending has no summary yet; digest writes it.",
         {
             "scope": {
                 "type": "string",
@@ -474,7 +478,7 @@ def map_tool_schema() -> dict[str, Any]:
             },
             "pruneUnchanged": {
                 "type": "boolean",
-                "description": "Omit the descendants of unchanged nodes.",
+                "description": "Omit the descendants of unchanged nodes and unchanged views.",
             },
         },
         [],

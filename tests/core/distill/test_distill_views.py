@@ -221,6 +221,13 @@ def test_map_diff_stays_exact_while_summaries_wait(tmp_path: Path) -> None:
     pending = {x.id for x in result.lines if x.pending}
     assert pending and pending <= changed
     assert all(ROOT_ID not in _ancestors(d, p) for p in pending)  # only views wait
+    pruned = d.tools().map(known_hashes=known, prune_unchanged=True)
+    listed = {x.id for x in pruned.lines}
+    unchanged_views = {
+        n.id for n in d.store.nodes() if n.level == 1 and not n.parent_ids and n.id not in changed
+    }
+    assert unchanged_views and not listed & unchanged_views  # no parent, no news: omitted
+    assert changed <= listed and pruned.omitted == len(result.lines) - len(listed)
 
 
 def test_digest_writes_a_pending_view_read_only_tools_show_it_pending(tmp_path: Path) -> None:
