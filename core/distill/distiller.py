@@ -1077,7 +1077,7 @@ class Distiller:
 
     def pending_ids(self) -> list[str]:
         """Ids of view nodes whose summaries are pending (deferred views), sorted."""
-        return sorted(n.id for n in self.store.nodes() if _is_pending(n))
+        return self.store.deferred_ids()
 
     def complete(self, node_ids: Iterable[str] | None = None) -> int:
         """Write the pending summaries of ``node_ids`` (and of the pending nodes below them
@@ -1085,15 +1085,12 @@ class Distiller:
         the number of summarizer calls. Single-flight with sweeps; a node the guard blocks
         stays pending (and the negative cache stops it from calling the model again)."""
         with self.gate():
-            nodes = {n.id: n for n in self.store.nodes()}
-            wanted = sorted(nodes) if node_ids is None else sorted(set(node_ids))
-            targets = [nodes[i] for i in wanted if i in nodes and _is_pending(nodes[i])]
+            waiting = set(self.store.deferred_ids())
+            wanted = waiting if node_ids is None else waiting & set(node_ids)
+            targets = [n for i in sorted(wanted) if (n := self.store.get(i)) is not None]
             if not targets:
                 return 0
-            state = _Pass(
-                index={},
-                existing={i: n for i, n in nodes.items() if n.level > LEVEL_ENTITY},
-            )
+            state = _Pass(index={}, existing={})  # _complete registers what it rewrites
             before = self.counters.get("summaries")
             try:
                 for node in targets:

@@ -298,6 +298,13 @@ class NodeStore:
             (node_id, int(vec.size), vec.tobytes()),
         )
 
+    def deferred_ids(self) -> list[str]:
+        """Internal nodes whose summary is pending (deferred views), sorted by id."""
+        return sorted(
+            str(r[0])
+            for r in self._q("SELECT id FROM digest_nodes WHERE level > 0 AND summary_hash = ''")
+        )
+
     def delete_vector(self, node_id: str) -> None:
         """A node whose summary is pending has no embedding until it is written."""
         self._x("DELETE FROM digest_vectors WHERE id=?", (node_id,))
