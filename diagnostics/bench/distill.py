@@ -138,6 +138,8 @@ def ancestors(d: Distiller, node_id: str) -> set[str]:
 LAYOUTS: dict[str, dict[str, str]] = {
     "default": {},
     "reference": {"views": "eager", "split_key": "semhash"},
+    # Not run unless asked: what id-keyed splits alone buy (every view still under the root).
+    "eager-id": {"views": "eager"},
 }
 
 
@@ -228,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=sorted(LAYOUTS),
         default=None,
-        help="default (deferred views, id splits) and/or reference (eager, SemHash); both "
-        "unless given",
+        help="default (deferred views, id splits), reference (eager, SemHash) or eager-id "
+        "(eager, id splits); repeatable; default and reference unless given",
     )
     args = parser.parse_args(argv)
     layouts = args.layout or ["default", "reference"]
