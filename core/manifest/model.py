@@ -152,8 +152,15 @@ def bulk_build() -> Iterator[None]:
     finally:
         with _BULK_LOCK:
             _bulk_depth -= 1
-            if _bulk_depth == 0:
+            last = _bulk_depth == 0
+            if last:
                 gc.set_threshold(*_saved_thresholds)
+            threshold = gc.get_threshold()[0]
+        # The one young-generation pass the parse is due, run now rather than at whatever
+        # allocation comes next, so the load pays for its own garbage. Never while the
+        # collector is switched off (a worker thread under the playground's guard).
+        if last and gc.isenabled() and threshold and gc.get_count()[0] > threshold:
+            gc.collect(0)
 
 
 class Manifest(BaseModel):

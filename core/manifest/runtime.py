@@ -458,7 +458,9 @@ class Runtime:
         revealed, visible, spliced = self._revealed, self._visible, self._spliced
         line_cost, level, lru = self._line_cost, self._level, self._lru
         while pending:
-            stack = [pending.pop()]
+            top = pending.pop()
+            lru.pop(top.branch, None)
+            stack = [top]
             while stack:
                 rec = stack.pop()
                 b = rec.branch
@@ -696,8 +698,9 @@ class Runtime:
             while up is not None:
                 up.tokens -= freed
                 up = up.up
-            self._lru.pop(node_id, None)
-            self._pending.append(rec)  # no allocation: a close never triggers a GC pass
+            # No allocation (a close never triggers a GC pass); the branch leaves the LRU
+            # with its lines, in _flush.
+            self._pending.append(rec)
             return freed
         held = self._spliced.pop(node_id, None)
         if held is not None:
