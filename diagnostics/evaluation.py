@@ -53,7 +53,13 @@ from picocontext_diagnostics.policies import (
     resolve_policies,
     session_turn,
 )
-from picocontext_diagnostics.runner import EpisodeReport, EpisodeRunner, StepCallback, StepReport
+from picocontext_diagnostics.runner import (
+    EpisodeReport,
+    EpisodeRunner,
+    StepCallback,
+    StepReport,
+    cold_cache,
+)
 from picocontext_diagnostics.stats import (
     mcnemar_exact_p,
     paired_difference_interval,
@@ -600,6 +606,7 @@ class EvaluationRunner:
                 for policy in rotation(self.policies, seed_index, repetition):
                     if cancel is not None:
                         cancel.check()
+                    cold_cache(self.backend)
                     report = runner.run(
                         episode, policy, budget, limits.episode_tokens, on_step, cancel
                     )

@@ -273,3 +273,11 @@ class EpisodeRunner:
 def _check(cancel: CancelToken | None) -> None:
     if cancel is not None:
         cancel.check()
+
+
+def cold_cache(backend: object) -> None:
+    """Start the next episode or policy from a cold prefix cache (a backend without one is
+    left alone), so no run profits from prompts another run left behind."""
+    reset = getattr(backend, "reset_cache", None)
+    if callable(reset):
+        reset()

@@ -39,6 +39,7 @@ from picocontext_diagnostics import (
     sequential_budget,
 )
 from picocontext_diagnostics.policies import session_turn
+from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.models import LoadedModel
 from picocontext_playground.settings import ComparisonSettings
 
@@ -305,17 +306,6 @@ def resolve_policy(name: str) -> tuple[Policy, TurnRunner]:
     return BUILTIN_POLICIES[name], TURN_RUNNERS.get(name, session_turn)
 
 
-def _fresh_cache(model: LoadedModel) -> None:
-    """Give every policy a cold prefix cache, so no policy profits from another's prompts."""
-    raw = model.raw
-    reset = getattr(raw, "reset_cache", None)
-    if callable(reset):
-        reset()
-    elif raw is not None and getattr(raw, "prefix_cache", False) is True:
-        raw.prefix_cache = False
-        raw.prefix_cache = True
-
-
 def _order_outcome(
     order: OrderLookup,
     policy: Policy,
@@ -416,7 +406,7 @@ def run_comparison(
     try:
         for index, (policy, turn) in enumerate(policies, start=1):
             token.check()
-            _fresh_cache(model)
+            cold_cache(model.raw)  # no policy profits from another's prompts
             label = policy_label(policy.name)
             if settings.task.sequential:
                 status = (

@@ -321,6 +321,12 @@ class MLXModel:
             self._worker.call(self._drop_cache)
         self._update_notes()
 
+    def reset_cache(self) -> None:
+        """Forget every kept KV cache (on the worker thread, between calls), so the next call
+        starts cold: comparisons give each episode or policy the same starting point."""
+        with self._busy:
+            self._worker.call(self._drop_cache)
+
     @property
     def constrained(self) -> bool:
         return self._constrained

@@ -216,6 +216,37 @@ def test_rotation_balances_order_and_results_follow_execution_order() -> None:
     assert rotation([APPEND_ONLY, EDITABLE, SUMMARIZE], 1, 1) == [SUMMARIZE, APPEND_ONLY, EDITABLE]
 
 
+class CacheTracking(DeterministicNotebookBackend):
+    """Logs cache resets between generation calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+
+    def reset_cache(self) -> None:
+        self.log.append("reset")
+
+    def generate(
+        self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
+    ) -> ModelResponse:
+        self.log.append("call")
+        return super().generate(prompt, max_tokens, cancel)
+
+
+def test_every_episode_starts_with_a_cold_prefix_cache() -> None:
+    """Same seed, same policy, next repetition: identical prompts must not be reused from the
+    previous episode's cache, or later episodes would report less prefill work than they did."""
+    config = EvaluationConfig(seeds=(17, 29), repetitions=2, step_count=2, limits=WIDE)
+    backend = CacheTracking()
+    report = runner_for(config, backend).run()
+    episodes = len(report.results)
+    assert backend.log.count("reset") == episodes == 8
+    assert backend.log[0] == "reset"
+    # one reset before each episode's calls, none in between
+    runs = "".join("R" if entry == "reset" else "c" for entry in backend.log).split("R")[1:]
+    assert len(runs) == episodes and all(runs)
+
+
 class Recording(DeterministicNotebookBackend):
     def __init__(self) -> None:
         super().__init__()

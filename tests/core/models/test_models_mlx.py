@@ -308,6 +308,10 @@ def test_same_prompt_twice_prefills_one_token_and_switching_off_prefills_all(
     a = model.generate(prompt, 6)
     b = model.generate(prompt, 6)
     assert b.prefill_tokens == 1 and a.text == b.text
+    model.reset_cache()  # a cold start: everything is prefilled again, same output
+    cold = model.generate(prompt, 6)
+    assert cold.prefill_tokens == prompt.token_count and cold.text == a.text
+    assert model.generate(prompt, 6).prefill_tokens == 1  # and the cache is kept again
     model.prefix_cache = False
     c = model.generate(prompt, 6)
     assert c.prefill_tokens == prompt.token_count and c.text == a.text
