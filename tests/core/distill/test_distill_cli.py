@@ -158,3 +158,25 @@ def test_sessions_from_a_session_store_file(
     )
     assert code == 1 and "does not exist" in err
     assert not (tmp_path / "nope.sqlite").exists()
+
+
+def test_pending_views_are_written_on_digest_or_by_complete(
+    tmp_path: Path, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder scope is a view (each section's primary parent is its document): the CLI's
+    digest writes its pending summary on first read, `complete` writes the rest."""
+    corpus = str(tmp_path / "corpus")
+    assert _run(capsys, "--corpus", corpus, "sync", "--docs", str(docs))[0] == 0
+    code, out, _ = _run(capsys, "--corpus", corpus, "map", "--json")
+    lines = {x["id"]: x for x in json.loads(out)["lines"]}
+    pending = sorted(i for i, x in lines.items() if x.get("pending"))
+    assert pending and all(not lines[i]["semHash"] for i in pending)
+    code, out, _ = _run(capsys, "--corpus", corpus, "stats", "--json")
+    assert json.loads(out)["pending_views"] == len(pending)
+    code, out, _ = _run(capsys, "--corpus", corpus, "digest", pending[0], "--json")
+    view = json.loads(out)
+    assert code == 0 and view["summary"].startswith("rollup(") and "pending" not in view["node"]
+    code, out, _ = _run(capsys, "--corpus", corpus, "complete")
+    assert code == 0 and f"wrote {len(pending) - 1} pending view summaries" in out
+    code, out, _ = _run(capsys, "--corpus", corpus, "stats", "--json")
+    assert json.loads(out)["pending_views"] == 0

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from picocontext.distill import ROOT_ID, Altitude, DigestTools, DistillConfig, Distiller, Unit
 from picocontext.distill.embedder import LexicalEmbedder
 from picocontext.distill.ids import is_intermediate
-from picocontext.distill.models import GuardInput, GuardResult, GuardStage
+from picocontext.distill.models import DigestNode, GuardInput, GuardResult, GuardStage
 from picocontext.distill.testing import FakeSummarizer
 
 TOPICS = ["relay thermocouple kiln cone", "tomato compost frost mulch", "chain brake tyre hub"]
@@ -41,7 +41,13 @@ def _units(n: int = 36) -> list[Unit]:
 
 
 def _open(root: Path, summarizer: FakeSummarizer | None = None, **config: object) -> Distiller:
-    settings_ = {"recipe_version": "views-test", "max_fan_in": 4, "cluster_bits": 2, **config}
+    settings_ = {
+        "recipe_version": "views-test",
+        "max_fan_in": 4,
+        "sub_bits": 2,  # 4-way splits: a split never leaves a node with more than 4 children
+        "cluster_bits": 2,
+        **config,
+    }
     return Distiller.open(
         root,
         summarizer or FakeSummarizer(),
@@ -66,6 +72,17 @@ def _depth(d: Distiller, target: str) -> int:
     return longest(ROOT_ID)
 
 
+def _descendants(nodes: dict[str, DigestNode], start: str) -> set[str]:
+    out: set[str] = set()
+    stack = list(nodes[start].child_ids) if start in nodes else []
+    while stack:
+        node_id = stack.pop()
+        if node_id not in out and node_id in nodes:
+            out.add(node_id)
+            stack.extend(nodes[node_id].child_ids)
+    return out
+
+
 def _ancestors(d: Distiller, node_id: str) -> set[str]:
     parents: dict[str, set[str]] = {}
     for n in d.store.nodes():
@@ -79,6 +96,27 @@ def _ancestors(d: Distiller, node_id: str) -> set[str]:
                 out.add(p)
                 stack.append(p)
     return out
+
+
+def _check_shape(d: Distiller) -> None:
+    """P17 under the defaults: fan-in capped (id hashes always separate), links consistent,
+    no orphaned '#' nodes; views have no parent, everything else reaches the root."""
+    nodes = {n.id: n for n in d.store.nodes()}
+    for n in nodes.values():
+        if n.level > 0:
+            assert len(n.child_ids) <= 4 and all(c in nodes for c in n.child_ids), n.id
+        # Leaves list their top-level groups and groups list the root (not the intermediates
+        # in between, as in the reference); an intermediate lists the node it hangs under.
+        assert all(parent in nodes for parent in n.parent_ids), n.id
+        if is_intermediate(n.id):
+            assert len(n.parent_ids) == 1 and n.id in nodes[n.parent_ids[0]].child_ids, n.id
+        elif n.level == 1:
+            assert n.parent_ids in ((), (ROOT_ID,)), n.id
+    below_root = {ROOT_ID} | _descendants(nodes, ROOT_ID)
+    for n in nodes.values():
+        top = nodes[n.id.split("#")[0]]  # an intermediate belongs to its top-level group
+        in_view = n.level == 1 and not top.parent_ids and top.id != ROOT_ID
+        assert in_view or n.id in below_root, n.id  # leaves too: fix A
 
 
 _BASE: dict[str, Path] = {}
@@ -183,6 +221,7 @@ def test_completing_pending_views_matches_a_clean_build(
             inc.apply([unit])  # a blank text deletes the leaf (fix J)
             if step % 2:
                 inc.complete(inc.pending_ids()[:3])  # some views were read in between
+        _check_shape(inc)
         inc.complete()
         clean = _open(Path(tmp) / "clean")
         clean.apply(sorted(final.values(), key=lambda u: u.unit_id))
@@ -306,7 +345,7 @@ def test_a_blocked_view_stays_pending_and_is_tried_once(tmp_path: Path) -> None:
         s,
         LexicalEmbedder(64),
         guard=_BlockDays(),
-        config=DistillConfig(recipe_version="views-test", max_fan_in=4, cluster_bits=2),
+        config=DistillConfig(recipe_version="views-test", max_fan_in=4, sub_bits=2, cluster_bits=2),
     )
     d.apply(_units())
     d.complete()
