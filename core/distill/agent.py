@@ -304,18 +304,20 @@ class DigestTools:
         if budget <= 0:
             raise DistillError(f"Recall budget must be > 0, got {budget}.")
         nodes = {n.id: n for n in self.store.nodes()}
+        if scope and scope not in nodes:
+            raise NodeNotFound(scope)
+
+        def candidates() -> set[str]:
+            return {scope, *_descendants(nodes, scope)} if scope else set(nodes)
+
+        allowed = candidates()
         if altitude != Altitude.ENTITY and self.complete is not None:
-            # Digests are ranked by their embeddings: pending views get written first.
-            waiting = sorted(i for i, n in nodes.items() if _pending(n))
+            # Digests are ranked by their embeddings: pending views in reach are written first.
+            waiting = sorted(i for i in allowed if _pending(nodes[i]))
             if waiting:
                 self._ensure(waiting)
                 nodes = {n.id: n for n in self.store.nodes()}
-        if scope:
-            if scope not in nodes:
-                raise NodeNotFound(scope)
-            allowed = {scope, *_descendants(nodes, scope)}
-        else:
-            allowed = set(nodes)
+                allowed = candidates()
         scores = self._scores(query, [nodes[i] for i in sorted(allowed)])
         ranked = sorted(allowed, key=lambda i: (-scores.get(i, 0.0), i))
         entities = [i for i in ranked if nodes[i].level == LEVEL_ENTITY][:RECALL_K]

@@ -299,6 +299,9 @@ def test_recall_above_entity_altitude_writes_pending_views_first(tmp_path: Path)
     d.apply(_units())
     d.tools().recall("kiln relay", budget=400, altitude=Altitude.ENTITY)
     assert d.pending_ids()  # leaves only: nothing needed
+    day = next(i for i in d.pending_ids() if i.startswith("digest:1:scope:day:"))
+    d.tools().recall("kiln relay", budget=400, altitude=Altitude.SCOPE, scope=day)
+    assert day not in d.pending_ids() and d.pending_ids()  # only what that scope reaches
     pack = d.tools().recall("kiln relay", budget=400, altitude=Altitude.SCOPE)
     assert d.pending_ids() == []
     assert pack.items and all(item.text for item in pack.items)
