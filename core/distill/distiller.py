@@ -25,6 +25,11 @@ Where we differ from the reference (all recorded in the recipe, see ``hashing.FI
 * Splits partition on the next ``sub_bits`` bits *that actually separate the children*
   (scope and root groups start at bit 0, clusters at ``cluster_bits``), and a partition of one
   child attaches directly to its parent instead of wrapping it in a one-child intermediate.
+* By default splits key on a hash of each child's id (``split_key="id"``), so an edit never
+  moves a child between intermediates, and the root rolls up each leaf's primary parent only
+  (``views="deferred"``): other level-1 nodes are views whose ContentHashes stay exact and
+  whose summaries wait, persisted as pending rows, until :meth:`Distiller.complete` (called by
+  ``digest`` and ``recall``) writes them. An edit then costs one root-to-leaf path.
 """
 
 from __future__ import annotations
