@@ -125,13 +125,14 @@ class _Reveal:
     (their lines, splices and nested reveals), and the reveal it hangs from. ``tokens`` is
     kept current on every change below it, so a close never walks the subtree to price it."""
 
-    __slots__ = ("branch", "kids", "tokens", "up")
+    __slots__ = ("branch", "closed", "kids", "tokens", "up")
 
     def __init__(self, branch: str, kids: list[str], tokens: int, up: _Reveal | None) -> None:
         self.branch = branch
         self.kids = kids
         self.tokens = tokens
         self.up = up
+        self.closed = False  # closed, its lines not yet cleared (see Runtime._flush)
 
 
 class KeywordSearch:
@@ -682,16 +683,34 @@ class Runtime:
             self._show(nid, "@lateral", self.view_level)
         return "\n".join(self._line(i) for i in ids)
 
+    def _is_hidden(self, node_id: str) -> bool:
+        """Whether ``node_id``'s line went with a closed reveal whose clean-up is pending:
+        its owner's reveal is gone, or hangs (through ``up``) from a closed one. O(depth)."""
+        owner = self._visible.get(node_id)
+        if owner is None or owner == "@base" or owner == "@lateral":
+            return False
+        rec = self._revealed.get(owner)
+        if rec is None:
+            return True
+        while rec is not None:
+            if rec.closed:
+                return True
+            rec = rec.up
+        return False
+
     def collapse(self, node_id: str) -> int:
         """Reclaim a spliced leaf, a branch reveal (with everything under it) or a lateral
         line. Returns the tokens reclaimed; 0 when nothing of it is resident.
 
-        A branch is credited from its running total in O(depth); the lines it hid are
-        cleared by the next call that reads the frontier (:meth:`_flush`)."""
-        if self._pending:
-            self._flush()
+        A branch is credited from its running total in O(depth); the lines it hid are cleared
+        by the next call that reads the frontier (:meth:`_flush`). Closes in a row stay
+        O(depth) each: one under a reveal closed a moment ago is found hidden and frees 0."""
         rec = self._revealed.pop(node_id, None)
         if rec is not None:
+            if self._pending and self._is_hidden(node_id):
+                self._revealed[node_id] = rec  # already credited; left for the clean-up
+                return 0
+            rec.closed = True
             freed = rec.tokens
             self._spent -= freed
             up = rec.up
@@ -702,13 +721,16 @@ class Runtime:
             # with its lines, in _flush.
             self._pending.append(rec)
             return freed
-        held = self._spliced.pop(node_id, None)
+        held = self._spliced.get(node_id)
         if held is not None:
+            if self._pending and self._is_hidden(node_id):
+                return 0
+            del self._spliced[node_id]
             self._spent -= held.cost
             self._bump(node_id, -held.cost)
             self._lru.pop(node_id, None)
             return held.cost
-        if self._visible.get(node_id) == "@lateral":
+        if self._visible.get(node_id) == "@lateral":  # never hidden by a reveal
             cost = self._line_cost.pop(node_id)
             self._spent -= cost
             del self._visible[node_id]

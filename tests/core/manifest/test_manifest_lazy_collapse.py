@@ -86,9 +86,11 @@ def _recomputed(rt: Runtime) -> int:
 
 _OPS = st.lists(
     st.tuples(
-        st.sampled_from(["open", "open", "summary", "look", "close", "close", "disclose"]),
+        st.sampled_from(
+            ["open", "open", "summary", "look", "close", "close", "close_run", "disclose"]
+        ),
         st.integers(0, 10_000),
-        st.booleans(),
+        st.integers(0, 5).map(lambda v: v == 0),  # any id 1 time in 6, else the frontier
     ),
     max_size=40,
 )
@@ -119,6 +121,15 @@ def test_running_totals_match_a_recomputation(
                 freed = rt.collapse(nid)
                 assert before - rt.spent == freed
                 assert walked is None or freed == walked
+            elif op == "close_run":
+                # Closes in a row with no read between them: each sees the previous one's
+                # clean-up still pending (e.g. a branch, then a branch or leaf under it).
+                open_now = [*rt._revealed, *rt._spliced]
+                if pick % 2:
+                    open_now.reverse()  # children first, as well as parents first
+                before = rt.spent
+                freed = sum(rt.collapse(i) for i in (nid, *open_now))
+                assert before - rt.spent == freed
             else:
                 rt.disclose([nid])
         except ManifestError:
@@ -176,6 +187,27 @@ def test_leaf_splices_and_level_switches_move_every_open_ancestor() -> None:
     assert totals() == [t + grew for t in start]
     for b in ("x", "x1", "x10"):
         assert rt._revealed[b].tokens == rt._subtree_items(b)[0]
+
+
+def test_closes_in_a_row_never_credit_twice() -> None:
+    """A branch or leaf under a reveal closed a moment ago is already hidden: closing it
+    frees 0, before and after the clean-up."""
+    m = load_manifest(DEEP)
+    rt = _runtime(m, 10_000, False)
+    base = rt.spent
+    for nid in ("x", "x0", "x00", "x00.1", "x1"):
+        rt.expand(nid)
+    rt.disclose(["x01.0"])
+    lateral = rt.spent
+    freed = rt.collapse("x")
+    assert rt._pending
+    assert rt.collapse("x0") == 0  # nested reveal, hidden
+    assert rt.collapse("x00.1") == 0  # nested splice, hidden
+    assert rt.collapse("x1") == 0  # its reveal went too
+    assert rt.collapse("x") == 0  # closed already
+    assert rt.collapse("x01.0") > 0  # a lateral line is never the branch's
+    assert rt.spent < lateral - freed
+    assert rt.spent == base == _recomputed(rt)
 
 
 def test_nothing_stale_is_observable_after_a_close() -> None:
