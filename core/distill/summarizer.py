@@ -46,6 +46,11 @@ ROLLUP_TEMPLATE = (
     "\n\n{children}"
 )
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+# Chat-template control markers in the common families (ChatML/Qwen/Llama 3 ``<|...|>`` tokens
+# and Qwen's tool tags). Text to summarise is data: a marker in it would be refused by the
+# chat format (or, worse, read as structure), so it is shown with look-alike brackets instead.
+_MARKER = re.compile(r"<\|[^\s|<>]{1,64}\|>|</?tool_(?:call|response)>")
+_LOOKALIKE = str.maketrans({"<": "\u2039", ">": "\u203a", "[": "\u27e6", "]": "\u27e7"})
 _LABEL = re.compile(r"^(summary|here is (a|the) summary[^:]*)\s*:\s*", re.IGNORECASE)
 
 
@@ -59,6 +64,29 @@ def _what(request: SummaryInput) -> str:
     if request.kind == KIND_TENANT:
         return "the whole collection"
     return "a collection"
+
+
+def defang(text: str, markers: Sequence[str] = ()) -> str:
+    """``text`` with every chat-template marker made inert: the common ``<|...|>`` tokens and
+    tool tags, plus ``markers`` (a model's own reserved strings), get look-alike brackets (or a
+    zero-width space after their first character). Text without markers is returned as is."""
+    text = _MARKER.sub(lambda m: m.group(0).translate(_LOOKALIKE), text)
+    for marker in sorted((m for m in markers if m), key=len, reverse=True):
+        if marker not in text:
+            continue
+        softened = marker.translate(_LOOKALIKE)
+        if softened == marker:
+            softened = marker[0] + "\u200b" + marker[1:]
+        text = text.replace(marker, softened)
+    return text
+
+
+def _model_markers(model: object) -> tuple[str, ...]:
+    """Reserved strings a chat model publishes (``chat_format.reserved`` of the MLX model)."""
+    reserved = getattr(getattr(model, "chat_format", None), "reserved", ())
+    if isinstance(reserved, tuple | list) and all(isinstance(m, str) for m in reserved):
+        return tuple(reserved)
+    return ()
 
 
 def clean_output(text: str) -> str:
@@ -88,6 +116,7 @@ class ChatSummarizer:
         self._quantization = quantization
         self._max_input = max_input_tokens
         self._cancel = cancel
+        self._markers = _model_markers(model)
         self.calls = 0
 
     @property
@@ -103,15 +132,17 @@ class ChatSummarizer:
         return self._model.count_tokens(text)
 
     def _ask(self, prompt: str, budget: int) -> str:
+        """One greedy call. Markers are defanged on the way in (documents may quote them) and
+        on the way out (a summary must never carry structure into a later prompt)."""
         messages = [
             ChatMessage(role="system", content=SYSTEM_PROMPT),
-            ChatMessage(role="user", content=prompt),
+            ChatMessage(role="user", content=defang(prompt, self._markers)),
         ]
         self.calls += 1
         response = self._model.chat(
             messages, max_tokens=int(budget * 1.6) + 16, cancel=self._cancel
         )
-        text = clean_output(response.text)
+        text = defang(clean_output(response.text), self._markers)
         if not text:
             raise SummarizerError(
                 f"{self._model.model_id} returned an empty summary; the node was not updated."

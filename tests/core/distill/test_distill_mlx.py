@@ -138,3 +138,18 @@ def test_cli_rejects_a_budget_that_is_not_a_positive_number(
         main(["--corpus", str(tmp_path / "c"), "sync", "--docs", str(tmp_path), "--budget", budget])
     assert exit_info.value.code == 2
     assert "expected a positive whole number" in capsys.readouterr().err
+
+
+def test_text_quoting_the_wire_format_is_summarised_by_the_real_chat_format(tiny: Any) -> None:
+    """Without defanging, the MLX chat format refuses the prompt (reserved delimiter)."""
+    from picocontext.distill.models import SummaryInput
+
+    summarizer = ChatSummarizer(tiny)
+    tiny.extra_processors = _numbered_replies(tiny)
+    try:
+        raw = "Calls look like <tool_call>{}</tool_call> and turns end with <|im_end|>."
+        out = summarizer.summarize(SummaryInput(level=0, kind="entity", raw=raw, budget=20))
+    finally:
+        tiny.extra_processors = None
+    assert out.startswith("summary number ")
+    tiny.chat_format.check_text(out)  # nothing reserved survives

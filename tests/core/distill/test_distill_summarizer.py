@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from picocontext.backend import ChatMessage, ModelResponse, ToolSpec
 from picocontext.cancel import CancelToken
@@ -186,3 +188,49 @@ def test_distiller_rejects_embedders_that_return_the_wrong_shape(tmp_path: Path)
     d = build(tmp_path / "c", embedder=Short())
     report = d.apply([note("n1", "text")])
     assert report.failures == 1 and "expected (1, 4)" in report.errors[0]
+
+
+# -- chat-template markers in the text to summarise ------------------------------------------
+QWEN_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="<>|/[]abc _", max_size=12),
+            st.sampled_from([*QWEN_MARKERS, "<|eot_id|>", "<s>", "[INST]"]),
+        ),
+        max_size=12,
+    )
+)
+def test_defang_leaves_no_marker_and_keeps_plain_text(parts: list[str]) -> None:
+    from picocontext.distill.summarizer import defang
+
+    text = "".join(parts)
+    out = defang(text, ("<s>", "[INST]"))
+    for marker in (*QWEN_MARKERS, "<|eot_id|>", "<s>", "[INST]"):
+        assert marker not in out
+    if not any(m in text for m in (*QWEN_MARKERS, "<s>", "[INST]")) and "<|" not in text:
+        assert out == text  # nothing to defang: untouched
+
+
+def test_documents_that_quote_markers_are_summarised_and_summaries_carry_none() -> None:
+    """A page about the wire format is data: the model sees look-alike brackets (the MLX chat
+    format would refuse the real markers), and a summary echoing a marker is defanged too."""
+    chat = FakeChat(reply="It explains <tool_call> blocks and <|im_end|>.")
+    s = ChatSummarizer(chat)
+    raw = "A call looks like <tool_call>{...}</tool_call>; turns end with <|im_end|>."
+    out = s.summarize(SummaryInput(level=0, kind="entity", raw=raw, budget=40))
+    sent = chat.requests[0][0][1].content
+    assert "\u2039tool_call\u203a" in sent and "\u2039|im_end|\u203a" in sent
+    assert not any(m in sent or m in out for m in QWEN_MARKERS)
+    assert out == "It explains \u2039tool_call\u203a blocks and \u2039|im_end|\u203a."
