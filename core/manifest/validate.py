@@ -173,6 +173,9 @@ def _clean_warnings(
         return None  # an id that differs from its key
     kid_fields = list(map(_CHILDREN, vals))
     kid_lists = list(filter(None, kid_fields))
+    # Branch id -> children (compress and filter keep the same, non-empty, entries); leaves
+    # are absent, so the descent below reads no node and builds no 10k-entry map.
+    branch_kids = dict(zip(compress(keys, kid_fields), kid_lists, strict=True))
     if root.children:
         kid_lists.append(root.children)
     if kid_lists and max(map(len, kid_lists)) > limits.max_children:
@@ -210,7 +213,7 @@ def _clean_warnings(
     levels: list[list[str]] = []
     level = list(root.children or ())
     seen = 0
-    get = dict(zip(keys, kid_fields, strict=True)).__getitem__  # ids -> children, no node reads
+    get = branch_kids.get
     while level:
         if len(levels) >= limits.max_depth:
             return None
