@@ -588,31 +588,30 @@ class Runtime:
         visible, levels, line_cost = self._visible, self._level, self._line_cost
         ids = list(dict.fromkeys(node_ids))
         delta = 0
-        changes: list[tuple[str, int]] = []
+        changes: dict[str, tuple[str, int]] = {}  # node -> its new line and that line's cost
         for nid in ids:
             if nid not in visible:
                 self._require_visible(nid)  # raises the precise error (root, unknown, hint)
             if rank <= _RANK[levels[nid]]:
                 continue
-            new_cost = self._count(self._line(nid, level))
-            changes.append((nid, new_cost))
+            text = self._line(nid, level)
+            new_cost = self._count(text)
+            changes[nid] = (text, new_cost)
             delta += new_cost - line_cost[nid]
-        if delta > self.budget_remaining:
+        remaining = self.effective_budget - self._spent
+        if delta > remaining:
             raise DisclosureRefused(
-                ",".join(ids),
-                delta,
-                self.budget_remaining,
-                "look at fewer nodes or collapse something first",
+                ",".join(ids), delta, remaining, "look at fewer nodes or collapse something first"
             )
-        for nid, new_cost in changes:
-            step = new_cost - self._line_cost[nid]
+        for nid, (_, new_cost) in changes.items():
+            step = new_cost - line_cost[nid]
             self._spent += step
             self._bump(nid, step)
-            self._line_cost[nid] = new_cost
-            self._level[nid] = level
+            line_cost[nid] = new_cost
+            levels[nid] = level
         for nid in ids:
             self._touch(nid)
-        return "\n".join(self._line(nid) for nid in ids)
+        return "\n".join([changes[nid][0] if nid in changes else self._line(nid) for nid in ids])
 
     def expand(self, node_id: str, level: str = "full") -> str:
         """Open a visible node. A branch puts its children on the frontier and returns their
