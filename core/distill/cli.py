@@ -79,7 +79,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--budget",
         type=_positive,
         default=None,
-        help="words per summary (default 256; a small model on a CPU is faster with ~60)",
+        help="words per internal (rollup) summary, default 256 (a small model on a CPU is "
+        "faster with ~60); leaves keep their source's budget: 128 for documents, 96 for turns",
     )
     sync.add_argument("--recipe", default=None, help="explicit recipe salt")
     sync.add_argument("--json", action="store_true")
