@@ -25,6 +25,7 @@ from picocontext.distill import (
 )
 from picocontext.distill.summarizer import clean_output
 from picocontext.distill.testing import build, note
+from picocontext.models.chatformat import QWEN_DELIMITERS
 
 
 class FakeChat:
@@ -191,15 +192,7 @@ def test_distiller_rejects_embedders_that_return_the_wrong_shape(tmp_path: Path)
 
 
 # -- chat-template markers in the text to summarise ------------------------------------------
-QWEN_MARKERS = (
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-)
+QWEN_MARKERS = QWEN_DELIMITERS  # what the Qwen chat format refuses in any text
 
 
 @settings(max_examples=200, deadline=None)
