@@ -4,12 +4,12 @@ tokens with the model's own tokenizer."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tinymlx import numbered_replies, tiny_model
 
 from picocontext.distill import ChatSummarizer, DistillConfig, Distiller
 from picocontext.distill.testing import VariedEmbedder, note
@@ -19,35 +19,12 @@ pytestmark = pytest.mark.mlx
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("mlx_lm")
-    from picocontext.models.mlx_backend import MLXModel
-    from picocontext.models.tiny import write_tiny_model
-
-    directory: Path = write_tiny_model(tmp_path_factory.mktemp("tiny-distill"))
-    model = MLXModel.load(directory, model_id="tiny-distill")
-    if not hasattr(model, "extra_processors") or not hasattr(model, "tokenizer"):
-        model.close()
-        pytest.skip("MLXModel has no forcing hook in this version")
-    yield model
-    model.close()
-
-
-def _numbered_replies(model: Any) -> Callable[[], list[Any]]:
-    from picocontext.models.mlx_backend import forced_tokens
-
-    counter = itertools.count(1)
-
-    def next_reply() -> list[Any]:
-        text = f"summary number {next(counter)}"
-        ids = list(model.tokenizer.encode(text, add_special_tokens=False))
-        return [forced_tokens([*ids, model.tokenizer.eos_token_id])]
-
-    return next_reply
+    yield from tiny_model(tmp_path_factory, "tiny-distill")
 
 
 def test_chat_summarizer_over_mlx_builds_the_tree(tiny: Any, tmp_path: Path) -> None:
     summarizer = ChatSummarizer(tiny, quantization="f32")
-    tiny.extra_processors = _numbered_replies(tiny)
+    tiny.extra_processors = numbered_replies(tiny, "summary number")
     try:
         d = Distiller.open(
             tmp_path / "c",
@@ -145,7 +122,7 @@ def test_text_quoting_the_wire_format_is_summarised_by_the_real_chat_format(tiny
     from picocontext.distill.models import SummaryInput
 
     summarizer = ChatSummarizer(tiny)
-    tiny.extra_processors = _numbered_replies(tiny)
+    tiny.extra_processors = numbered_replies(tiny, "summary number")
     try:
         raw = "Calls look like <tool_call>{}</tool_call> and turns end with <|im_end|>."
         out = summarizer.summarize(SummaryInput(level=0, kind="entity", raw=raw, budget=20))

@@ -3,11 +3,11 @@ random-weight model (its replies are forced token by token, so the route is dete
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tinymlx import scripted_replies, tiny_model
 
 from picocontext.manifest.eval import NavCase, run_eval
 from picocontext.manifest.model import Manifest
@@ -20,32 +20,13 @@ pytestmark = pytest.mark.mlx
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("mlx_lm")
-    from picocontext.models.mlx_backend import MLXModel
-    from picocontext.models.tiny import write_tiny_model
-
-    directory: Path = write_tiny_model(tmp_path_factory.mktemp("tiny-nav"))
-    model = MLXModel.load(directory, model_id="tiny-nav")
-    if not hasattr(model, "extra_processors") or not hasattr(model, "tokenizer"):
-        model.close()
-        pytest.skip("MLXModel has no forcing hook in this version")
-    yield model
-    model.close()
-
-
-def _force(model: Any, *texts: str) -> Callable[[], list[Any]]:
-    from picocontext.models.mlx_backend import forced_tokens
-
-    queue = [
-        [*model.tokenizer.encode(t, add_special_tokens=False), model.tokenizer.eos_token_id]
-        for t in texts
-    ]
-    return lambda: [forced_tokens(queue.pop(0))] if queue else []
+    yield from tiny_model(tmp_path_factory, "tiny-nav")
 
 
 def test_llm_navigator_drives_an_mlx_model(tiny: Any, homelab: Manifest) -> None:
     # the first reply names a node that is not offered: the navigator re-prompts once
-    tiny.extra_processors = _force(tiny, "OPEN nowhere", "OPEN network", "OPEN network.dns")
+    replies = ("OPEN nowhere", "OPEN network", "OPEN network.dns")
+    tiny.extra_processors = scripted_replies(tiny, *replies)
     try:
         nav = LLMNavigator(tiny, max_tokens=16)
         report = run_eval(

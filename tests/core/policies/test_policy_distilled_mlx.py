@@ -5,14 +5,14 @@ backend plays the answering model so the protocol is exact."""
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kettle import CORRECT_ANSWER, answer_from, kettle_snapshot
+from tinymlx import numbered_replies, tiny_model
 
 from picocontext import (
     ContextSession,
@@ -32,30 +32,7 @@ pytestmark = pytest.mark.mlx
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("mlx_lm")
-    from picocontext.models.mlx_backend import MLXModel
-    from picocontext.models.tiny import write_tiny_model
-
-    directory: Path = write_tiny_model(tmp_path_factory.mktemp("tiny-distilled"))
-    model = MLXModel.load(directory, model_id="tiny-distilled")
-    if not hasattr(model, "extra_processors") or not hasattr(model, "tokenizer"):
-        model.close()
-        pytest.skip("MLXModel has no forcing hook in this version")
-    yield model
-    model.close()
-
-
-def numbered_replies(model: Any) -> Callable[[], list[Any]]:
-    from picocontext.models.mlx_backend import forced_tokens
-
-    counter = itertools.count(1)
-
-    def next_reply() -> list[Any]:
-        text = f"kettle summary {next(counter)}"
-        ids = list(model.tokenizer.encode(text, add_special_tokens=False))
-        return [forced_tokens([*ids, model.tokenizer.eos_token_id])]
-
-    return next_reply
+    yield from tiny_model(tmp_path_factory, "tiny-distilled")
 
 
 def test_real_tokens_real_summaries_and_verbatim_recall(tiny: Any, tmp_path: Path) -> None:
@@ -82,7 +59,7 @@ def test_real_tokens_real_summaries_and_verbatim_recall(tiny: Any, tmp_path: Pat
     session = ContextSession(kettle_snapshot(), tiny, backend)
     settings = DistilledSettings(tail_share=0.1, map_share=0.15, leaf_words=60)
     policy = DistilledPolicy.over_chat_model(tiny, corpus_dir=tmp_path, settings=settings)
-    tiny.extra_processors = numbered_replies(tiny)
+    tiny.extra_processors = numbered_replies(tiny, "kettle summary")
     try:
         report = policy.turn(session, budget)
     finally:
@@ -111,7 +88,7 @@ def test_a_real_model_sees_the_digest_tools_and_the_guidance(tiny: Any, tmp_path
     session = ContextSession(kettle_snapshot(), tiny, backend)
     budget = RunBudget(context_window=8_000, total_tokens=50_000)
     with DistilledPolicy.over_chat_model(tiny, corpus_dir=tmp_path) as policy:
-        tiny.extra_processors = numbered_replies(tiny)
+        tiny.extra_processors = numbered_replies(tiny, "kettle summary")
         try:
             policy.turn(session, budget)
         finally:
