@@ -186,10 +186,14 @@ class DigestTab(QWidget):
         self.tree.clear()
         self._nodes = {n.id: n for n in self.snapshot.nodes}
         self._changed = {x.id for x in self.diff.changed} if self.diff else set()
-        tops = [n for n in self.snapshot.nodes if n.id == ROOT_ID]
-        if not tops:  # no root yet: show whatever has no parent in the snapshot
-            children = {c for n in self.snapshot.nodes for c in n.child_ids}
-            tops = [n for n in self.snapshot.nodes if n.id not in children]
+        # The root, then every other node nothing lists as a child: with deferred views
+        # (the distiller's default) day scopes and clusters hang from no parent, and without a
+        # root yet that is the whole top of the corpus.
+        children = {c for n in self.snapshot.nodes for c in n.child_ids}
+        tops = sorted(
+            (n for n in self.snapshot.nodes if n.id not in children),
+            key=lambda n: (n.id != ROOT_ID, -n.level, n.id),
+        )
         for node in tops:
             self.tree.addTopLevelItem(self._item_for(node))
         first = self.tree.topLevelItem(0)
@@ -198,9 +202,10 @@ class DigestTab(QWidget):
             self.tree.setCurrentItem(first)
 
     def _item_for(self, node: DigestNode) -> QTreeWidgetItem:
+        pending = node.level > 0 and not node.summary_hash
         item = QTreeWidgetItem(
             [
-                label_of(node),
+                label_of(node) + (" (view, summary pending)" if pending else ""),
                 str(node.level),
                 node.kind,
                 str(node.tokens),
@@ -298,7 +303,13 @@ class DigestTab(QWidget):
             lines.append(f"scope {node.scope_name} = {node.scope_id}")
         if node.parent_ids:
             lines.append("parents " + ", ".join(node.parent_ids))
-        lines += ["", self.snapshot.summaries.get(node.id, "")]
+        summary = self.snapshot.summaries.get(node.id, "")
+        if node.level > 0 and not node.summary_hash:
+            summary = (
+                "(summary pending: this view is written on its first `digest` or `recall`, or "
+                "by `picocontext-distill complete`; its ContentHash is already exact)"
+            )
+        lines += ["", summary]
         self.details.setPlainText("\n".join(lines))
 
     # -- remember / diff / resolve -----------------------------------------------------------

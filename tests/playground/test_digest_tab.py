@@ -127,3 +127,32 @@ def test_screenshot_with_a_highlighted_diff(
     )
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_deferred_views_are_top_level_and_say_when_their_summary_is_pending(
+    app: QApplication, tmp_path: Path
+) -> None:
+    """With the default layout a secondary scope is a view: no parent, so it is listed after
+    the root instead of being unreachable, and its pending summary is labelled as such."""
+    # one embedding for all: the scoped leaves also form a cluster, which is a view
+    d = build(tmp_path / "views", views="deferred", split_key="id")
+    try:
+        d.apply([*seven_node_units(), note("n4", "gasket replaced", "s3")])
+        widget = DigestTab(d.tools())
+        try:
+            tops = [widget.tree.topLevelItem(i) for i in range(widget.tree.topLevelItemCount())]
+            ids = [t.toolTip(0) for t in tops if t is not None]
+            assert ids[0] == ROOT_ID and len(ids) > 1
+            orphans = {n.id for n in d.store.nodes() if not n.parent_ids} - {ROOT_ID}
+            assert set(ids[1:]) == orphans and orphans
+            pending = [n for n in d.store.nodes() if n.level > 0 and not n.summary_hash]
+            assert pending, "the layout left no view pending"
+            assert widget.select(pending[0].id)
+            item = widget.tree.currentItem()
+            assert item is not None and item.text(0).endswith("(view, summary pending)")
+            assert "summary pending" in widget.details.toPlainText()
+        finally:
+            widget.close()
+            widget.deleteLater()
+    finally:
+        d.close()
