@@ -1,14 +1,76 @@
-"""The wheel carries the run-time data: every fixture, corpus and manifest file under
-resources/ is matched by the package-data globs of ``picocontext_diagnostics.resources``
-(setup.py maps that package to resources/), so a non-editable install finds them."""
+"""The package layout holds: core imports without the optional extras, layering is kept."""
 
 from __future__ import annotations
 
 import glob
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
+
+
+_BLOCK_EXTRAS = """
+import importlib.abc, sys
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'mlx', 'mlx_lm', 'PySide6', 'huggingface_hub', 'tokenizers',
+                                  'transformers', 'llguidance', 'xgrammar', 'outlines_core'}:
+            raise ImportError(f'{name} is not installed (simulated venv without extras)')
+        return None
+sys.meta_path.insert(0, _Absent())
+"""
+
+
+def test_core_works_in_an_environment_without_the_mlx_and_gui_extras() -> None:
+    # Simulate a venv without the extras: any import of an extra's module fails.
+    code = _BLOCK_EXTRAS + (
+        "import pkgutil, picocontext\n"
+        "names = [m.name for m in pkgutil.walk_packages(picocontext.__path__, 'picocontext.')]\n"
+        "import importlib\n"
+        "for name in names:\n"
+        "    if not name.endswith('.__main__'):\n"
+        "        importlib.import_module(name)\n"
+        "print(len(names))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_core_imports_without_mlx_or_qt() -> None:
+    code = (
+        "import sys, picocontext, picocontext.models;"
+        "bad = [m for m in ('mlx', 'mlx_lm', 'PySide6', 'huggingface_hub') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_core_never_imports_diagnostics_playground_or_qt() -> None:
+    offenders = []
+    for path in (ROOT / "core").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for banned in ("picocontext_diagnostics", "picocontext_playground", "PySide6"):
+            if f"import {banned}" in text or f"from {banned}" in text:
+                offenders.append(f"{path.relative_to(ROOT)}: {banned}")
+    assert offenders == []
+
+
+def test_only_playground_imports_qt() -> None:
+    offenders = [
+        str(p.relative_to(ROOT))
+        for folder in ("core", "diagnostics")
+        for p in (ROOT / folder).rglob("*.py")
+        if "PySide6" in p.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
+
+
+# The wheel carries the run-time data: every fixture, corpus and manifest file under resources/
+# is matched by the package-data globs of ``picocontext_diagnostics.resources`` (setup.py maps
+# that package to resources/), so a non-editable install finds them.
 DATA = "picocontext_diagnostics.resources"
 
 
