@@ -202,10 +202,9 @@ class DigestTab(QWidget):
             self.tree.setCurrentItem(first)
 
     def _item_for(self, node: DigestNode) -> QTreeWidgetItem:
-        pending = node.level > 0 and not node.summary_hash
         item = QTreeWidgetItem(
             [
-                label_of(node) + (" (view, summary pending)" if pending else ""),
+                label_of(node) + (" (view, summary pending)" if node.is_pending else ""),
                 str(node.level),
                 node.kind,
                 str(node.tokens),
@@ -304,7 +303,7 @@ class DigestTab(QWidget):
         if node.parent_ids:
             lines.append("parents " + ", ".join(node.parent_ids))
         summary = self.snapshot.summaries.get(node.id, "")
-        if node.level > 0 and not node.summary_hash:
+        if node.is_pending:
             summary = (
                 "(summary pending: this view is written on its first `digest` or `recall`, or "
                 "by `picocontext-distill complete`; its ContentHash is already exact)"

@@ -85,11 +85,6 @@ class RecallArgs(BaseModel):
         return value
 
 
-def _pending(node: DigestNode) -> bool:
-    """A view whose summary is deferred: exact ContentHash, no summary or SemHash yet."""
-    return node.level > LEVEL_ENTITY and not node.summary_hash
-
-
 def _line(node: DigestNode, unchanged: bool = False) -> MapLine:
     return MapLine(
         id=node.id,
@@ -99,7 +94,7 @@ def _line(node: DigestNode, unchanged: bool = False) -> MapLine:
         content_hash=node.content_hash,
         sem_hash=node.sem_hash,
         unchanged=unchanged,
-        pending=_pending(node),
+        pending=node.is_pending,
     )
 
 
@@ -218,10 +213,10 @@ class DigestTools:
         node = self.store.get(node_id)
         if node is None:
             raise NodeNotFound(node_id)
-        waiting = [node_id] if _pending(node) else []
+        waiting = [node_id] if node.is_pending else []
         for child_id in node.child_ids:
             child = self.store.get(child_id)
-            if child is not None and _pending(child):
+            if child is not None and child.is_pending:
                 waiting.append(child_id)
         if waiting and self.complete is not None:
             self._ensure(waiting)
@@ -313,7 +308,7 @@ class DigestTools:
         allowed = candidates()
         if altitude != Altitude.ENTITY and self.complete is not None:
             # Digests are ranked by their embeddings: pending views in reach are written first.
-            waiting = sorted(i for i in allowed if _pending(nodes[i]))
+            waiting = sorted(i for i in allowed if nodes[i].is_pending)
             if waiting:
                 self._ensure(waiting)
                 nodes = {n.id: n for n in self.store.nodes()}

@@ -486,7 +486,7 @@ def _query(
             "nodes": len(nodes),
             "by_level": {str(lv): sum(1 for n in nodes if n.level == lv) for lv in (0, 1, 2)},
             "pending": store.pending_count(),
-            "pending_views": sum(1 for n in nodes if n.level > 0 and not n.summary_hash),
+            "pending_views": sum(1 for n in nodes if n.is_pending),
             "blocked": store.blocked_count(),
             "recipe": store.meta_get("recipe"),
             "semantic_recipe": store.meta_get("semantic_recipe"),

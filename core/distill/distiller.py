@@ -225,7 +225,7 @@ class _Pass:
 
 def _is_pending(node: DigestNode | None) -> bool:
     """An internal node whose summary was deferred (a view in deferred-views mode)."""
-    return node is not None and node.level > LEVEL_ENTITY and not node.summary_hash
+    return node is not None and node.is_pending
 
 
 _GATES: dict[str, threading.Lock] = {}

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.distill.ids import (
     KIND_SCOPE,
+    LEVEL_ENTITY,
     ROOT_ID,
     is_intermediate,
     l0_id,
@@ -87,6 +88,11 @@ class DigestNode(BaseModel):
     @property
     def is_root(self) -> bool:
         return self.id == ROOT_ID
+
+    @property
+    def is_pending(self) -> bool:
+        """A view whose summary is deferred: exact ContentHash, no summary or SemHash yet."""
+        return self.level > LEVEL_ENTITY and not self.summary_hash
 
     def table_key(self) -> tuple[Any, ...]:
         """What a rebuild must reproduce byte for byte (P7): no timestamps."""
