@@ -234,25 +234,26 @@ class DeterministicNotebookBackend:
         return {str(t.get("function", t).get("name", "")) for t in tools or ()}
 
     @staticmethod
-    def _called(prompt: PreparedPrompt, name: str) -> list[dict[str, object]]:
-        out: list[dict[str, object]] = []
+    def _exchanges(prompt: PreparedPrompt) -> list[tuple[str, dict[str, object], str]]:
+        """(verb, JSON-object arguments, result text) of this turn's tool calls, in order;
+        calls whose arguments are not a JSON object are skipped."""
+        results = {r.tool_call_id: r.body for r in prompt.input.control_records if r.tool_call_id}
+        out: list[tuple[str, dict[str, object], str]] = []
         for record in prompt.input.control_records:
             for call in record.tool_calls:
-                if call.name != name:
-                    continue
                 try:
                     value = json.loads(call.arguments)
                 except ValueError:
                     continue
                 if isinstance(value, dict):
-                    out.append(value)
+                    out.append((call.name, value, results.get(call.id, "")))
         return out
 
     def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> ModelToolCall | None:
         """The next deterministic look into older history, or None when none is left."""
         offered = self._offered(prompt)
         if "recall" in offered:
-            asked = {str(c.get("query")) for c in self._called(prompt, "recall")}
+            asked = {str(a.get("query")) for v, a, _ in self._exchanges(prompt) if v == "recall"}
             for key in missing:
                 query = f"{FACT_PREFIX}{key}"
                 if query not in asked:
@@ -262,21 +263,6 @@ class DeterministicNotebookBackend:
         if "open" in offered:
             return self._navigate(prompt)
         return None
-
-    @staticmethod
-    def _exchanges(prompt: PreparedPrompt) -> list[tuple[str, str, str]]:
-        """(verb, node id, result text) of this turn's tool calls, in order."""
-        calls: list[tuple[str, str, str]] = []
-        results = {r.tool_call_id: r.body for r in prompt.input.control_records if r.tool_call_id}
-        for record in prompt.input.control_records:
-            for call in record.tool_calls:
-                try:
-                    value = json.loads(call.arguments)
-                except ValueError:
-                    continue
-                node = str(value.get("id", "")) if isinstance(value, dict) else ""
-                calls.append((call.name, node, results.get(call.id, "")))
-        return calls
 
     def _navigate(self, prompt: PreparedPrompt) -> ModelToolCall | None:
         """Read like someone who knows that each of its own answers is a full notebook: the
@@ -299,7 +285,8 @@ class DeterministicNotebookBackend:
         read: set[str] = set()
         resident: list[str] = []  # open leaves, oldest first
         out_of_budget = False
-        for verb, node, result in self._exchanges(prompt):
+        for verb, arguments, result in self._exchanges(prompt):
+            node = str(arguments.get("id", ""))
             out_of_budget = False
             if verb == "open":
                 if _OUT_OF_BUDGET.match(result):
