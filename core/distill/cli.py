@@ -180,11 +180,11 @@ def _summarizer(config: dict[str, Any], models: _ModelSlot) -> Summarizer:
     return ChatSummarizer(model, quantization=str(config.get("quantization", "")))
 
 
-def _embedder(config: dict[str, Any], models: _ModelSlot | None = None) -> Embedder:
+def _embedder(config: dict[str, Any], models: _ModelSlot) -> Embedder:
     if config.get("embedder", "lexical") == "model":
         from picocontext.distill.embedder import ModelEmbedder
 
-        return ModelEmbedder((models or _ModelSlot(config)).get("--embedder model"))
+        return ModelEmbedder(models.get("--embedder model"))
     return LexicalEmbedder(dims=int(config.get("dims", 256)))
 
 
@@ -206,10 +206,12 @@ def _adapters(config: dict[str, Any]) -> list[SourceAdapter]:
 
 
 def _open_distiller(
-    corpus: Path, config: dict[str, Any]
+    corpus: Path, config: dict[str, Any], models: _ModelSlot | None = None
 ) -> tuple[Distiller, list[SourceAdapter], _ModelSlot]:
+    """The distiller over the configured sources; ``models`` shares an already opened model
+    slot (the query path's), otherwise a new one is returned for the caller to close."""
     adapters = _adapters(config)
-    models = _ModelSlot(config)
+    models = models or _ModelSlot(config)
     summarizer = _summarizer(config, models)
     tokenizer = whitespace_tokens
     tokenizer_id = "whitespace-words"
@@ -260,18 +262,22 @@ def run(argv: Sequence[str]) -> int:
         from picocontext.distill.cas import BlobStore
 
         config = _load_config(store)
-        completer = _Completer(corpus, config)
+        # One model slot for the query embedder and the pending-view completer: the model
+        # loads at most once, and only if a query or a completion needs it.
+        models = _ModelSlot(config)
+        completer = _Completer(corpus, config, models)
         tools = DigestTools(
             store,
             BlobStore(corpus / "cas"),
             whitespace_tokens,
-            _embedder(config),
+            _embedder(config, models),
             complete=completer,
         )
         try:
             return _query(args, store, tools, corpus, config)
         finally:
             completer.close()
+            models.close()
     finally:
         store.close()
 
@@ -280,22 +286,21 @@ class _Completer:
     """Writes pending (deferred) view summaries when digest/recall first needs them; opens
     the distiller, and so loads the summarizer model, only if that happens."""
 
-    def __init__(self, corpus: Path, config: dict[str, Any]) -> None:
+    def __init__(self, corpus: Path, config: dict[str, Any], models: _ModelSlot) -> None:
         self._corpus = corpus
         self._config = config
-        self._opened: tuple[Distiller, _ModelSlot] | None = None
+        self._models = models  # owned by the caller
+        self._distiller: Distiller | None = None
 
     def __call__(self, node_ids: list[str] | None) -> int:
-        if self._opened is None:
-            distiller, _, models = _open_distiller(self._corpus, self._config)
-            self._opened = (distiller, models)
-        return self._opened[0].complete(node_ids)
+        if self._distiller is None:
+            self._distiller = _open_distiller(self._corpus, self._config, self._models)[0]
+        return self._distiller.complete(node_ids)
 
     def close(self) -> None:
-        if self._opened is not None:
-            self._opened[0].close()
-            self._opened[1].close()
-            self._opened = None
+        if self._distiller is not None:
+            self._distiller.close()
+            self._distiller = None
 
 
 def _sync(corpus: Path, args: argparse.Namespace) -> int:

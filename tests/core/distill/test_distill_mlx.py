@@ -53,7 +53,7 @@ def test_chat_summarizer_over_mlx_builds_the_tree(tiny: Any, tmp_path: Path) -> 
 
 
 def test_cli_distils_a_folder_with_a_local_model_as_summarizer_and_embedder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`sync --summarizer model --embedder model --model DIR` loads one model for both seams,
     remembers the choice for later syncs, and reports real model summaries (free text from
@@ -63,8 +63,17 @@ def test_cli_distils_a_folder_with_a_local_model_as_summarizer_and_embedder(
     pytest.importorskip("mlx_lm")
     from picocontext.distill.cli import main
     from picocontext.distill.store import NodeStore
+    from picocontext.models import registry
     from picocontext.models.tiny import write_tiny_model
 
+    loads: list[object] = []
+    real_load = registry.load_model
+
+    def counting_load(*args: Any, **kwargs: Any) -> Any:
+        loads.append(args or kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(registry, "load_model", counting_load)
     model_dir = write_tiny_model(tmp_path / "model")
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -77,6 +86,7 @@ def test_cli_distils_a_folder_with_a_local_model_as_summarizer_and_embedder(
     assert main([*argv, *model_args]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["counters"]["summaries"] > 0
+    assert len(loads) == 1  # summarizer and embedder share one loaded model
     store = NodeStore(corpus / "nodes.sqlite")
     try:
         config = json.loads(store.meta_get("cli_config") or "{}")
@@ -90,6 +100,11 @@ def test_cli_distils_a_folder_with_a_local_model_as_summarizer_and_embedder(
     assert json.loads(capsys.readouterr().out)["counters"]["summaries"] == 0
     assert main(["--corpus", str(corpus), "map"]) == 0
     assert "digest:" in capsys.readouterr().out
+    # recall embeds the query and writes the pending views first: still one model load
+    loads.clear()
+    assert main(["--corpus", str(corpus), "recall", "relay", "--altitude", "scope"]) == 0
+    capsys.readouterr()
+    assert len(loads) == 1
 
 
 def test_cli_model_choice_without_a_model_is_a_clear_error(
