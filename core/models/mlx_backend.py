@@ -413,12 +413,7 @@ class MLXModel:
             mx.eval(states)
             return np.array(states, copy=True)
 
-        if not self._busy.acquire(blocking=False):
-            raise Busy()
-        try:
-            return self._worker.call(_run)
-        finally:
-            self._busy.release()
+        return self._exclusive(_run)
 
     # -- TokenCounter ---------------------------------------------------------------------
     def prepare(self, model_input: ModelInput) -> PreparedPrompt:
@@ -481,19 +476,24 @@ class MLXModel:
     ) -> ModelResponse:
         if not ids or max_tokens <= 0:
             raise InvalidContext(EMPTY_REQUEST)
+        result = self._exclusive(
+            lambda: self._generate_on_worker(ids, max_tokens, cancel, grammar_input), cancel
+        )
+        if result.finish == "cancelled":
+            raise Cancelled()
+        return self._response(result, tools, fallback)
+
+    def _exclusive(self, fn: Callable[[], T], cancel: CancelToken | None = None) -> T:
+        """Run ``fn`` on the worker thread as the model's only caller; a concurrent call is
+        ``Busy`` rather than queued, and a cancelled token is honoured once the model is ours."""
         if not self._busy.acquire(blocking=False):
             raise Busy()
         try:
             if cancel is not None:
                 cancel.check()
-            result = self._worker.call(
-                lambda: self._generate_on_worker(ids, max_tokens, cancel, grammar_input)
-            )
+            return self._worker.call(fn)
         finally:
             self._busy.release()
-        if result.finish == "cancelled":
-            raise Cancelled()
-        return self._response(result, tools, fallback)
 
     def _response(
         self, result: Generation, tools: list[dict[str, Any]] | None, fallback: bool
