@@ -17,6 +17,7 @@ from picocontext.distill.distiller import DistillConfig, Distiller
 from picocontext.distill.embedder import Embedder
 from picocontext.distill.errors import SummarizerError
 from picocontext.distill.guard import Guard
+from picocontext.distill.ids import ROOT_ID
 from picocontext.distill.models import GuardInput, GuardResult, SummaryInput, Unit
 from picocontext.distill.summarizer import Summarizer
 
@@ -172,3 +173,37 @@ def build(
 
 
 MakeDistiller = Callable[..., Distiller]
+
+
+def ancestors(d: Distiller, node_id: str) -> set[str]:
+    """Every node above ``node_id`` through child links (all parent chains, views included):
+    what the locality invariants compare an edit's summarizer calls against."""
+    parents: dict[str, set[str]] = {}
+    for n in d.store.nodes():
+        for c in n.child_ids:
+            parents.setdefault(c, set()).add(n.id)
+    out: set[str] = set()
+    stack = [node_id]
+    while stack:
+        for p in parents.get(stack.pop(), ()):
+            if p not in out:
+                out.add(p)
+                stack.append(p)
+    return out
+
+
+def depth_to(d: Distiller, target: str) -> int:
+    """Longest root-to-``target`` path, in edges, through child_ids (-1: not under the root):
+    the "depth" of the ≤ depth + 1 edit bound."""
+    nodes = {n.id: n for n in d.store.nodes()}
+    memo: dict[str, int] = {}
+
+    def longest(node_id: str) -> int:
+        if node_id == target:
+            return 0
+        if node_id not in memo:
+            subs = [longest(c) for c in nodes[node_id].child_ids if c in nodes]
+            memo[node_id] = max((s + 1 for s in subs if s >= 0), default=-1)
+        return memo[node_id]
+
+    return longest(ROOT_ID) if ROOT_ID in nodes else -1

@@ -32,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from picocontext.distill import (
-    ROOT_ID,
     DistillConfig,
     Distiller,
     LexicalEmbedder,
     Unit,
 )
-from picocontext.distill.testing import FakeSummarizer
+from picocontext.distill.testing import FakeSummarizer, ancestors, depth_to
 
 TOPICS = {
     "kiln": "relay element thermocouple cone firing schedule controller shelf",
@@ -96,43 +95,6 @@ def _timed(d: Distiller, fn: Callable[[], object]) -> dict[str, Any]:
     fn()
     seconds = time.perf_counter() - started
     return {"seconds": round(seconds, 4), **_delta(before, _io(d))}
-
-
-def depth_to(d: Distiller, target: str) -> int:
-    """Longest path (in edges) from the root down to ``target`` through child_ids."""
-    nodes = {n.id: n for n in d.store.nodes()}
-    memo: dict[str, int] = {}
-
-    def longest(node_id: str) -> int:
-        if node_id == target:
-            return 0
-        if node_id in memo:
-            return memo[node_id]
-        best = -1
-        for child in nodes[node_id].child_ids:
-            if child in nodes:
-                sub = longest(child)
-                if sub >= 0:
-                    best = max(best, sub + 1)
-        memo[node_id] = best
-        return best
-
-    return longest(ROOT_ID)
-
-
-def ancestors(d: Distiller, node_id: str) -> set[str]:
-    parents: dict[str, set[str]] = {}
-    for n in d.store.nodes():
-        for c in n.child_ids:
-            parents.setdefault(c, set()).add(n.id)
-    out: set[str] = set()
-    stack = [node_id]
-    while stack:
-        for p in parents.get(stack.pop(), ()):
-            if p not in out:
-                out.add(p)
-                stack.append(p)
-    return out
 
 
 LAYOUTS: dict[str, dict[str, str]] = {

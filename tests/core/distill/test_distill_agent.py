@@ -23,28 +23,12 @@ from picocontext.distill.testing import (
     ConstantEmbedder,
     MakeDistiller,
     VariedEmbedder,
+    ancestors,
     note,
     seven_node_units,
 )
 from picocontext.prompts import edit_tool_schema
 from picocontext.records import Scope, Snapshot
-
-
-def _ancestors(d: Distiller, node_id: str) -> set[str]:
-    nodes = {n.id: n for n in d.store.nodes()}
-    parents: dict[str, set[str]] = {}
-    for n in nodes.values():
-        for c in n.child_ids:
-            parents.setdefault(c, set()).add(n.id)
-    out: set[str] = set()
-    stack = [node_id]
-    while stack:
-        for p in parents.get(stack.pop(), ()):
-            if p not in out:
-                out.add(p)
-                stack.append(p)
-    return out
-
 
 # -- map -------------------------------------------------------------------------------------
 
@@ -86,7 +70,7 @@ def test_map_diff_after_an_edit_is_exactly_the_leaf_and_its_ancestors(
     d.apply([note("n1", "vibration critical", "s1", title="Pump")])
     result = d.tools().map(known_hashes=known)
     changed = {x.id for x in result.changed}
-    assert changed == {"digest:0:note:n1", *_ancestors(d, "digest:0:note:n1")}
+    assert changed == {"digest:0:note:n1", *ancestors(d, "digest:0:note:n1")}
     pruned = d.tools().map(known_hashes=known, prune_unchanged=True)
     assert {x.id for x in pruned.changed} == changed
     assert len(pruned.lines) < len(result.lines)

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from picocontext.distill import Distiller, Unit
-from picocontext.distill.testing import FakeSummarizer, VariedEmbedder, build, note
+from picocontext.distill.testing import FakeSummarizer, VariedEmbedder, ancestors, build, note
 
 WORDS = ["pump", "valve", "motor", "seal", "bearing", "gasket", "filter", "sensor"]
 
@@ -86,21 +86,6 @@ def test_incremental_edits_converge_to_a_clean_build(edits: list[tuple[int, str]
         clean.close()
 
 
-def _ancestors(d: Distiller, node_id: str) -> set[str]:
-    parents: dict[str, set[str]] = {}
-    for n in d.store.nodes():
-        for c in n.child_ids:
-            parents.setdefault(c, set()).add(n.id)
-    out: set[str] = set()
-    stack = [node_id]
-    while stack:
-        for p in parents.get(stack.pop(), ()):
-            if p not in out:
-                out.add(p)
-                stack.append(p)
-    return out
-
-
 @settings(max_examples=15, deadline=None)
 @given(st.integers(min_value=0, max_value=9), st.sampled_from(WORDS), st.integers(0, 99))
 def test_an_edit_only_touches_the_leaf_and_its_ancestors(index: int, word: str, n: int) -> None:
@@ -111,14 +96,14 @@ def test_an_edit_only_touches_the_leaf_and_its_ancestors(index: int, word: str, 
         d.apply(units)
         leaf = units[index].node_id
         before = {x.id: (x.content_hash, x.summary_hash) for x in d.store.nodes()}
-        anc_before = _ancestors(d, leaf)
+        anc_before = ancestors(d, leaf)
         calls = s.calls
         d.apply([note(f"n{index}", f"{word} {n} replaced", units[index].scopes[0][1])])
         after = {x.id: (x.content_hash, x.summary_hash) for x in d.store.nodes()}
         # P3: the leaf, its ancestors before and after, and intermediates the edit created
         # (a group crossing the fan-in cap regroups its members under new '#' nodes).
         created = set(after) - set(before)
-        touched = {leaf} | anc_before | _ancestors(d, leaf) | created
+        touched = {leaf} | anc_before | ancestors(d, leaf) | created
         assert s.calls - calls <= len(touched)
         for node_id in set(before) & set(after) - touched:
             assert before[node_id] == after[node_id], node_id

@@ -18,7 +18,7 @@ from picocontext.distill import ROOT_ID, Altitude, DigestTools, DistillConfig, D
 from picocontext.distill.embedder import LexicalEmbedder
 from picocontext.distill.ids import is_intermediate
 from picocontext.distill.models import DigestNode, GuardInput, GuardResult, GuardStage
-from picocontext.distill.testing import FakeSummarizer
+from picocontext.distill.testing import FakeSummarizer, ancestors, depth_to
 
 TOPICS = ["relay thermocouple kiln cone", "tomato compost frost mulch", "chain brake tyre hub"]
 
@@ -56,22 +56,6 @@ def _open(root: Path, summarizer: FakeSummarizer | None = None, **config: object
     )
 
 
-def _depth(d: Distiller, target: str) -> int:
-    """Longest root-to-target path, in edges, through child_ids (-1: not under the root)."""
-    nodes = {n.id: n for n in d.store.nodes()}
-    memo: dict[str, int] = {}
-
-    def longest(node_id: str) -> int:
-        if node_id == target:
-            return 0
-        if node_id not in memo:
-            subs = [longest(c) for c in nodes[node_id].child_ids if c in nodes]
-            memo[node_id] = max((s + 1 for s in subs if s >= 0), default=-1)
-        return memo[node_id]
-
-    return longest(ROOT_ID)
-
-
 def _descendants(nodes: dict[str, DigestNode], start: str) -> set[str]:
     out: set[str] = set()
     stack = list(nodes[start].child_ids) if start in nodes else []
@@ -80,21 +64,6 @@ def _descendants(nodes: dict[str, DigestNode], start: str) -> set[str]:
         if node_id not in out and node_id in nodes:
             out.add(node_id)
             stack.extend(nodes[node_id].child_ids)
-    return out
-
-
-def _ancestors(d: Distiller, node_id: str) -> set[str]:
-    parents: dict[str, set[str]] = {}
-    for n in d.store.nodes():
-        for c in n.child_ids:
-            parents.setdefault(c, set()).add(n.id)
-    out: set[str] = set()
-    stack = [node_id]
-    while stack:
-        for p in parents.get(stack.pop(), ()):
-            if p not in out:
-                out.add(p)
-                stack.append(p)
     return out
 
 
@@ -153,7 +122,7 @@ def test_views_hang_off_the_root_and_wait_for_their_summaries(tmp_path: Path) ->
         assert view.parent_ids == () and not view.summary_hash and not view.sem_hash
         assert view.content_hash and view.tokens == 0 and d.store.get_vector(view.id) is None
     # The root covers every leaf exactly once, through its conversation (fix A still holds).
-    below_root = {i for i in nodes if nodes[i].level == 0 and ROOT_ID in _ancestors(d, i)}
+    below_root = {i for i in nodes if nodes[i].level == 0 and ROOT_ID in ancestors(d, i)}
     assert below_root == {n.id for n in nodes.values() if n.level == 0}
     assert all(nodes[c].scope_name == "conversation" or is_intermediate(c) for c in root.child_ids)
     # map shows them as pending; nothing was summarised for them yet.
@@ -179,12 +148,12 @@ def test_one_leaf_edit_costs_at_most_depth_plus_one(index: int, topic: str, n: i
         edited = _unit(index, f"{topic} rewritten {n}")
         d.apply([edited])
         calls = s.calls
-        depth = _depth(d, edited.node_id)
+        depth = depth_to(d, edited.node_id)
         assert depth >= 2  # root, (its intermediates,) the conversation (, its intermediates)
         assert calls <= depth + 1
         # Exactly the leaf and its ancestors under the root were re-summarised: one path.
         on_path = {
-            a for a in _ancestors(d, edited.node_id) if a == ROOT_ID or ROOT_ID in _ancestors(d, a)
+            a for a in ancestors(d, edited.node_id) if a == ROOT_ID or ROOT_ID in ancestors(d, a)
         }
         assert calls == 1 + len(on_path)
         d.close()
@@ -250,16 +219,16 @@ def test_map_diff_stays_exact_while_summaries_wait(tmp_path: Path) -> None:
     d.complete()
     known = d.snapshot(with_summaries=False).known_hashes()
     leaf = _unit(7).node_id
-    before = _ancestors(d, leaf)
+    before = ancestors(d, leaf)
     d.apply([_unit(7, "chain brake tyre hub rewritten completely")])
-    after = _ancestors(d, leaf)
+    after = ancestors(d, leaf)
     result = d.tools().map(known_hashes=known)
     changed = {x.id for x in result.lines if not x.unchanged}
     created = {x.id for x in result.lines} - set(known)
     assert changed == {leaf} | before | after | created  # P13 with pending views
     pending = {x.id for x in result.lines if x.pending}
     assert pending and pending <= changed
-    assert all(ROOT_ID not in _ancestors(d, p) for p in pending)  # only views wait
+    assert all(ROOT_ID not in ancestors(d, p) for p in pending)  # only views wait
     pruned = d.tools().map(known_hashes=known, prune_unchanged=True)
     listed = {x.id for x in pruned.lines}
     unchanged_views = {
