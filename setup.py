@@ -1,27 +1,23 @@
-"""Package discovery for the package-dir mapping (pyproject.toml holds all other metadata).
+"""The one mapping pyproject.toml cannot express: ``resources/`` travels inside the wheel.
 
-setuptools cannot discover subpackages of a renamed folder on its own, so list them here:
-every folder with an ``__init__.py`` under core/, diagnostics/ and playground/.
+Each code folder holds one package folder of the same name as its import (``core/picocontext``,
+``diagnostics/picocontext_diagnostics``, ``playground/picocontext_playground``), so the code
+needs no mapping beyond "this package lives in that folder". The run-time data (fixtures,
+corpora, manifests, schemas) ships as ``picocontext_diagnostics/resources``; a source checkout
+or an editable install reads the top-level ``resources/`` folder instead (both lookups are in
+the code). Which files: the package-data globs in pyproject.toml.
 """
 
 from setuptools import find_packages, setup
 
-ROOTS = {
-    "picocontext": "core",
-    "picocontext_diagnostics": "diagnostics",
-    "picocontext_playground": "playground",
-}
-
-packages = []
-for name, folder in ROOTS.items():
-    packages.append(name)
-    packages += [f"{name}.{sub}" for sub in find_packages(where=folder)]
-
-# Data the diagnostics and the manifest schema need at run time travel inside the wheel as
-# ``picocontext_diagnostics/resources`` (a source checkout or an editable install reads the
-# top-level resources/ folder instead; both lookups are in the code). Which files: pyproject.toml.
+ROOTS = ("core", "diagnostics", "playground")
 DATA = "picocontext_diagnostics.resources"
-packages.append(DATA)
-package_dir = {**ROOTS, DATA: "resources"}
+
+packages = [DATA]
+package_dir = {DATA: "resources"}
+for root in ROOTS:
+    found = find_packages(where=root)
+    packages += found
+    package_dir.update({name: f"{root}/{name}" for name in found if "." not in name})
 
 setup(packages=packages, package_dir=package_dir)

@@ -13,12 +13,8 @@ echo "== ruff" >&2
 "$PY" -m ruff format --check core diagnostics playground tests scripts
 
 echo "== mypy" >&2
-# mypy cannot follow package-dir, so give the folders their import names through symlinks.
-mkdir -p .typecheck
-ln -sfn ../core .typecheck/picocontext
-ln -sfn ../diagnostics .typecheck/picocontext_diagnostics
-ln -sfn ../playground .typecheck/picocontext_playground
-export MYPYPATH="$ROOT/.typecheck:$ROOT/tests/support"
+# pyproject.toml's mypy_path lists the three code folders, whose package folders carry the
+# import names, and tests/support.
 "$PY" -m mypy -p picocontext -p picocontext_diagnostics -p picocontext_playground
 "$PY" -m mypy --exclude "^tests/support/" tests
 

@@ -90,3 +90,67 @@ def test_every_runtime_data_file_is_shipped() -> None:
     assert needed, "resources/ is empty?"
     assert sorted(needed - shipped) == []
     assert f'DATA = "{DATA}"' in (ROOT / "setup.py").read_text(encoding="utf-8")
+
+
+PACKAGES = {
+    "core": "picocontext",
+    "diagnostics": "picocontext_diagnostics",
+    "playground": "picocontext_playground",
+}
+
+
+def test_each_code_folder_holds_one_package_named_like_its_import() -> None:
+    for folder, package in PACKAGES.items():
+        children = sorted(p.name for p in (ROOT / folder).iterdir() if p.name != "__pycache__")
+        assert children == [package], f"{folder}/ holds {children}"
+        assert (ROOT / folder / package / "__init__.py").is_file()
+
+
+def test_every_first_party_import_resolves_to_a_folder_of_the_same_name() -> None:
+    import ast
+
+    roots = {package: ROOT / folder for folder, package in PACKAGES.items()}
+    missing = []
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        if ".venv" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in roots:
+                    continue
+                target = roots[top].joinpath(*name.split("."))
+                if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
+                    missing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert missing == []
+
+
+def test_the_wheel_ships_every_module_and_data_file(tmp_path: Path) -> None:
+    # A wheel built from this checkout holds each package's modules under its import name
+    # and resources/ under picocontext_diagnostics/resources.
+    import zipfile
+
+    command = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q"]
+    built = subprocess.run(
+        [*command, "--no-build-isolation", "-w", str(tmp_path)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {
+        str(p.relative_to(ROOT / folder))
+        for folder in PACKAGES
+        for p in (ROOT / folder).rglob("*")
+        if p.is_file() and p.suffix in {".py", ".typed"} and "__pycache__" not in p.parts
+    }
+    wanted |= {
+        "picocontext_diagnostics/resources/" + str(p.relative_to(ROOT / "resources"))
+        for p in (ROOT / "resources").rglob("*")
+        if p.is_file()
+    }
+    assert sorted(wanted - names) == []

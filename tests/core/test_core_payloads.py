@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kettle import SCOPE
 
+from kettle import SCOPE
 from picocontext import (
     Delete,
     InvalidContext,

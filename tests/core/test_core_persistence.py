@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kettle import GOOD_EDIT_OPS, SCOPE, kettle_snapshot, phased
 
+from kettle import GOOD_EDIT_OPS, SCOPE, kettle_snapshot, phased
 from picocontext import (
     ContextSession,
     Edit,

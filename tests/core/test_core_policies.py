@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+
 from kettle import (
     CORRECT_ANSWER,
     SCOPE,
@@ -15,7 +16,6 @@ from kettle import (
     kettle_snapshot,
     phased,
 )
-
 from picocontext import (
     Cancelled,
     CancelToken,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kettle import SCOPE, answer_from, kettle_snapshot
 
+from kettle import SCOPE, answer_from, kettle_snapshot
 from picocontext import (
     AppendTransaction,
     Busy,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kettle import SCOPE, kettle_snapshot
-
 from picocontext import (
     Delete,
     Edit,

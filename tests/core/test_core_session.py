@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from kettle import (
     CORRECT_ANSWER,
     GOOD_EDIT_OPS,
@@ -17,7 +18,6 @@ from kettle import (
     kettle_snapshot,
     phased,
 )
-
 from picocontext import (
     AppendTransaction,
     Busy,

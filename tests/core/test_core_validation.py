@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kettle import SCOPE, kettle_records, kettle_snapshot
 
+from kettle import SCOPE, kettle_records, kettle_snapshot
 from picocontext import (
     AppendTransaction,
     Delete,

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tinymlx import numbered_replies, tiny_model
 
 from picocontext.distill import ChatSummarizer, DistillConfig, Distiller
 from picocontext.distill.testing import VariedEmbedder, note
+from tinymlx import numbered_replies, tiny_model
 
 pytestmark = pytest.mark.mlx
 

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tinymlx import scripted_replies, tiny_model
 
 from picocontext.manifest.eval import NavCase, run_eval
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.navigator import LLMNavigator
 from picocontext.manifest.session import NavSession
 from picocontext.manifest.tokens import ChatModelCounter
+from tinymlx import scripted_replies, tiny_model
 
 pytestmark = pytest.mark.mlx
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from kettle import CORRECT_ANSWER, SCOPE, answer_from, kettle_snapshot
 from pydantic import ValidationError
 
+from kettle import CORRECT_ANSWER, SCOPE, answer_from, kettle_snapshot
 from picocontext import (
     Cancelled,
     CancelToken,

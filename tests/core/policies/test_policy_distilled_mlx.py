@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kettle import CORRECT_ANSWER, answer_from, kettle_snapshot
-from tinymlx import numbered_replies, tiny_model
 
+from kettle import CORRECT_ANSWER, answer_from, kettle_snapshot
 from picocontext import (
     ContextSession,
     ModelResponse,
@@ -26,6 +25,7 @@ from picocontext import (
 from picocontext.models import ScriptedBackend
 from picocontext.policies import DistilledPolicy
 from picocontext.policies.distilled import DistilledSettings
+from tinymlx import numbered_replies, tiny_model
 
 pytestmark = pytest.mark.mlx
 

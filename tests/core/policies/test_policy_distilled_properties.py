@@ -7,8 +7,8 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kettle import kettle_snapshot
 
+from kettle import kettle_snapshot
 from picocontext import (
     ContextSession,
     ModelInput,

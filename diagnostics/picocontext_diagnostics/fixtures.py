@@ -53,8 +53,9 @@ def fixtures_dir() -> Path:
             raise FixtureError(f"{FIXTURES_ENV}={override} is not a directory")
         return path
     here = Path(__file__).resolve().parent
-    # Package data (if a wheel ships the fixtures inside the package), else the checkout root.
-    for base in (here, here.parent):
+    # Package data (a wheel ships resources/ inside the package), else the checkout root
+    # (diagnostics/picocontext_diagnostics → the repository).
+    for base in (here, here.parents[1]):
         candidate = base / "resources" / "fixtures"
         if candidate.is_dir():
             return candidate

@@ -41,7 +41,7 @@ from picocontext.manifest.navigator import KeywordNavigator
 from picocontext_diagnostics.bench.stdlib_docs import NAV_MODULES, write_corpus
 
 REFERENCE = "askfaro-progressive-context==0.5.1"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CASES = ROOT / "resources" / "corpora" / "stdlib" / "cases.json"
 BUDGETS = (4096, 32768)
 
