@@ -1,0 +1,133 @@
+"""``scripts/bench.sh main-job``: time the README's first command and say how each policy did.
+
+The command is read from the README's first code block (so the bench and the README cannot
+drift apart), run from the repository root exactly as a user would run it, with any extra
+arguments appended (``scripts/bench.sh main-job --pressure``). Wall time covers everything
+the user waits for: venv check, model check and the comparison itself. The per-policy outcome
+comes from the summary block the smoke prints (``<task> · <policy>: <state>`` followed by
+``Checks passed: context a/n; answers b/n``). The whole output goes to a log file next to the
+JSON; the last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+LIMIT_SECONDS = 300.0
+_HEADER = re.compile(r"^(?P<task>.+?) · (?P<policy>.+?): (?P<state>.+)$")
+_CHECKS = re.compile(
+    r"^\s+Checks passed: context (?P<context>\d+/\d+); answers (?P<answers>\d+/\d+)"
+)
+_STEP = re.compile(r"^\s+(?P<step>step-\d+): context=(?P<context>\w+), answer=(?P<answer>\w+)")
+
+
+class MainJobError(Exception):
+    """The README has no runnable first command, or the run printed no summary."""
+
+
+def readme_command(readme: Path) -> list[str]:
+    """The first command of the README's first fenced code block, without its comment."""
+    text = readme.read_text(encoding="utf-8")
+    block = re.search(r"^```[a-z]*\n(?P<body>.*?)^```", text, flags=re.M | re.S)
+    if block is None:
+        raise MainJobError(f"{readme} has no fenced code block")
+    for line in block.group("body").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            return words
+    raise MainJobError(f"{readme}: the first code block holds no command")
+
+
+def parse_summary(output: str) -> dict[str, dict[str, Any]]:
+    """Per policy label: the final state, the check counts and each step's two checks.
+
+    A summary block is a ``<task> · <policy>: <state>`` line directly followed by its
+    ``Checks passed`` line (status lines of the same shape are not)."""
+    policies: dict[str, dict[str, Any]] = {}
+    lines = output.splitlines()
+    current: dict[str, Any] | None = None
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        header = _HEADER.match(line)
+        checks = _CHECKS.match(following)
+        if header and checks and not line.startswith(" "):
+            current = {"state": header["state"], "context": checks["context"]}
+            current |= {"answers": checks["answers"], "steps": {}}
+            policies[header["policy"]] = current
+            continue
+        step = _STEP.match(line)
+        if current is not None and step:
+            current["steps"][step["step"]] = f"context {step['context']}, answer {step['answer']}"
+        elif current is not None and not line.startswith(" "):
+            current = None
+    return policies
+
+
+def run(command: Sequence[str], log: Path) -> tuple[int, float, str]:
+    """Run ``command`` from the repository root, teeing its output into ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    chunks: list[str] = []
+    with log.open("w", encoding="utf-8") as sink:
+        process = subprocess.Popen(
+            list(command),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            chunks.append(line)
+            sink.write(line)
+            sink.flush()
+            print(f"[{time.perf_counter() - started:6.0f} s] {line.rstrip()}", file=sys.stderr)
+        code = process.wait()
+    return code, time.perf_counter() - started, "".join(chunks)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench.sh main-job",
+        description="Time the README's first command; extra arguments are appended to it.",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "main-job.json")
+    parser.add_argument("--limit", type=float, default=LIMIT_SECONDS, help="seconds allowed")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        command = [*readme_command(ROOT / "README.md"), *extra]
+    except (OSError, MainJobError) as exc:
+        print(f"main-job: {exc}", file=sys.stderr)
+        return 2
+    code, seconds, output = run(command, args.out.with_suffix(".log"))
+    policies = parse_summary(output)
+    line = {
+        "benchmark": "main-job",
+        "command": shlex.join(command),
+        "exit_code": code,
+        "wall_seconds": round(seconds, 1),
+        "limit_seconds": args.limit,
+        "within_limit": seconds <= args.limit,
+        "policies": policies,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(line, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(line, separators=(",", ":")))
+    if not policies:
+        print("main-job: the run printed no per-policy summary", file=sys.stderr)
+        return 1
+    return 0 if code == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
