@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from picocontext import CancelToken, ContextSession, EditStyle, RunBudget, RunMode, RunReport
 from picocontext.backend import ChatModel, ModelBackend
 from picocontext.policies import ContextPolicy, DistilledPolicy, NavigatedPolicy
-from picocontext.policies.distilled import DistilledSettings
+from picocontext.policies.distilled import DistilledConfig
 from picocontext.policies.navigated import NavigatedConfig
 from picocontext_diagnostics.errors import InvalidConfiguration
 
@@ -42,7 +42,7 @@ class Policy(BaseModel):
     edit_style: EditStyle = EditStyle.TARGETED
     description: str = ""
     navigated: NavigatedConfig | None = None
-    distilled: DistilledSettings | None = None
+    distilled: DistilledConfig | None = None
 
     @model_validator(mode="after")
     def _settings_match_mode(self) -> Policy:
@@ -102,14 +102,14 @@ FOUR_POLICIES: tuple[str, ...] = (APPEND_ONLY.name, EDITABLE.name, NAVIGATED.nam
 TurnRunner = Callable[[ContextSession, Policy, RunBudget, "CancelToken | None"], RunReport]
 
 
-def distilled_settings_for(backend: ModelBackend, policy: Policy) -> DistilledSettings:
+def distilled_settings_for(backend: ModelBackend, policy: Policy) -> DistilledConfig:
     """The policy's settings; a chat model (a real local model) extracts leaf summaries by
     default, so the slow model writes only the digests above the leaves."""
     if policy.distilled is not None:
         return policy.distilled
     if isinstance(backend, ChatModel):
-        return DistilledSettings(extract_leaves=True)
-    return DistilledSettings()
+        return DistilledConfig(extract_leaves=True)
+    return DistilledConfig()
 
 
 def create_policy_object(policy: Policy, backend: ModelBackend) -> ContextPolicy:

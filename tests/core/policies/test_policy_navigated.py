@@ -39,19 +39,16 @@ from picocontext.cancel import CancelToken as _Token
 from picocontext.manifest import HeuristicCounter
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy, NavigatedPolicy
+from picocontext.policies.history import TextMeter, history_units, split_history, text_meter_for
 from picocontext.policies.navigated import (
     NAV_TOOLS,
     NO_ROOM,
     PLAIN_SYSTEM_TEXT,
     NavigatedConfig,
-    RenderedCounter,
     archive_tree,
-    history_units,
     leaf_text,
     parse_arguments,
-    split_history,
     tail_ladder,
-    text_counter_for,
 )
 
 SCOPE = Scope(user_id="u-1", conversation_id="ledger", branch_id="main")
@@ -461,15 +458,15 @@ def test_runtime_budget_refuses_an_open_until_something_is_closed() -> None:
 def test_transcript_guard_refuses_what_would_overflow_the_window() -> None:
     session = session_for(ledger(), scripted([]))
     plan = NavigatedPolicy().plan(session.counter, session.state, BUDGET)
-    assert plan.nav is not None and plan.guard is not None
+    assert plan.nav is not None and plan.executor is not None
     assert plan.loop.execute("open", '{"id": "turns-1-5"}').ok
     assert plan.loop.execute("open", '{"id": "turn-2"}').ok
     # what the model has been shown stays in this turn's prompt: leave little room
-    plan.guard.used = plan.guard.limit - plan.guard._future() - 400
+    plan.executor.used = plan.executor.limit - plan.executor.reserve - 400
     refused = plan.loop.execute("open", '{"id": "sheet-2"}')
     assert not refused.ok and "would not fit in the context window" in refused.text
     assert not plan.nav.runtime.is_spliced("sheet-2")
-    plan.guard.used = plan.guard.limit
+    plan.executor.used = plan.executor.limit
     assert plan.loop.execute("open", '{"id": "sheet-2"}').text == NO_ROOM
 
 
@@ -647,13 +644,13 @@ class _Tokenizing(ByteCounter):
 
 
 def test_counter_choice_is_recorded() -> None:
-    assert text_counter_for(_Tokenizing()).name == "tokenizer:fake-tokenizer"
-    rendered = text_counter_for(ByteCounter())
-    assert isinstance(rendered, RenderedCounter) and rendered.name == "rendered:ByteCounter"
+    assert text_meter_for(_Tokenizing()).name == "tokenizer:fake-tokenizer"
+    rendered = text_meter_for(ByteCounter())
+    assert isinstance(rendered, TextMeter) and rendered.name == "rendered:ByteCounter"
     assert rendered.count("héllo") == len("héllo".encode()) and rendered.count("") == 0
-    assert text_counter_for(ByteCounter(), "heuristic").name == "heuristic:4chars"
+    assert text_meter_for(ByteCounter(), "heuristic").name == "heuristic:4chars"
     with pytest.raises(ValueError, match="count_tokens"):
-        text_counter_for(ByteCounter(), "tokenizer")
+        text_meter_for(ByteCounter(), "tokenizer")
     session = ContextSession(ledger(), _Tokenizing(), scripted([]))
     _, info = NavigatedPolicy().turn_with_info(session, BUDGET)
     assert info is not None and info.counter == "tokenizer:fake-tokenizer"
