@@ -72,6 +72,7 @@ from picocontext.errors import Cancelled
 from picocontext.manifest.tokens import TextCounter
 from picocontext.policies.history import HistorySplit, TextMeter, ToolExecutor, split_history
 from picocontext.policies.history import Unit as HistoryUnit
+from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
 from picocontext.session import (
@@ -373,6 +374,7 @@ class DistilledPolicy:
         guard: Guard | None = None,
         max_input_tokens: int = 4096,
         quantization: str = "",
+        name: str | None = None,
     ) -> DistilledPolicy:
         """Summaries from a local chat model (the MLX model implements ChatModel); a cancelled
         turn also cancels the summary being generated."""
@@ -382,7 +384,7 @@ class DistilledPolicy:
             quantization=quantization,
             max_input_tokens=max_input_tokens,
         )
-        policy = cls(summarizer, embedder, corpus_dir, config, guard)
+        policy = cls(summarizer, embedder, corpus_dir, config, guard, name)
         policy._local = local
         return policy
 
@@ -667,6 +669,31 @@ class DistilledPolicy:
             f"- {label} {node.id} ({_leaf_count(nodes, node)} leaves, sem {node.sem_hash}): "
             f"{_extract(_summary_of(tools, node), self.config.excerpt_words)}"
         )
+
+
+def _create(config: DistilledConfig, context: PolicyContext) -> DistilledPolicy:
+    """Summaries from the session's own model when it is a chat model (the MLX models are),
+    leaf summaries extracted unless the config says otherwise (so the slow local model only
+    writes the digests above the leaves); the deterministic fake summarizer otherwise."""
+    if isinstance(context.backend, ChatModel):
+        if "extract_leaves" not in config.model_fields_set:
+            config = config.model_copy(update={"extract_leaves": True})
+        return DistilledPolicy.over_chat_model(context.backend, config=config, name=context.name)
+    from picocontext.distill.testing import FakeSummarizer
+
+    return DistilledPolicy(FakeSummarizer(), config=config, name=context.name)
+
+
+SPEC = PolicySpec(
+    name="distilled",
+    config=DistilledConfig,
+    factory=_create,
+    mode=RunMode.DISTILLED,
+    description=(
+        "Older history is distilled into a digest tree; the model reads its map and may call "
+        "digest/resolve/recall (recall returns older records verbatim)."
+    ),
+)
 
 
 def _map(record_id: str, text: str) -> Record:

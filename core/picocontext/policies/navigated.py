@@ -62,7 +62,8 @@ from picocontext.policies.history import (
     split_history,
     text_meter_for,
 )
-from picocontext.records import Record, Role, Snapshot
+from picocontext.policies.registry import PolicyContext, PolicySpec
+from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
 from picocontext.session import (
     ContextSession,
@@ -332,7 +333,7 @@ def _span(first: int, last: int) -> str:
 # -- per-turn state ----------------------------------------------------------------------------
 
 
-class NavTurn(BaseModel):
+class NavigatedTurn(BaseModel):
     """What one navigated turn did besides the report: the split, the compile and the
     reading budget. ``counter`` names the text counter behind every budget number."""
 
@@ -370,12 +371,12 @@ class NavPlan:
     """One turn's loop plus the live objects behind it (tests and tools read these)."""
 
     loop: ToolLoop
-    info: NavTurn
+    info: NavigatedTurn
     nav: NavSession | None = None
     executor: _Executor | None = None
     leaves: dict[str, str] = field(default_factory=dict)
 
-    def finished(self) -> NavTurn:
+    def finished(self) -> NavigatedTurn:
         """The turn info with the reading numbers as they stand now (after the loop ran)."""
         if self.nav is None or self.executor is None:
             return self.info
@@ -408,21 +409,16 @@ class NavigatedPolicy:
         # Archives the compiler refused at a budget (by key): the next turn tries a smaller
         # tail at once instead of repeating the failed shaping attempts.
         self._refused: OrderedDict[str, SelfCheckFailed] = OrderedDict()
-        self.last_turn: NavTurn | None = None
+        self._turns: dict[Scope, list[NavigatedTurn]] = {}
 
     # -- ContextPolicy ----------------------------------------------------------------------
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> RunReport:
-        return self.turn_with_info(session, budget, cancel)[0]
-
-    def turn_with_info(
-        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
-    ) -> tuple[RunReport, NavTurn | None]:
-        """The report plus this turn's :class:`NavTurn` (as far as planning got when the turn
-        failed while planning; None when it failed before the split, e.g. a bad budget)."""
+        """One turn; its :class:`NavigatedTurn` (as far as planning got when the turn failed
+        while planning, none when it failed before the split) joins :meth:`turns`."""
         plans: list[NavPlan] = []
-        seen: list[NavTurn] = []
+        seen: list[NavigatedTurn] = []
 
         def build(state: WorkingContext) -> ToolLoop:
             plan = self.plan(session.counter, state, budget, cancel, seen=seen)
@@ -431,8 +427,22 @@ class NavigatedPolicy:
 
         report = session.run_tools(build, budget, policy=self.name, cancel=cancel)
         info = plans[-1].finished() if plans else (seen[-1] if seen else None)
-        self.last_turn = info
-        return report, info
+        if info is not None:
+            with self._lock:
+                self._turns.setdefault(session.scope, []).append(info)
+        return report
+
+    def turns(self, scope: Scope) -> tuple[NavigatedTurn, ...]:
+        """Per-turn records of ``scope``, oldest first."""
+        with self._lock:
+            return tuple(self._turns.get(scope, ()))
+
+    def close(self) -> None:
+        """Forget every compiled archive and turn record."""
+        with self._lock:
+            self._compiled.clear()
+            self._refused.clear()
+            self._turns.clear()
 
     # -- planning ---------------------------------------------------------------------------
     def _counter(self, counter: TokenCounter) -> TextCounter:
@@ -447,7 +457,7 @@ class NavigatedPolicy:
         budget: RunBudget,
         cancel: CancelToken | None = None,
         *,
-        seen: list[NavTurn] | None = None,
+        seen: list[NavigatedTurn] | None = None,
     ) -> NavPlan:
         """Split, compile (or reuse) and build the turn's :class:`ToolLoop`. ``seen`` gets
         the turn info as soon as the split is known, so a failure later still reports it."""
@@ -489,7 +499,7 @@ class NavigatedPolicy:
             if split.tail_ids in tried:
                 continue  # the same split as a rung already refused
             tried.add(split.tail_ids)
-            info = NavTurn(
+            info = NavigatedTurn(
                 scope=str(snapshot.scope),
                 counter=text_counter.name,
                 view_ids=tuple(r.id for r in split.view.records),
@@ -663,6 +673,22 @@ class NavigatedPolicy:
             while len(self._compiled) > cfg.cached_scopes:
                 self._compiled.popitem(last=False)
         return entry, ("incremental" if incremental else "full"), seconds
+
+
+def _create(config: NavigatedConfig, context: PolicyContext) -> NavigatedPolicy:
+    return NavigatedPolicy(config, name=context.name)
+
+
+SPEC = PolicySpec(
+    name="navigated",
+    config=NavigatedConfig,
+    factory=_create,
+    mode=RunMode.NAVIGATED,
+    description=(
+        "Older history is compiled into a pcx manifest; the model reads its index and may "
+        "open records with index/look/open/close before answering."
+    ),
+)
 
 
 def _archive_key(
