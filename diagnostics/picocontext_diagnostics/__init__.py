@@ -59,9 +59,10 @@ from picocontext_diagnostics.policies import (
     NAVIGATED,
     SUMMARIZE,
     Policy,
+    PolicyRun,
     TurnRunner,
-    close_session_policies,
-    session_policy,
+    create_policy_object,
+    run_turn,
 )
 from picocontext_diagnostics.runner import (
     DEFAULT_EPISODE_TOKENS,
@@ -98,6 +99,7 @@ __all__ = [
     "InvalidEpisode",
     "OrderLookup",
     "Policy",
+    "PolicyRun",
     "Provenance",
     "Scenario",
     "SplitMix64",
@@ -106,7 +108,7 @@ __all__ = [
     "TurnRunner",
     "answer_matches",
     "check_oracle",
-    "close_session_policies",
+    "create_policy_object",
     "exact_values",
     "fixture_episode",
     "generated_episode",
@@ -116,6 +118,6 @@ __all__ = [
     "pressure_profile",
     "retained_facts",
     "sequential_budget",
-    "session_policy",
+    "run_turn",
     "value_is_framed",
 ]

@@ -51,7 +51,7 @@ from picocontext_diagnostics.policies import (
     Policy,
     TurnRunner,
     resolve_policies,
-    session_turn,
+    run_turn,
 )
 from picocontext_diagnostics.runner import (
     EpisodeReport,
@@ -552,7 +552,7 @@ class EvaluationRunner:
         backend: ModelBackend,
         provenance: Provenance,
         registry: dict[str, Policy] | None = None,
-        turn: TurnRunner = session_turn,
+        turn: TurnRunner = run_turn,
     ) -> None:
         self.config = config
         self.policies = resolve_policies(config.policies, registry or BUILTIN_POLICIES)
