@@ -137,7 +137,7 @@ class PolicyRun:
         self._object: ContextPolicy | None = None
 
     @property
-    def object(self) -> ContextPolicy:
+    def instance(self) -> ContextPolicy:
         """The core policy object (created on first use, again after a close)."""
         if self._object is None:
             self._object = create_policy_object(self.policy, self.session.backend)
@@ -146,7 +146,7 @@ class PolicyRun:
     def turn(
         self, budget: RunBudget, cancel: CancelToken | None = None, runner: TurnRunner = run_turn
     ) -> RunReport:
-        report = runner(self.object, self.session, budget, cancel)
+        report = runner(self.instance, self.session, budget, cancel)
         if report.policy == self.policy.name:
             return report
         return report.model_copy(update={"policy": self.policy.name})

@@ -38,8 +38,6 @@ from picocontext.policies import (
     EditablePolicy,
     NavigatedPolicy,
 )
-from picocontext.policies.distilled import DistilledConfig
-from picocontext.policies.navigated import NavigatedConfig
 from picocontext_diagnostics import cli, policies
 from picocontext_diagnostics.backends import deterministic_backend, provenance
 from picocontext_diagnostics.episodes import Episode, generated_episode
@@ -75,11 +73,11 @@ WIDE = RunBudget(
 # Tails so short that the previous answer is archived: the reader must fetch older history.
 NARROW_NAVIGATED = Policy(
     name="navigated",
-    config=NavigatedConfig(tail_share=0.05, nav_share=0.6, max_steps=12),
+    config={"tail_share": 0.05, "nav_share": 0.6, "max_steps": 12},
 )
 NARROW_DISTILLED = Policy(
     name="distilled",
-    config=DistilledConfig(tail_share=0.05, map_share=0.1, max_steps=8),
+    config={"tail_share": 0.05, "map_share": 0.1, "max_steps": 8},
 )
 
 
@@ -106,9 +104,9 @@ def test_builtin_registry_holds_the_four_compared_policies() -> None:
 
 def test_settings_must_match_the_kind() -> None:
     with pytest.raises(ValueError, match="Invalid config for policy 'editable'"):
-        Policy(name="x", kind="editable", config=NavigatedConfig(tail_share=0.2))
+        Policy(name="x", kind="editable", config={"tail_share": 0.2})
     with pytest.raises(ValueError, match="Invalid config for policy 'navigated'"):
-        Policy(name="x", kind="navigated", config=DistilledConfig(map_share=0.2))
+        Policy(name="x", kind="navigated", config={"map_share": 0.2})
     with pytest.raises(ValueError, match="Unknown policy 'nope'; known policies: append-only"):
         Policy(name="nope")
 
@@ -164,27 +162,27 @@ def test_one_policy_object_per_session_closed_after() -> None:
     episode = long_episode(2)
     session = ContextSession(episode.initial, ByteCounter(), DeterministicNotebookBackend())
     runs = PolicyRun(DISTILLED, session)
-    first = runs.object
-    assert runs.object is first
+    first = runs.instance
+    assert runs.instance is first
     assert isinstance(first, DistilledPolicy)
     other = PolicyRun(
         DISTILLED, ContextSession(episode.initial, ByteCounter(), DeterministicNotebookBackend())
     )
-    assert other.object is not first  # isolated sessions share nothing
+    assert other.instance is not first  # isolated sessions share nothing
     folder = first.corpus_dir
     assert folder.exists()
     runs.close()
     other.close()
     runs.close()  # a second close is harmless
     assert not folder.exists()
-    assert runs.object is not first  # a new object after closing
+    assert runs.instance is not first  # a new object after closing
     runs.close()
 
 
 def test_an_unregistered_kind_is_a_configuration_error() -> None:
     session = ContextSession(long_episode(1).initial, ByteCounter(), DeterministicNotebookBackend())
     with pytest.raises(InvalidConfiguration, match="Unknown policy 'gone'"):
-        _ = PolicyRun(NAVIGATED.model_copy(update={"kind": "gone"}), session).object
+        _ = PolicyRun(NAVIGATED.model_copy(update={"kind": "gone"}), session).instance
 
 
 @pytest.mark.parametrize("cancel_at", [None, 2])

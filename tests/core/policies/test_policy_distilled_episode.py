@@ -118,7 +118,7 @@ def run_episode(
             facts = None
         correct.append(facts == step.expected_facts)
         session.append_records(
-            [Record(id=step.answer_record_id, role=Role.ASSISTANT, body=report.answer)]
+            [Record(id=f"{step.id}-answer", role=Role.ASSISTANT, body=report.answer)]
         )
     return session, failures, correct
 
