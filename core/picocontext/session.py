@@ -120,9 +120,14 @@ class Receipts:
         )
 
     def _exchange(
-        self, kind: str, step: int, calls: Sequence[ModelToolCall], results: Sequence[str]
+        self,
+        kind: str,
+        step: int,
+        calls: Sequence[ModelToolCall],
+        results: Sequence[str],
+        first: int = 0,
     ) -> tuple[Record, ...]:
-        links = [self._fresh(f"runtime-{kind}-{step}-{i}") for i in range(len(calls))]
+        links = [self._fresh(f"runtime-{kind}-{step}-{first + i}") for i in range(len(calls))]
         assistant = Record(
             id=self._fresh(f"runtime-call-{step}"),
             role=Role.ASSISTANT,
@@ -152,11 +157,8 @@ def sample_receipt(
     """The receipt of one call to ``tool`` with empty arguments and an empty result, as the
     tool loop would write it at ``step`` (call ``index``): what a policy renders to price the
     overhead every further call adds to its prompt."""
-    ids = fresh or FreshIds(set())
     call = ModelToolCall(name=tool, arguments="{}")
-    receipt = Receipts(ids).tools(step, [call] * (index + 1), [""] * (index + 1))
-    assistant = receipt[0].model_copy(update={"tool_calls": receipt[0].tool_calls[-1:]})
-    return (assistant, receipt[-1])
+    return Receipts(fresh or FreshIds(set()))._exchange("tool", step, [call], [""], index)
 
 
 def _store_error(exc: Exception) -> StorageError:

@@ -126,12 +126,13 @@ def split_history(
             lo = mid + 1
     visible = shown(lo)
     tail = sorted(visible - pinned)
+    used = cost(lo) - (cost(request) if charge_request else 0)
     return HistorySplit(
         view=view_of(visible),
         archive=tuple(units[i] for i in range(len(units)) if i not in visible),
         tail_ids=tuple(r.id for i in tail for r in units[i]),
         pinned_ids=tuple(r.id for i in sorted(pinned - protected) for r in units[i]),
-        tail_tokens=measure(view_of(visible)) - measure(view_of(pinned)) if tail else 0,
+        tail_tokens=used if tail else 0,
     )
 
 
