@@ -7,9 +7,10 @@ validated on a copy, saved if a store exists, and only then published.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from picocontext.backend import (
@@ -86,6 +87,78 @@ class FreshIds:
             candidate = f"{preferred}-{n}"
         self._used.add(candidate)
         return candidate
+
+
+class Receipts:
+    """Builds the protected runtime records of model exchanges: the only place their ids are
+    spelled. A decision attempt ``n`` and a tool step ``n`` each become one assistant record
+    (``runtime-call-n``) whose calls link (``runtime-edit-n-i`` / ``runtime-tool-n-i``) to
+    one result record each (``runtime-result-<link>``); a rejected decision is followed by
+    ``runtime-feedback-n``. Every id comes from ``fresh``, so none collides with history."""
+
+    def __init__(self, fresh: FreshIds) -> None:
+        self._fresh = fresh
+
+    def decision(
+        self, attempt: int, calls: Sequence[ModelToolCall], detail: str
+    ) -> tuple[Record, ...]:
+        """The receipt of a decision: every call answered with the runtime's ``detail``."""
+        return self._exchange("edit", attempt, calls, [detail] * len(calls))
+
+    def tools(
+        self, step: int, calls: Sequence[ModelToolCall], results: Sequence[str]
+    ) -> tuple[Record, ...]:
+        """The receipt of one tool step: each call followed by its result text."""
+        return self._exchange("tool", step, calls, results)
+
+    def feedback(self, attempt: int, body: str) -> Record:
+        return Record(
+            id=self._fresh(f"runtime-feedback-{attempt}"),
+            role=Role.USER,
+            body=body,
+            protected=True,
+        )
+
+    def _exchange(
+        self,
+        kind: str,
+        step: int,
+        calls: Sequence[ModelToolCall],
+        results: Sequence[str],
+        first: int = 0,
+    ) -> tuple[Record, ...]:
+        links = [self._fresh(f"runtime-{kind}-{step}-{first + i}") for i in range(len(calls))]
+        assistant = Record(
+            id=self._fresh(f"runtime-call-{step}"),
+            role=Role.ASSISTANT,
+            body="",
+            protected=True,
+            tool_calls=tuple(
+                ToolCall(id=link, name=call.name, arguments=call.arguments)
+                for link, call in zip(links, calls, strict=True)
+            ),
+        )
+        answers = tuple(
+            Record(
+                id=self._fresh(f"runtime-result-{link}"),
+                role=Role.TOOL,
+                body=text,
+                protected=True,
+                tool_call_id=link,
+            )
+            for link, text in zip(links, results, strict=True)
+        )
+        return (assistant, *answers)
+
+
+def sample_receipt(
+    tool: str, step: int = 0, index: int = 0, fresh: FreshIds | None = None
+) -> tuple[Record, ...]:
+    """The receipt of one call to ``tool`` with empty arguments and an empty result, as the
+    tool loop would write it at ``step`` (call ``index``): what a policy renders to price the
+    overhead every further call adds to its prompt."""
+    call = ModelToolCall(name=tool, arguments="{}")
+    return Receipts(fresh or FreshIds(set()))._exchange("tool", step, [call], [""], index)
 
 
 def _store_error(exc: Exception) -> StorageError:
@@ -382,70 +455,77 @@ class _Run:
             tool_steps=tuple(self.tool_steps),
         )
 
+    # -- one model call ---------------------------------------------------------------------
+    def step(self, prompt: PreparedPrompt) -> ModelResponse:
+        """Check ``prompt`` against the budget (keeping the answer's allowance in reserve),
+        then dispatch it with the decision/tool-step output cap."""
+        budget = self.budget
+        check_prompt(
+            budget,
+            self.usage,
+            prompt.token_count,
+            budget.edit_output_tokens,
+            reserve=budget.completion_output_tokens,
+            cancel=self.cancel,
+        )
+        return self.dispatch(prompt, budget.edit_output_tokens)
+
+    def receipts(self, current: WorkingContext, control: tuple[Record, ...]) -> Receipts:
+        return Receipts(
+            FreshIds(reserved_ids(current.original.records, current.snapshot.records, control))
+        )
+
     # -- decision loop ------------------------------------------------------------------
     def decide(self) -> None:
-        budget = self.budget
         control: tuple[Record, ...] = ()
-        for attempt in range(budget.max_edit_attempts):
+        for attempt in range(self.budget.max_edit_attempts):
             check(self.cancel)
             current = self.s._state
-            prompt = self.prepare(current.snapshot, Phase.EDIT, control)
-            check_prompt(
-                budget,
-                self.usage,
-                prompt.token_count,
-                budget.edit_output_tokens,
-                reserve=budget.completion_output_tokens,
-                cancel=self.cancel,
-            )
-            response = self.dispatch(prompt, budget.edit_output_tokens)
+            response = self.step(self.prepare(current.snapshot, Phase.EDIT, control))
             arguments = "\n".join(c.arguments for c in response.tool_calls)
             try:
                 candidate, outcome, detail = self.judge(response, current)
-                receipt = self.receipt(attempt, response.tool_calls, detail, current, control)
+                receipt = self.receipts(current, control).decision(
+                    attempt, response.tool_calls, detail
+                )
                 completion = self.prepare(candidate.snapshot, Phase.COMPLETION, receipt)
                 check_prompt(
-                    budget,
+                    self.budget,
                     self.usage,
                     completion.token_count,
-                    budget.completion_output_tokens,
+                    self.budget.completion_output_tokens,
                     cancel=self.cancel,
                 )
             except Cancelled:
                 raise
             except PicoContextError as exc:
-                self.attempts.append(
-                    EditAttempt(
-                        arguments=arguments,
-                        model_text=response.text,
-                        outcome=Outcome.REJECTED,
-                        detail=exc.message,
-                    )
-                )
-                control = (self.feedback(attempt, current, control),)
+                self.attempt(response, arguments, Outcome.REJECTED, exc.message)
+                receipts = self.receipts(current, control)
+                control = (receipts.feedback(attempt, retry_feedback(current.revision)),)
                 continue
             check(self.cancel)
             if outcome is Outcome.EDITED:
-                try:
-                    self.s._publish(candidate, self.cancel)
-                except StorageError as exc:
-                    self.attempts.append(
-                        EditAttempt(
-                            arguments=arguments,
-                            model_text=response.text,
-                            outcome=Outcome.REJECTED,
-                            detail=f"Commit failed: {exc.message}",
-                        )
-                    )
-                    raise _Commit(exc) from exc
+                self.commit(candidate, response, arguments)
             self.final_prompt = completion
-            self.attempts.append(
-                EditAttempt(
-                    arguments=arguments, model_text=response.text, outcome=outcome, detail=detail
-                )
-            )
+            self.attempt(response, arguments, outcome, detail)
             return
         raise EditLimit()
+
+    def attempt(
+        self, response: ModelResponse, arguments: str, outcome: Outcome, detail: str
+    ) -> None:
+        self.attempts.append(
+            EditAttempt(
+                arguments=arguments, model_text=response.text, outcome=outcome, detail=detail
+            )
+        )
+
+    def commit(self, candidate: WorkingContext, response: ModelResponse, arguments: str) -> None:
+        try:
+            self.s._publish(candidate, self.cancel)
+        except StorageError as exc:
+            self.attempt(response, arguments, Outcome.REJECTED, f"Commit failed: {exc.message}")
+            raise _Commit(exc) from exc
 
     def judge(
         self, response: ModelResponse, current: WorkingContext
@@ -466,52 +546,6 @@ class _Run:
             decode_keep_payload(call.arguments, current.revision)
             return current, Outcome.KEPT, kept_detail(current.revision)
         raise InvalidContext("unknown context tool")
-
-    def _fresh(self, current: WorkingContext, control: tuple[Record, ...]) -> FreshIds:
-        return FreshIds(reserved_ids(current.original.records, current.snapshot.records, control))
-
-    def feedback(
-        self, attempt: int, current: WorkingContext, control: tuple[Record, ...]
-    ) -> Record:
-        fresh = self._fresh(current, control)
-        return Record(
-            id=fresh(f"runtime-feedback-{attempt}"),
-            role=Role.USER,
-            body=retry_feedback(current.revision),
-            protected=True,
-        )
-
-    def receipt(
-        self,
-        attempt: int,
-        calls: tuple[ModelToolCall, ...],
-        detail: str,
-        current: WorkingContext,
-        control: tuple[Record, ...],
-    ) -> tuple[Record, ...]:
-        fresh = self._fresh(current, control)
-        links = [fresh(f"runtime-edit-{attempt}-{i}") for i in range(len(calls))]
-        assistant = Record(
-            id=fresh(f"runtime-call-{attempt}"),
-            role=Role.ASSISTANT,
-            body="",
-            protected=True,
-            tool_calls=tuple(
-                ToolCall(id=link, name=call.name, arguments=call.arguments)
-                for link, call in zip(links, calls, strict=True)
-            ),
-        )
-        results = tuple(
-            Record(
-                id=fresh(f"runtime-result-{link}"),
-                role=Role.TOOL,
-                body=detail,
-                protected=True,
-                tool_call_id=link,
-            )
-            for link in links
-        )
-        return (assistant, *results)
 
     # -- completion ---------------------------------------------------------------------
     def complete(self) -> None:
@@ -534,7 +568,6 @@ class _Run:
         validate_snapshot(loop.view)
         if not 1 <= loop.max_steps <= 16:
             raise InvalidContext("a tool policy allows 1...16 steps")
-        budget = self.budget
         current = self.s._state
         control: tuple[Record, ...] = loop.preamble
         spec_json = tools_json(loop.tools)
@@ -550,15 +583,7 @@ class _Run:
                 guidance=loop.guidance,
             )
             prompt = self.s._counter.prepare(model_input)
-            check_prompt(
-                budget,
-                self.usage,
-                prompt.token_count,
-                budget.edit_output_tokens,
-                reserve=budget.completion_output_tokens,
-                cancel=self.cancel,
-            )
-            response = self.dispatch(prompt, budget.edit_output_tokens)
+            response = self.step(prompt)
             if response.reached_token_limit:
                 raise BudgetExceeded("tool step hit its output limit")
             if not response.tool_calls:
@@ -566,55 +591,18 @@ class _Run:
                 self.final_prompt = prompt
                 self.answer = response.text
                 return
-            fresh = FreshIds(
-                reserved_ids(current.original.records, current.snapshot.records, control)
-            )
-            links = [fresh(f"runtime-tool-{step}-{i}") for i in range(len(response.tool_calls))]
-            results: list[Record] = []
-            for link, call in zip(links, response.tool_calls, strict=True):
-                if call.name in allowed:
-                    outcome = loop.execute(call.name, call.arguments)
-                else:
-                    outcome = ToolResult(
-                        ok=False,
-                        text=f"Unknown tool. Available tools: {', '.join(sorted(allowed))}.",
-                    )
-                self.tool_steps.append(
-                    ToolStep(
-                        step=step,
-                        name=call.name,
-                        arguments=call.arguments,
-                        ok=outcome.ok,
-                        result=outcome.text,
-                        model_text=response.text,
-                    )
+            results = [
+                self.run_tool(loop, allowed, step, call, response) for call in response.tool_calls
+            ]
+            # An unknown name is model text: it is never echoed into the next prompt.
+            calls = tuple(
+                ModelToolCall(
+                    name=call.name if call.name in allowed else "unknown_tool",
+                    arguments=object_text(call.arguments),
                 )
-                results.append(
-                    Record(
-                        id=fresh(f"runtime-result-{link}"),
-                        role=Role.TOOL,
-                        body=outcome.text,
-                        protected=True,
-                        tool_call_id=link,
-                    )
-                )
-            assistant = Record(
-                id=fresh(f"runtime-call-{step}"),
-                role=Role.ASSISTANT,
-                body="",
-                protected=True,
-                # An unknown name is model text: it is never echoed into the next prompt.
-                tool_calls=tuple(
-                    ToolCall(
-                        id=link,
-                        name=call.name if call.name in allowed else "unknown_tool",
-                        arguments=_object_text(call.arguments),
-                    )
-                    for link, call in zip(links, response.tool_calls, strict=True)
-                ),
+                for call in response.tool_calls
             )
-            # Results must follow their assistant record to form a valid group.
-            control = (*control, assistant, *results)
+            control = (*control, *self.receipts(current, control).tools(step, calls, results))
         check(self.cancel)
         final = ModelInput(
             context=loop.view,
@@ -626,13 +614,38 @@ class _Run:
         self.final_prompt = self.s._counter.prepare(final)
         self.complete()
 
+    def run_tool(
+        self,
+        loop: ToolLoop,
+        allowed: set[str],
+        step: int,
+        call: ModelToolCall,
+        response: ModelResponse,
+    ) -> str:
+        """Execute one call (an unknown name is refused) and record it as a tool step."""
+        if call.name in allowed:
+            outcome = loop.execute(call.name, call.arguments)
+        else:
+            outcome = ToolResult(
+                ok=False, text=f"Unknown tool. Available tools: {', '.join(sorted(allowed))}."
+            )
+        self.tool_steps.append(
+            ToolStep(
+                step=step,
+                name=call.name,
+                arguments=call.arguments,
+                ok=outcome.ok,
+                result=outcome.text,
+                model_text=response.text,
+            )
+        )
+        return outcome.text
 
-def _object_text(arguments: str) -> str:
+
+def object_text(arguments: str) -> str:
     """Echo the model's arguments in the receipt only when they are a JSON object (chat
     templates cannot render anything else); otherwise an empty object stands in. The raw text
     stays in the report's tool steps."""
-    import json
-
     try:
         value = json.loads(arguments)
     except ValueError:

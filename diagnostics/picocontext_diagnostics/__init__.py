@@ -3,6 +3,8 @@
 * :mod:`.fixtures` — JSON fixtures (order lookup, notebook episodes, pressure profile).
 * :mod:`.episodes` — fixed and seeded generated notebook episodes with their oracle.
 * :mod:`.grading` — the notebook fold, exact-value framing and the strict answer parser.
+* :mod:`.order_task` — the order lookup as a one-step episode, and a deterministic model
+  that plays it by rule.
 * :mod:`.notebook` — a deterministic notebook backend (an "ideal model" for tests and demos;
   in the tools phase of navigated/distilled policies a reader of what it is shown).
 * :mod:`.policies` — policies as data; append-only, editable, summarize, navigated, distilled.
@@ -50,6 +52,7 @@ from picocontext_diagnostics.grading import (
     value_is_framed,
 )
 from picocontext_diagnostics.notebook import DeterministicNotebookBackend
+from picocontext_diagnostics.order_task import DeterministicOrderBackend, order_lookup_episode
 from picocontext_diagnostics.policies import (
     APPEND_ONLY,
     BUILTIN_POLICIES,
@@ -59,9 +62,10 @@ from picocontext_diagnostics.policies import (
     NAVIGATED,
     SUMMARIZE,
     Policy,
+    PolicyRun,
     TurnRunner,
-    close_session_policies,
-    session_policy,
+    create_policy_object,
+    run_turn,
 )
 from picocontext_diagnostics.runner import (
     DEFAULT_EPISODE_TOKENS,
@@ -84,6 +88,7 @@ __all__ = [
     "BackendSetupError",
     "ContextCheck",
     "DeterministicNotebookBackend",
+    "DeterministicOrderBackend",
     "DiagnosticsError",
     "Episode",
     "EpisodeReport",
@@ -98,6 +103,7 @@ __all__ = [
     "InvalidEpisode",
     "OrderLookup",
     "Policy",
+    "PolicyRun",
     "Provenance",
     "Scenario",
     "SplitMix64",
@@ -106,16 +112,17 @@ __all__ = [
     "TurnRunner",
     "answer_matches",
     "check_oracle",
-    "close_session_policies",
+    "create_policy_object",
     "exact_values",
     "fixture_episode",
     "generated_episode",
     "notebook_state",
     "order_lookup",
+    "order_lookup_episode",
     "parse_facts_answer",
     "pressure_profile",
     "retained_facts",
+    "run_turn",
     "sequential_budget",
-    "session_policy",
     "value_is_framed",
 ]

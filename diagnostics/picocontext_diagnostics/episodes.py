@@ -51,7 +51,8 @@ class Step(BaseModel):
     id: str
     records: tuple[Record, ...]
     expected_facts: dict[str, str]
-    answer_record_id: str
+    # None: a one-turn task whose answer is not appended (nothing follows it).
+    answer_record_id: str | None
 
 
 class Episode(BaseModel):
@@ -65,6 +66,8 @@ class Episode(BaseModel):
     steps: tuple[Step, ...] = Field(min_length=1)
     seed: int | None = None
     noise_lines: int = 0
+    # Lower-case terms a correct answer must not contain (superseded values).
+    forbidden_terms: tuple[str, ...] = ()
 
     @property
     def incoming_records(self) -> tuple[Record, ...]:

@@ -34,6 +34,9 @@ class ContextCheck(StrEnum):
 
     EXACT_VALUES = "exact_values"
     NOTEBOOK_STATE = "notebook_state"
+    # The order lookup: each value present as a substring of some live body; the answer must
+    # name every value (any case) and no superseded one.
+    ORDER_FACTS = "order_facts"
 
 
 def _bodies(context: Snapshot | Iterable[Record]) -> Iterable[str]:
@@ -100,7 +103,56 @@ def retained_facts(
     """What the live context still holds, by the episode's check; compare with ``expected``."""
     if check is ContextCheck.NOTEBOOK_STATE:
         return notebook_state(context)
+    if check is ContextCheck.ORDER_FACTS:
+        live = "\n".join(_bodies(context))
+        return {k: v for k, v in expected.items() if v in live}
     return exact_values(context, expected)
+
+
+def context_problem(
+    check: ContextCheck, retained: Mapping[str, str], expected: Mapping[str, str]
+) -> str | None:
+    """What the live context lost, for humans reading reports; ``None`` when nothing."""
+    if check is ContextCheck.ORDER_FACTS:
+        lost = [v for k, v in expected.items() if k not in retained]
+        return ("lost " + ", ".join(lost)) if lost else None
+    return explain_state(retained, expected)
+
+
+def answer_correct(
+    check: ContextCheck, answer: str, expected: Mapping[str, str], forbidden: Iterable[str] = ()
+) -> bool:
+    """The strict facts answer for notebooks; for the order lookup a mechanical substring
+    check (every value present, any case, and no forbidden term), not a semantic judge."""
+    if check is not ContextCheck.ORDER_FACTS:
+        return answer_matches(answer, expected)
+    text = answer.lower()
+    return all(v.lower() in text for v in expected.values()) and not any(
+        t in text for t in forbidden
+    )
+
+
+def answer_problem(
+    check: ContextCheck,
+    answer: str,
+    expected: Mapping[str, str],
+    forbidden: Iterable[str] = (),
+    failed: bool = False,
+) -> str | None:
+    """Why an answer fails (an order lookup whose turn ``failed`` has no answer to judge)."""
+    if check is not ContextCheck.ORDER_FACTS:
+        return explain_answer(answer, expected)
+    if failed:
+        return None
+    text = answer.lower()
+    missing = [v for v in expected.values() if v.lower() not in text]
+    stale = [t for t in forbidden if t in text]
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(missing))
+    if stale:
+        parts.append("mentions outdated " + ", ".join(stale))
+    return "; ".join(parts) or None
 
 
 # -- the strict answer parser -----------------------------------------------------------------

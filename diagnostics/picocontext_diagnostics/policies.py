@@ -1,56 +1,77 @@
-"""Context policies as data: a name, a mode and the settings its core policy object needs.
+"""Context policies as data: a column name, a registered policy and its config.
 
-The runners never branch on a policy's name; they hand the policy to a *turn runner* (a
-function from session, policy and budget to a :class:`picocontext.RunReport`). The default turn
-runner, :func:`session_turn`, runs append-only and editable policies through
-:meth:`picocontext.ContextSession.run` and delegates navigated and distilled policies to the
-core policy objects (:class:`picocontext.policies.NavigatedPolicy`,
-:class:`picocontext.policies.DistilledPolicy`). Those objects keep per-conversation state
-(a compiled manifest, a digest corpus on disk), so exactly one object is created per session,
-on its first turn, and :func:`close_session_policies` closes it when the episode ends; an
-isolated session never shares a cache with another policy's or another episode's session.
+A :class:`Policy` names one entry of the core policy registry
+(:func:`picocontext.policies.policy_registry`) by ``kind`` and carries the config its factory
+validates, so a run can be described in JSON and repeated. The runners never branch on a
+policy: they create the core object with :func:`create_policy_object` (a fresh one per
+episode session, so no session shares a cache with another), run every turn through its
+``turn`` and close it when the episode ends (:class:`PolicyRun`). Policies registered by other
+packages through the ``picocontext.policies`` entry points appear here like the built-ins.
 """
 
 from __future__ import annotations
 
 import re
-import threading
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from picocontext import CancelToken, ContextSession, EditStyle, RunBudget, RunMode, RunReport
-from picocontext.backend import ChatModel, ModelBackend
-from picocontext.policies import ContextPolicy, DistilledPolicy, NavigatedPolicy
-from picocontext.policies.distilled import DistilledSettings
-from picocontext.policies.navigated import NavigatedConfig
+from picocontext import CancelToken, ContextSession, RunBudget, RunMode, RunReport
+from picocontext.backend import ModelBackend
+from picocontext.policies import ContextPolicy, PolicyError, PolicySpec, policy_registry
 from picocontext_diagnostics.errors import InvalidConfiguration
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 TOOL_MODES = (RunMode.NAVIGATED, RunMode.DISTILLED)
+# What the reports of the first layout spelled as a mode and two settings fields.
+_LEGACY_KINDS = {"appendOnly": "append-only", "navigated": "navigated", "distilled": "distilled"}
 
 
 class Policy(BaseModel):
     """How one policy runs each turn. ``name`` is the stable identifier used in configs and
-    reports (lower-case letters, digits and dashes). ``navigated``/``distilled`` are the core
-    settings of a tool-using policy (defaults when absent); they must match ``mode``."""
+    reports (lower-case letters, digits and dashes); ``kind`` the registered policy it runs
+    (default: ``name``); ``config`` the settings its factory validates (defaults when
+    empty)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: str = Field(pattern=_NAME.pattern)
-    mode: RunMode
-    edit_style: EditStyle = EditStyle.TARGETED
+    kind: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
-    navigated: NavigatedConfig | None = None
-    distilled: DistilledSettings | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if "mode" in data:  # the first report layout: mode, edit_style, navigated, distilled
+            data = _from_legacy(data)
+        config = data.get("config")
+        if isinstance(config, BaseModel):
+            data["config"] = config.model_dump(mode="json", exclude_unset=True)
+        data["kind"] = data.get("kind") or data.get("name")
+        if not data.get("description") and data["kind"] in policy_registry():
+            data["description"] = policy_registry().get(str(data["kind"])).description
+        return data
 
     @model_validator(mode="after")
-    def _settings_match_mode(self) -> Policy:
-        if self.navigated is not None and self.mode is not RunMode.NAVIGATED:
-            raise ValueError("navigated settings belong to a navigated policy")
-        if self.distilled is not None and self.mode is not RunMode.DISTILLED:
-            raise ValueError("distilled settings belong to a distilled policy")
+    def _config_fits_the_kind(self) -> Policy:
+        try:
+            self.spec.parse_config(self.config)
+        except PolicyError as exc:
+            raise ValueError(exc.message) from None
         return self
+
+    @property
+    def spec(self) -> PolicySpec[Any]:
+        return policy_registry().get(self.kind)
+
+    @property
+    def mode(self) -> RunMode:
+        """The mode the policy's reports carry."""
+        return self.spec.mode
 
     @property
     def uses_tools(self) -> bool:
@@ -58,132 +79,90 @@ class Policy(BaseModel):
         return self.mode in TOOL_MODES
 
 
-APPEND_ONLY = Policy(
-    name="append-only",
-    mode=RunMode.APPEND_ONLY,
-    description="The model answers from the full history; nothing is edited.",
-)
-EDITABLE = Policy(
-    name="editable",
-    mode=RunMode.EDITABLE,
-    edit_style=EditStyle.TARGETED,
-    description="One decision call per turn may shorten or delete unprotected records.",
-)
-SUMMARIZE = Policy(
-    name="summarize",
-    mode=RunMode.EDITABLE,
-    edit_style=EditStyle.SUMMARIZE,
-    description="One decision call per turn may fold all unprotected history into a summary.",
-)
-NAVIGATED = Policy(
-    name="navigated",
-    mode=RunMode.NAVIGATED,
-    description=(
-        "Older history is compiled into a pcx manifest; the model reads its index and may "
-        "open records with index/look/open/close before answering."
-    ),
-)
-DISTILLED = Policy(
-    name="distilled",
-    mode=RunMode.DISTILLED,
-    description=(
-        "Older history is distilled into a digest tree; the model reads its map and may call "
-        "digest/resolve/recall (recall returns older records verbatim)."
-    ),
-)
+def _from_legacy(data: dict[str, Any]) -> dict[str, Any]:
+    mode = data.pop("mode")
+    style = data.pop("edit_style", "targeted")
+    navigated, distilled = data.pop("navigated", None), data.pop("distilled", None)
+    kind = _LEGACY_KINDS.get(str(mode), "summarize" if style == "summarize" else "editable")
+    data.setdefault("kind", kind)
+    data.setdefault("config", navigated or distilled or {})
+    return data
 
-BUILTIN_POLICIES: dict[str, Policy] = {
-    p.name: p for p in (APPEND_ONLY, EDITABLE, SUMMARIZE, NAVIGATED, DISTILLED)
-}
+
+def policy_of(spec: PolicySpec[Any]) -> Policy:
+    return Policy(name=spec.name, description=spec.description)
+
+
+def builtin_policies() -> dict[str, Policy]:
+    """One policy per registered spec, under its own name and with its defaults."""
+    return {spec.name: policy_of(spec) for spec in policy_registry()}
+
+
+BUILTIN_POLICIES: dict[str, Policy] = builtin_policies()
+APPEND_ONLY = BUILTIN_POLICIES["append-only"]
+EDITABLE = BUILTIN_POLICIES["editable"]
+SUMMARIZE = BUILTIN_POLICIES["summarize"]
+NAVIGATED = BUILTIN_POLICIES["navigated"]
+DISTILLED = BUILTIN_POLICIES["distilled"]
 DEFAULT_POLICIES: tuple[str, ...] = (APPEND_ONLY.name, EDITABLE.name)
 # The four ways of managing the window that issue 9 compares side by side.
 FOUR_POLICIES: tuple[str, ...] = (APPEND_ONLY.name, EDITABLE.name, NAVIGATED.name, DISTILLED.name)
 
-TurnRunner = Callable[[ContextSession, Policy, RunBudget, "CancelToken | None"], RunReport]
+TurnRunner = Callable[[ContextPolicy, ContextSession, RunBudget, "CancelToken | None"], RunReport]
 
 
-def distilled_settings_for(backend: ModelBackend, policy: Policy) -> DistilledSettings:
-    """The policy's settings; a chat model (a real local model) extracts leaf summaries by
-    default, so the slow model writes only the digests above the leaves."""
-    if policy.distilled is not None:
-        return policy.distilled
-    if isinstance(backend, ChatModel):
-        return DistilledSettings(extract_leaves=True)
-    return DistilledSettings()
+def run_turn(
+    policy: ContextPolicy, session: ContextSession, budget: RunBudget, cancel: CancelToken | None
+) -> RunReport:
+    """The default turn runner: the policy's own ``turn``."""
+    return policy.turn(session, budget, cancel)
 
 
 def create_policy_object(policy: Policy, backend: ModelBackend) -> ContextPolicy:
-    """A fresh core policy object for one session. A distilled policy summarises with the
-    session's own model when it is a :class:`picocontext.backend.ChatModel` (the MLX models
-    are) and with the deterministic ``FakeSummarizer`` otherwise (the deterministic and
-    scripted backends), so no run ever needs a second model."""
-    from picocontext.policies import AppendOnlyPolicy, EditablePolicy
-
-    if policy.mode is RunMode.APPEND_ONLY:
-        return AppendOnlyPolicy()
-    if policy.mode is RunMode.EDITABLE:
-        return EditablePolicy(policy.edit_style, name=policy.name)
-    if policy.mode is RunMode.NAVIGATED:
-        return NavigatedPolicy(policy.navigated, name=policy.name)
-    settings = distilled_settings_for(backend, policy)
-    if isinstance(backend, ChatModel):
-        made = DistilledPolicy.over_chat_model(backend, settings=settings)
-        made.name = policy.name
-        return made
-    from picocontext.distill.testing import FakeSummarizer
-
-    return DistilledPolicy(FakeSummarizer(), settings=settings, name=policy.name)
+    """A fresh core policy object for one session, labelled ``policy.name``; the caller
+    closes it."""
+    try:
+        return policy.spec.create(backend, policy.config, policy.name)
+    except PolicyError as exc:
+        raise InvalidConfiguration(exc.message) from None
 
 
-_objects_lock = threading.Lock()
-_objects: weakref.WeakKeyDictionary[ContextSession, tuple[Policy, ContextPolicy]] = (
-    weakref.WeakKeyDictionary()
-)
+class PolicyRun:
+    """One policy object for one session, from the first turn to :meth:`close` (a context
+    manager): the runner that opens it owns the object's lifetime."""
 
+    def __init__(self, policy: Policy, session: ContextSession) -> None:
+        self.policy = policy
+        self.session = session
+        self._object: ContextPolicy | None = None
 
-def session_policy(session: ContextSession, policy: Policy) -> ContextPolicy:
-    """The core policy object of ``session`` (created on first use). One session runs one
-    policy: asking for another policy on the same session is a configuration error."""
-    with _objects_lock:
-        found = _objects.get(session)
-        if found is None:
-            made = create_policy_object(policy, session.backend)
-            _objects[session] = (policy, made)
-            return made
-    owner, obj = found
-    if owner != policy:
-        raise InvalidConfiguration(
-            f"this session already runs policy {owner.name!r}; use a fresh session for "
-            f"{policy.name!r}"
-        )
-    return obj
+    @property
+    def instance(self) -> ContextPolicy:
+        """The core policy object (created on first use, again after a close)."""
+        if self._object is None:
+            self._object = create_policy_object(self.policy, self.session.backend)
+        return self._object
 
+    def turn(
+        self, budget: RunBudget, cancel: CancelToken | None = None, runner: TurnRunner = run_turn
+    ) -> RunReport:
+        report = runner(self.instance, self.session, budget, cancel)
+        if report.policy == self.policy.name:
+            return report
+        return report.model_copy(update={"policy": self.policy.name})
 
-def close_session_policies(session: ContextSession) -> None:
-    """Close and forget the policy object of ``session`` (a distilled policy removes its
-    temporary corpus). Safe to call when the session never ran a tool-using policy."""
-    with _objects_lock:
-        found = _objects.pop(session, None)
-    if found is not None:
-        close = getattr(found[1], "close", None)
-        if callable(close):
-            close()
+    def close(self) -> None:
+        """Close the policy object (a distilled policy removes its temporary corpus); safe to
+        call twice, and when no turn ran."""
+        found, self._object = self._object, None
+        if found is not None:
+            found.close()
 
+    def __enter__(self) -> PolicyRun:
+        return self
 
-def session_turn(
-    session: ContextSession, policy: Policy, budget: RunBudget, cancel: CancelToken | None
-) -> RunReport:
-    """The default turn: the core session loop in the policy's mode and edit style for
-    append-only and editable policies; the session's navigated or distilled policy object
-    otherwise. The report's ``policy`` is the policy's name either way."""
-    if not policy.uses_tools:
-        return session.run(policy.mode, budget, policy.edit_style, cancel)
-    report = session_policy(session, policy).turn(session, budget, cancel)
-    return (
-        report
-        if report.policy == policy.name
-        else report.model_copy(update={"policy": policy.name})
-    )
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def parse_policy_list(text: str, registry: dict[str, Policy] | None = None) -> tuple[str, ...]:

@@ -34,17 +34,12 @@ from picocontext_diagnostics.episodes import MAX_STEPS, Episode, Step
 from picocontext_diagnostics.errors import InvalidEpisode
 from picocontext_diagnostics.grading import (
     ContextCheck,
-    answer_matches,
-    explain_answer,
-    explain_state,
+    answer_correct,
+    answer_problem,
+    context_problem,
     retained_facts,
 )
-from picocontext_diagnostics.policies import (
-    Policy,
-    TurnRunner,
-    close_session_policies,
-    session_turn,
-)
+from picocontext_diagnostics.policies import Policy, PolicyRun, TurnRunner, run_turn
 
 DEFAULT_EPISODE_TOKENS = 80_000
 MAX_EPISODE_TOKENS = 10_000_000
@@ -154,7 +149,7 @@ class EpisodeRunner:
         self,
         counter: TokenCounter,
         backend: ModelBackend,
-        turn: TurnRunner = session_turn,
+        turn: TurnRunner = run_turn,
     ) -> None:
         self.counter = counter
         self.backend = backend
@@ -179,12 +174,11 @@ class EpisodeRunner:
         used = 0
         reports: list[StepReport] = []
         failure: str | None = None
-        try:
+        # The policy object lives exactly as long as its episode.
+        with PolicyRun(policy, session) as runs:
             for step in episode.steps:
                 _check(cancel)
-                report = self._step(
-                    session, episode, step, policy, budget, episode_tokens - used, cancel
-                )
+                report = self._step(runs, episode, step, budget, episode_tokens - used, cancel)
                 if report.run is not None:
                     used += report.run.total_input_tokens + report.run.total_generated_tokens
                 reports.append(report)
@@ -195,9 +189,6 @@ class EpisodeRunner:
                     failure = report.failure
                     break
             _check(cancel)
-        finally:
-            # A navigated or distilled policy object lives exactly as long as its episode.
-            close_session_policies(session)
         return EpisodeReport(
             title=episode.title,
             policy=policy,
@@ -211,14 +202,14 @@ class EpisodeRunner:
 
     def _step(
         self,
-        session: ContextSession,
+        runs: PolicyRun,
         episode: Episode,
         step: Step,
-        policy: Policy,
         budget: RunBudget,
         remaining: int,
         cancel: CancelToken | None,
     ) -> StepReport:
+        session = runs.session
         expected = step.expected_facts
 
         def no_run(failure: str) -> StepReport:
@@ -236,7 +227,8 @@ class EpisodeRunner:
         if remaining <= 0:
             return no_run(EPISODE_EXHAUSTED)
         try:
-            session.append_records(step.records, cancel)
+            if step.records:
+                session.append_records(step.records, cancel)
         except Cancelled:
             raise
         except PicoContextError as exc:
@@ -244,10 +236,10 @@ class EpisodeRunner:
         step_budget = budget.model_copy(
             update={"total_tokens": min(budget.total_tokens, remaining)}
         )
-        run = self.turn(session, policy, step_budget, cancel)
+        run = runs.turn(step_budget, cancel, self.turn)
         retained = retained_facts(run.revised, expected, episode.check)
         failure = run.failure
-        if failure is None:
+        if failure is None and step.answer_record_id is not None:
             answer = Record(id=step.answer_record_id, role=Role.ASSISTANT, body=run.answer)
             try:
                 session.append_records((answer,), cancel)
@@ -256,7 +248,10 @@ class EpisodeRunner:
             except PicoContextError as exc:
                 failure = exc.message
         retained_ok = retained == expected
-        answer_ok = failure is None and answer_matches(run.answer, expected)
+        forbidden = episode.forbidden_terms
+        answer_ok = failure is None and answer_correct(
+            episode.check, run.answer, expected, forbidden
+        )
         return StepReport(
             step=step,
             run=run,
@@ -265,8 +260,14 @@ class EpisodeRunner:
             retained_correct=retained_ok,
             answer_correct=answer_ok,
             failure=failure,
-            context_problem=None if retained_ok else explain_state(retained, expected),
-            answer_problem=None if answer_ok else explain_answer(run.answer, expected),
+            context_problem=None
+            if retained_ok
+            else context_problem(episode.check, retained, expected),
+            answer_problem=None
+            if answer_ok
+            else answer_problem(
+                episode.check, run.answer, expected, forbidden, failed=failure is not None
+            ),
         )
 
 

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict
 from picocontext import (
     Cancelled,
     CancelToken,
-    ContextSession,
     RunBudget,
     RunMode,
     RunReport,
@@ -28,25 +27,20 @@ from picocontext.report import ToolStep
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,
+    Episode,
     EpisodeReport,
     EpisodeRunner,
-    OrderLookup,
     Policy,
     StepReport,
-    TurnRunner,
     fixture_episode,
-    order_lookup,
+    order_lookup_episode,
     sequential_budget,
 )
-from picocontext_diagnostics.policies import session_turn
 from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.models import LoadedModel
 from picocontext_playground.settings import ComparisonSettings
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-# Policies whose turn is not a plain ``ContextSession.run`` register their runner here.
-TURN_RUNNERS: dict[str, TurnRunner] = {}
 
 _LABELS = {"append-only": "Append-only", "editable": "Editable", "summarize": "Summarize"}
 
@@ -302,52 +296,18 @@ def budgets_for(settings: ComparisonSettings, scale: int) -> tuple[RunBudget, in
     return scaled(RunBudget(), scale), None
 
 
-def resolve_policy(name: str) -> tuple[Policy, TurnRunner]:
-    return BUILTIN_POLICIES[name], TURN_RUNNERS.get(name, session_turn)
+def task_episode(settings: ComparisonSettings) -> Episode:
+    """The episode behind the selected task (the order lookup is a one-step episode)."""
+    scenario = settings.task.scenario
+    if scenario is None:
+        return order_lookup_episode()
+    return fixture_episode(scenario, noise_lines=settings.noise_lines)
 
 
-def _order_outcome(
-    order: OrderLookup,
-    policy: Policy,
-    run: RunReport,
-    elapsed: float,
-) -> PolicyOutcome:
-    expected = order.expected.model_dump()
-    live = "\n".join(r.body for r in run.revised.records)
-    retained = {k: v for k, v in expected.items() if v in live}
-    answer_ok = run.failure is None and order.answer_is_correct(run.answer)
-    problem = None
-    if not answer_ok and run.failure is None:
-        missing = [v for v in order.expected.values() if v.lower() not in run.answer.lower()]
-        stale = [t for t in order.forbidden_terms if t in run.answer.lower()]
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(missing))
-        if stale:
-            parts.append("mentions outdated " + ", ".join(stale))
-        problem = "; ".join(parts) or None
-    lost = [v for k, v in expected.items() if k not in retained]
-    step = StepView(
-        step_id="order-lookup",
-        run=run,
-        expected=expected,
-        retained=retained,
-        context_passed=order.facts_live(run.revised),
-        answer_passed=answer_ok,
-        failure=run.failure,
-        context_problem=("lost " + ", ".join(lost)) if lost else None,
-        answer_problem=problem,
-    )
-    return PolicyOutcome(
-        policy=policy,
-        title=order.title,
-        steps=(step,),
-        planned_steps=1,
-        original=run.original,
-        revised=run.revised,
-        failure=run.failure,
-        elapsed_seconds=elapsed,
-    )
+def _status(settings: ComparisonSettings, steps: int, label: str, index: int, count: int) -> str:
+    if settings.task.sequential:
+        return f"Running {steps} incoming updates with {label} context (policy {index} of {count})…"
+    return f"Running the order lookup with {label} context ({index} of {count})…"
 
 
 def _episode_outcome(report: EpisodeReport) -> PolicyOutcome:
@@ -385,64 +345,42 @@ def run_comparison(
     token = cancel or CancelToken()
     started = time.perf_counter()
     budget, episode_tokens = budgets_for(settings, model.budget_scale)
-    policies = [resolve_policy(name) for name in settings.policies]
+    policies = [BUILTIN_POLICIES[name] for name in settings.policies]
     outcomes: list[PolicyOutcome] = []
-    noise = settings.noise_lines
-    if settings.task.sequential:
-        scenario = settings.task.scenario
-        assert scenario is not None and episode_tokens is not None
-        episode = fixture_episode(scenario, noise_lines=noise)
-        title = episode.title
-        noise = episode.noise_lines
-        total = len(episode.steps) * len(policies)
-    else:
-        order = order_lookup()
-        title = order.title
-        total = len(policies)
+    episode = task_episode(settings)
+    total = len(episode.steps) * len(policies)
+    runner = EpisodeRunner(model.counter, model.backend)
     done = 0
     status = ""
     cancelled = False
     events.progress(0, total)
     try:
-        for index, (policy, turn) in enumerate(policies, start=1):
+        for index, policy in enumerate(policies, start=1):
             token.check()
             cold_cache(model.raw)  # no policy profits from another's prompts
-            label = policy_label(policy.name)
-            if settings.task.sequential:
-                status = (
-                    f"Running {len(episode.steps)} incoming updates with {label} context "
-                    f"(policy {index} of {len(policies)})…"
-                )
-                events.status(status)
+            status = _status(
+                settings, len(episode.steps), policy_label(policy.name), index, len(policies)
+            )
+            events.status(status)
 
-                def on_step(report: StepReport, name: str = policy.name) -> None:
-                    nonlocal done
-                    done += 1
-                    events.step(name, StepView.from_step_report(report))
-                    events.progress(done, total)
-
-                runner = EpisodeRunner(model.counter, model.backend, turn)
-                episode_report = runner.run(
-                    episode,
-                    policy,
-                    budget,
-                    episode_tokens or DEFAULT_EPISODE_TOKENS,
-                    on_step=on_step,
-                    cancel=token,
-                )
-                # Steps after a failure never run; count them as done for the progress bar.
-                done = index * len(episode.steps)
-                outcome = _episode_outcome(episode_report)
-            else:
-                status = f"Running the order lookup with {label} context ({index} of {total})…"
-                events.status(status)
-                t0 = time.perf_counter()
-                session = ContextSession(order.snapshot, model.counter, model.backend)
-                run = turn(session, policy, budget, token)
-                outcome = _order_outcome(order, policy, run, time.perf_counter() - t0)
+            def on_step(report: StepReport, name: str = policy.name) -> None:
+                nonlocal done
                 done += 1
-                events.step(policy.name, outcome.steps[0])
+                events.step(name, StepView.from_step_report(report))
+                events.progress(done, total)
+
+            report = runner.run(
+                episode,
+                policy,
+                budget,
+                episode_tokens or budget.total_tokens,
+                on_step=on_step,
+                cancel=token,
+            )
+            # Steps after a failure never run; count them as done for the progress bar.
+            done = index * len(episode.steps)
             events.progress(done, total)
+            outcome = _episode_outcome(report)
             outcomes.append(outcome)
             events.outcome(outcome)
         status = _final_status(outcomes)
@@ -453,14 +391,14 @@ def run_comparison(
     events.status(status)
     return ComparisonResult(
         settings=settings,
-        title=title,
+        title=episode.title,
         model_id=model.model_id,
         model_label=model.label,
         token_unit=model.token_unit,
         model_details=model.details,
         budget=budget,
         episode_tokens=episode_tokens,
-        noise_lines=noise if settings.task.sequential else None,
+        noise_lines=episode.noise_lines if settings.task.sequential else None,
         outcomes=tuple(outcomes),
         status=status,
         cancelled=cancelled,

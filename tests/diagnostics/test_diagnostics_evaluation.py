@@ -162,8 +162,8 @@ def test_policies_are_data() -> None:
     }
     assert APPEND_ONLY.mode is RunMode.APPEND_ONLY and EDITABLE.mode is RunMode.EDITABLE
     with pytest.raises(ValueError):
-        Policy(name="Bad Name", mode=RunMode.EDITABLE)
-    custom = Policy(name="editable-twin", mode=RunMode.EDITABLE)
+        Policy(name="Bad Name", kind="editable")
+    custom = Policy(name="editable-twin", kind="editable")
     registry = {**BUILTIN_POLICIES, custom.name: custom}
     config = EvaluationConfig(
         seeds=(3,), repetitions=1, policies=("editable", "editable-twin"), limits=WIDE

@@ -38,8 +38,6 @@ from picocontext.policies import (
     EditablePolicy,
     NavigatedPolicy,
 )
-from picocontext.policies.distilled import DistilledSettings
-from picocontext.policies.navigated import NavigatedConfig
 from picocontext_diagnostics import cli, policies
 from picocontext_diagnostics.backends import deterministic_backend, provenance
 from picocontext_diagnostics.episodes import Episode, generated_episode
@@ -59,11 +57,9 @@ from picocontext_diagnostics.policies import (
     FOUR_POLICIES,
     NAVIGATED,
     Policy,
-    close_session_policies,
+    PolicyRun,
     create_policy_object,
     parse_policy_list,
-    session_policy,
-    session_turn,
 )
 from picocontext_diagnostics.runner import EpisodeRunner
 
@@ -77,13 +73,11 @@ WIDE = RunBudget(
 # Tails so short that the previous answer is archived: the reader must fetch older history.
 NARROW_NAVIGATED = Policy(
     name="navigated",
-    mode=RunMode.NAVIGATED,
-    navigated=NavigatedConfig(tail_share=0.05, nav_share=0.6, max_steps=12),
+    config={"tail_share": 0.05, "nav_share": 0.6, "max_steps": 12},
 )
 NARROW_DISTILLED = Policy(
     name="distilled",
-    mode=RunMode.DISTILLED,
-    distilled=DistilledSettings(tail_share=0.05, map_share=0.1, max_steps=8),
+    config={"tail_share": 0.05, "map_share": 0.1, "max_steps": 8},
 )
 
 
@@ -108,11 +102,20 @@ def test_builtin_registry_holds_the_four_compared_policies() -> None:
     assert not BUILTIN_POLICIES["editable"].uses_tools
 
 
-def test_settings_must_match_the_mode() -> None:
-    with pytest.raises(ValueError, match="navigated settings belong"):
-        Policy(name="x", mode=RunMode.EDITABLE, navigated=NavigatedConfig())
-    with pytest.raises(ValueError, match="distilled settings belong"):
-        Policy(name="x", mode=RunMode.NAVIGATED, distilled=DistilledSettings())
+def test_settings_must_match_the_kind() -> None:
+    with pytest.raises(ValueError, match="Invalid config for policy 'editable'"):
+        Policy(name="x", kind="editable", config={"tail_share": 0.2})
+    with pytest.raises(ValueError, match="Invalid config for policy 'navigated'"):
+        Policy(name="x", kind="navigated", config={"map_share": 0.2})
+    with pytest.raises(ValueError, match="Unknown policy 'nope'; known policies: append-only"):
+        Policy(name="nope")
+
+
+def test_reports_of_the_first_layout_still_load() -> None:
+    legacy = {"name": "summarize", "mode": "editable", "edit_style": "summarize"}
+    assert Policy.model_validate(legacy) == BUILTIN_POLICIES["summarize"]
+    narrow = {"name": "navigated", "mode": "navigated", "navigated": {"tail_share": 0.05}}
+    assert Policy.model_validate(narrow).config == {"tail_share": 0.05}
 
 
 def test_policy_with_settings_round_trips_through_json() -> None:
@@ -146,10 +149,10 @@ def test_policy_objects_follow_the_backend() -> None:
     assert isinstance(nav, NavigatedPolicy) and nav.config.tail_share == 0.05
     fake = create_policy_object(DISTILLED, plain)
     assert isinstance(fake, DistilledPolicy)
-    assert isinstance(fake.summarizer, FakeSummarizer) and not fake.settings.extract_leaves
+    assert isinstance(fake.summarizer, FakeSummarizer) and not fake.config.extract_leaves
     live = create_policy_object(DISTILLED, _ChatBackend())
     assert isinstance(live, DistilledPolicy) and isinstance(live.summarizer, ChatSummarizer)
-    assert live.settings.extract_leaves and live.name == "distilled"
+    assert live.config.extract_leaves and live.name == "distilled"
     for made in (fake, live):
         assert isinstance(made, ContextPolicy)
         made.close()
@@ -158,21 +161,28 @@ def test_policy_objects_follow_the_backend() -> None:
 def test_one_policy_object_per_session_closed_after() -> None:
     episode = long_episode(2)
     session = ContextSession(episode.initial, ByteCounter(), DeterministicNotebookBackend())
-    first = session_policy(session, DISTILLED)
-    assert session_policy(session, DISTILLED) is first
+    runs = PolicyRun(DISTILLED, session)
+    first = runs.instance
+    assert runs.instance is first
     assert isinstance(first, DistilledPolicy)
-    other = ContextSession(episode.initial, ByteCounter(), DeterministicNotebookBackend())
-    assert session_policy(other, DISTILLED) is not first  # isolated sessions share nothing
-    with pytest.raises(InvalidConfiguration, match="already runs policy 'distilled'"):
-        session_policy(session, NAVIGATED)
+    other = PolicyRun(
+        DISTILLED, ContextSession(episode.initial, ByteCounter(), DeterministicNotebookBackend())
+    )
+    assert other.instance is not first  # isolated sessions share nothing
     folder = first.corpus_dir
     assert folder.exists()
-    close_session_policies(session)
-    close_session_policies(other)
-    close_session_policies(session)  # a second close is harmless
+    runs.close()
+    other.close()
+    runs.close()  # a second close is harmless
     assert not folder.exists()
-    assert session_policy(session, DISTILLED) is not first  # a new object after closing
-    close_session_policies(session)
+    assert runs.instance is not first  # a new object after closing
+    runs.close()
+
+
+def test_an_unregistered_kind_is_a_configuration_error() -> None:
+    session = ContextSession(long_episode(1).initial, ByteCounter(), DeterministicNotebookBackend())
+    with pytest.raises(InvalidConfiguration, match="Unknown policy 'gone'"):
+        _ = PolicyRun(NAVIGATED.model_copy(update={"kind": "gone"}), session).instance
 
 
 @pytest.mark.parametrize("cancel_at", [None, 2])
@@ -208,13 +218,13 @@ def test_episode_runner_closes_the_policy_object(
         made[0].distiller(SCOPE)
 
 
-def test_session_turn_names_the_report_after_the_policy() -> None:
-    renamed = Policy(name="nav-b", mode=RunMode.NAVIGATED)
+def test_policy_run_names_the_report_after_the_policy() -> None:
+    renamed = Policy(name="nav-b", kind="navigated")
     episode = long_episode(1)
     session = ContextSession(episode.initial, ByteCounter(), DeterministicNotebookBackend())
     session.append_records(episode.steps[0].records)
-    report = session_turn(session, renamed, WIDE, None)
-    close_session_policies(session)
+    with PolicyRun(renamed, session) as runs:
+        report = runs.turn(WIDE)
     assert report.policy == "nav-b" and report.failure is None
     assert report.mode is RunMode.NAVIGATED
 

@@ -25,12 +25,13 @@ from picocontext import (
     validate_snapshot,
 )
 from picocontext.models import ByteCounter, ScriptedBackend
+from picocontext.policies import ContextPolicy
 from picocontext_diagnostics.episodes import Episode, fixture_episode
 from picocontext_diagnostics.errors import InvalidEpisode
 from picocontext_diagnostics.fixtures import Scenario, dumps_sorted
 from picocontext_diagnostics.grading import notebook_state
 from picocontext_diagnostics.notebook import DeterministicNotebookBackend
-from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, SUMMARIZE, Policy, session_turn
+from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, SUMMARIZE, Policy, run_turn
 from picocontext_diagnostics.runner import (
     DEFAULT_EPISODE_TOKENS,
     EPISODE_EXHAUSTED,
@@ -283,10 +284,13 @@ def test_per_step_budget_is_the_smaller_of_turn_and_remaining_episode_allowance(
     budgets: list[RunBudget] = []
 
     def spy(
-        session: ContextSession, policy: Policy, budget: RunBudget, cancel: CancelToken | None
+        policy: ContextPolicy,
+        session: ContextSession,
+        budget: RunBudget,
+        cancel: CancelToken | None,
     ) -> RunReport:
         budgets.append(budget)
-        return session_turn(session, policy, budget, cancel)
+        return run_turn(policy, session, budget, cancel)
 
     episode = fixture_episode(Scenario.RETENTION)
     runner = EpisodeRunner(ByteCounter(), DeterministicNotebookBackend(), turn=spy)

@@ -223,3 +223,27 @@ def test_result_records_model_and_settings() -> None:
     assert result.settings == settings
     assert result.model_id == "scripted-deterministic"
     assert "bytes" in result.token_unit
+
+
+@pytest.mark.parametrize("task", [Task.ORDER_LOOKUP, Task.RETENTION])
+def test_every_task_closes_the_policy_objects_it_made(
+    monkeypatch: pytest.MonkeyPatch, task: Task
+) -> None:
+    from picocontext import ModelBackend
+    from picocontext.policies import ContextPolicy, DistilledPolicy
+    from picocontext_diagnostics import Policy, policies
+
+    made: list[ContextPolicy] = []
+    real = policies.create_policy_object
+
+    def spy(policy: Policy, backend: ModelBackend) -> ContextPolicy:
+        obj = real(policy, backend)
+        made.append(obj)
+        return obj
+
+    monkeypatch.setattr(policies, "create_policy_object", spy)
+    result = run(ComparisonSettings(task=task, policies=("append-only", "distilled")))
+    assert [o.policy.name for o in result.outcomes] == ["append-only", "distilled"]
+    assert len(made) == 2
+    (distilled,) = [p for p in made if isinstance(p, DistilledPolicy)]
+    assert not distilled.corpus_dir.exists()  # closed: its temporary store is gone

@@ -1,13 +1,42 @@
-"""Context policies: append-only, editable, navigated (pcx) and distilled (digest tree)."""
+"""Context policies and their registry.
+
+Built in: append-only, editable, summarize, navigated (pcx) and distilled (digest tree). Every
+policy is registered as a name, a config model and a factory (:mod:`.registry`); runners look
+policies up with :func:`policy_registry` and run each through :meth:`ContextPolicy.turn`.
+"""
 
 from picocontext.policies.base import AppendOnlyPolicy, ContextPolicy, EditablePolicy
-from picocontext.policies.distilled import DistilledPolicy
-from picocontext.policies.navigated import NavigatedPolicy
+from picocontext.policies.distilled import DistilledConfig, DistilledPolicy, DistilledTurn
+from picocontext.policies.navigated import NavigatedConfig, NavigatedPolicy, NavigatedTurn
+from picocontext.policies.registry import (
+    ENTRY_POINT_GROUP,
+    NoConfig,
+    PolicyContext,
+    PolicyError,
+    PolicyRegistry,
+    PolicySpec,
+    UnknownPolicy,
+    load_registry,
+    policy_registry,
+)
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "AppendOnlyPolicy",
     "ContextPolicy",
+    "DistilledConfig",
     "DistilledPolicy",
+    "DistilledTurn",
     "EditablePolicy",
+    "NavigatedConfig",
     "NavigatedPolicy",
+    "NavigatedTurn",
+    "NoConfig",
+    "PolicyContext",
+    "PolicyError",
+    "PolicyRegistry",
+    "PolicySpec",
+    "UnknownPolicy",
+    "load_registry",
+    "policy_registry",
 ]

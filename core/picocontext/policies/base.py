@@ -2,8 +2,9 @@
 
 Every policy runs a turn over a :class:`~picocontext.session.ContextSession` and returns a
 :class:`~picocontext.report.RunReport`, so runners, evaluations and the playground treat all
-policies alike. Append-only and editable are thin wrappers over the session loop; tool-using
-policies (navigated, distilled) build a :class:`~picocontext.session.ToolLoop` per turn.
+policies alike, and every policy object is closed by whoever created it. Append-only and
+editable are thin wrappers over the session loop; tool-using policies (navigated, distilled)
+build a :class:`~picocontext.session.ToolLoop` per turn.
 """
 
 from __future__ import annotations
@@ -30,17 +31,25 @@ class ContextPolicy(Protocol):
         """Run one turn; failures other than cancellation are report outcomes."""
         ...
 
+    def close(self) -> None:
+        """Release what the policy holds (caches, corpora); safe to call twice."""
+        ...
+
 
 class AppendOnlyPolicy:
     """The baseline: the model answers from the full working history, nothing is edited."""
 
-    name = "append-only"
+    def __init__(self, name: str = "append-only") -> None:
+        self.name = name
 
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> RunReport:
         report = session.run(RunMode.APPEND_ONLY, budget, EditStyle.TARGETED, cancel)
         return report.model_copy(update={"policy": self.name})
+
+    def close(self) -> None:
+        return None
 
 
 class EditablePolicy:
@@ -55,3 +64,6 @@ class EditablePolicy:
     ) -> RunReport:
         report = session.run(RunMode.EDITABLE, budget, self.style, cancel)
         return report.model_copy(update={"policy": self.name})
+
+    def close(self) -> None:
+        return None

@@ -69,9 +69,20 @@ from picocontext.distill.ids import (
 from picocontext.distill.models import DigestNode, SummaryInput, Unit
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.errors import Cancelled
-from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
+from picocontext.manifest.tokens import TextCounter
+from picocontext.policies.history import HistorySplit, TextMeter, ToolExecutor, split_history
+from picocontext.policies.history import Unit as HistoryUnit
+from picocontext.policies.registry import PolicyContext, PolicySpec
+from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
-from picocontext.session import ContextSession, FreshIds, ToolLoop, ToolResult, reserved_ids
+from picocontext.session import (
+    ContextSession,
+    FreshIds,
+    ToolLoop,
+    ToolResult,
+    reserved_ids,
+    sample_receipt,
+)
 from picocontext.working import WorkingContext
 
 SOURCE_KIND = "history"
@@ -106,7 +117,7 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _WORDS = re.compile(r"\S+")
 
 
-class DistilledSettings(BaseModel):
+class DistilledConfig(BaseModel):
     """Knobs of the distilled policy. Shares are fractions of ``budget.context_window``."""
 
     model_config = _FROZEN
@@ -125,13 +136,13 @@ class DistilledSettings(BaseModel):
     fallback_summaries: bool = True
 
     @model_validator(mode="after")
-    def _shares_leave_room(self) -> DistilledSettings:
+    def _shares_leave_room(self) -> DistilledConfig:
         if self.tail_share + self.map_share > 0.9:
             raise ValueError("tail_share + map_share must leave at least 10% of the window")
         return self
 
 
-class DistillTurn(BaseModel):
+class DistilledTurn(BaseModel):
     """What the distillation part of one turn did (the run's tokens are in its RunReport).
 
     ``leaf_summaries`` and ``digest_summaries`` count the summaries written this turn (a turn
@@ -165,21 +176,6 @@ class DistillTurn(BaseModel):
 
 
 @dataclass(frozen=True)
-class _Group:
-    """A non-tool record and the tool results that follow it: the unit the view never splits."""
-
-    records: tuple[Record, ...]
-
-    @property
-    def protected(self) -> bool:
-        return any(r.protected for r in self.records)
-
-    @property
-    def first(self) -> Record:
-        return self.records[0]
-
-
-@dataclass(frozen=True)
 class _Leaf:
     """Where a leaf came from, so results can say "older group 4, part 2/3"."""
 
@@ -192,17 +188,6 @@ class _Leaf:
     def label(self) -> str:
         part = f", part {self.part}/{self.parts}" if self.parts > 1 else ""
         return f"older group {self.ordinal}{part}"
-
-
-def split_groups(records: Sequence[Record]) -> list[tuple[Record, ...]]:
-    """Complete groups in order: each non-tool record with the tool results after it."""
-    groups: list[list[Record]] = []
-    for record in records:
-        if record.role is Role.TOOL and groups:
-            groups[-1].append(record)
-        else:
-            groups.append([record])
-    return [tuple(g) for g in groups]
 
 
 def group_text(records: Sequence[Record]) -> str:
@@ -248,52 +233,6 @@ def chunk_text(text: str, max_words: int) -> list[str]:
     if current:
         chunks.append(current)
     return chunks or [text]
-
-
-@dataclass(frozen=True)
-class HistorySplit:
-    """``view``: what the model is shown (protected groups plus the recent tail, in order);
-    ``older``: the unprotected groups before the tail, which are distilled instead."""
-
-    view: Snapshot
-    older: tuple[_Group, ...]
-
-    @property
-    def older_records(self) -> int:
-        return sum(len(g.records) for g in self.older)
-
-
-def split_history(
-    snapshot: Snapshot, measure: Callable[[Snapshot], int], tail_budget: int
-) -> HistorySplit:
-    """Split at the earliest group boundary whose tail costs at most ``tail_budget`` tokens
-    more than the protected groups alone (``measure`` prices a view). A group with a protected
-    record is always visible (a tool group is never split), and so are the newest unprotected
-    user request and everything after it: the model always sees what it is asked."""
-    groups = [_Group(g) for g in split_groups(snapshot.records)]
-    latest_request = len(groups)
-    for index in range(len(groups) - 1, -1, -1):
-        if groups[index].first.role is Role.USER and not groups[index].protected:
-            latest_request = index
-            break
-
-    def view(boundary: int) -> Snapshot:
-        records = [
-            r for i, g in enumerate(groups) if i >= boundary or g.protected for r in g.records
-        ]
-        return Snapshot(scope=snapshot.scope, revision=snapshot.revision, records=tuple(records))
-
-    base = measure(view(len(groups)))
-    lo, hi = 0, len(groups)
-    while lo < hi:  # the cost falls as the boundary moves later, so bisect
-        mid = (lo + hi) // 2
-        if measure(view(mid)) - base <= tail_budget:
-            hi = mid
-        else:
-            lo = mid + 1
-    boundary = min(lo, latest_request)
-    older = tuple(g for i, g in enumerate(groups) if i < boundary and not g.protected)
-    return HistorySplit(view=view(boundary), older=older)
 
 
 # -- summarizer wrappers --------------------------------------------------------------------
@@ -381,39 +320,6 @@ class _TurnCancelChat:
         return self._model.chat(messages, max_tokens, tools, token)
 
 
-# -- token measurements ---------------------------------------------------------------------
-
-
-class _Meter:
-    """Measures token costs with the session's own counter (exact prompts, never estimates)."""
-
-    def __init__(self, counter: TokenCounter, scope: Scope) -> None:
-        self.counter = counter
-        self.scope = scope
-        self._base = self._probe("")
-        self._cache: dict[str, int] = {}
-
-    def _probe(self, body: str) -> int:
-        snapshot = Snapshot(
-            scope=self.scope,
-            records=(Record(id="probe", role=Role.USER, protected=True, body=body),),
-        )
-        return self.counter.prepare(
-            ModelInput(context=snapshot, phase=Phase.COMPLETION)
-        ).token_count
-
-    def text(self, text: str) -> int:
-        """Tokens ``text`` adds as a record body."""
-        if not text:
-            return 0
-        cached = self._cache.get(text)
-        if cached is None:
-            cached = max(0, self._probe(text) - self._base)
-            if len(self._cache) < 512:
-                self._cache[text] = cached
-        return cached
-
-
 # -- the policy -----------------------------------------------------------------------------
 
 
@@ -432,13 +338,13 @@ class DistilledPolicy:
         summarizer: Summarizer,
         embedder: Embedder | None = None,
         corpus_dir: str | Path | None = None,
-        settings: DistilledSettings | None = None,
+        config: DistilledConfig | None = None,
         guard: Guard | None = None,
         name: str | None = None,
     ) -> None:
         self.summarizer = summarizer
         self.embedder = embedder or LexicalEmbedder()
-        self.settings = settings or DistilledSettings()
+        self.config = config or DistilledConfig()
         self.guard = guard
         if name is not None:
             self.name = name
@@ -454,7 +360,7 @@ class DistilledPolicy:
         self._lock = threading.Lock()
         self._distillers: dict[Scope, Distiller] = {}
         self._sweeping: dict[Scope, threading.Lock] = {}
-        self._turns: dict[Scope, list[DistillTurn]] = {}
+        self._turns: dict[Scope, list[DistilledTurn]] = {}
         self._closed = False
         self._local = threading.local()
 
@@ -464,10 +370,11 @@ class DistilledPolicy:
         model: ChatModel,
         embedder: Embedder | None = None,
         corpus_dir: str | Path | None = None,
-        settings: DistilledSettings | None = None,
+        config: DistilledConfig | None = None,
         guard: Guard | None = None,
         max_input_tokens: int = 4096,
         quantization: str = "",
+        name: str | None = None,
     ) -> DistilledPolicy:
         """Summaries from a local chat model (the MLX model implements ChatModel); a cancelled
         turn also cancels the summary being generated."""
@@ -477,7 +384,7 @@ class DistilledPolicy:
             quantization=quantization,
             max_input_tokens=max_input_tokens,
         )
-        policy = cls(summarizer, embedder, corpus_dir, settings, guard)
+        policy = cls(summarizer, embedder, corpus_dir, config, guard, name)
         policy._local = local
         return policy
 
@@ -515,9 +422,7 @@ class DistilledPolicy:
                 (path / "scope.json").write_text(
                     json.dumps(scope.model_dump(), sort_keys=True), encoding="utf-8"
                 )
-                config = DistillConfig(
-                    budget=self.settings.digest_summary_words, corpus=SOURCE_KIND
-                )
+                config = DistillConfig(budget=self.config.digest_summary_words, corpus=SOURCE_KIND)
                 found = Distiller.open(
                     path,
                     self.summarizer,
@@ -526,16 +431,16 @@ class DistilledPolicy:
                     config=config,
                     # chunking and the leaf summary length shape every leaf: part of the recipe
                     adapter_versions=(
-                        f"{ADAPTER_VERSION}:{self.settings.leaf_words}:"
-                        f"{self.settings.leaf_summary_words}:{self.settings.span_groups}:"
-                        f"{'extract' if self.settings.extract_leaves else 'model'}",
+                        f"{ADAPTER_VERSION}:{self.config.leaf_words}:"
+                        f"{self.config.leaf_summary_words}:{self.config.span_groups}:"
+                        f"{'extract' if self.config.extract_leaves else 'model'}",
                     ),
                 )
                 self._distillers[scope] = found
                 self._sweeping[scope] = threading.Lock()
             return found
 
-    def turns(self, scope: Scope) -> tuple[DistillTurn, ...]:
+    def turns(self, scope: Scope) -> tuple[DistilledTurn, ...]:
         """Per-turn distillation records of ``scope``, oldest first."""
         with self._lock:
             return tuple(self._turns.get(scope, ()))
@@ -581,7 +486,7 @@ class DistilledPolicy:
         cancel: CancelToken | None,
     ) -> ToolLoop:
         check(cancel)
-        settings = self.settings
+        cfg = self.config
         snapshot = state.snapshot
         spec = self.tool_specs()
         spec_json = tools_json(spec)
@@ -589,14 +494,16 @@ class DistilledPolicy:
         def tokens(view: Snapshot, control: tuple[Record, ...] = ()) -> int:
             return counter.prepare(self._input(view, spec_json, control)).token_count
 
-        part = split_history(snapshot, tokens, int(budget.context_window * settings.tail_share))
+        part = split_history(
+            snapshot, tokens, int(budget.context_window * cfg.tail_share), charge_request=True
+        )
         check(cancel)
 
         distiller = self.distiller(snapshot.scope)
         started = time.perf_counter()
-        units, leaves = self._units(part.older)
+        units, leaves = self._units(part.archive)
         wrapper = _TurnSummarizer(
-            self.summarizer, cancel, settings.fallback_summaries, settings.extract_leaves
+            self.summarizer, cancel, cfg.fallback_summaries, cfg.extract_leaves
         )
         with self._sweeping[snapshot.scope]:  # the per-turn summarizer belongs to one sweep
             distiller.summarizer = wrapper
@@ -618,7 +525,7 @@ class DistilledPolicy:
         fresh = FreshIds(reserved_ids(state.original.records, snapshot.records))
         map_id = fresh("runtime-digest-map")
         view_tokens = tokens(part.view)
-        map_budget = int(budget.context_window * settings.map_share)
+        map_budget = int(budget.context_window * cfg.map_share)
         map_text, listed, omitted = self._fit_map(
             tools,
             part,
@@ -628,31 +535,17 @@ class DistilledPolicy:
         )
         preamble = (_map(map_id, map_text),)
         first = tokens(part.view, preamble)
-        link = fresh("runtime-tool-0-0")
-        receipt = (  # a sample of what the loop appends per call, to price its overhead
-            Record(
-                id=fresh("runtime-call-0"),
-                role=Role.ASSISTANT,
-                protected=True,
-                tool_calls=(ToolCall(id=link, name=RECALL_TOOL, arguments="{}"),),
-            ),
-            Record(
-                id=fresh(f"runtime-result-{link}"),
-                role=Role.TOOL,
-                protected=True,
-                tool_call_id=link,
-            ),
-        )
+        receipt = sample_receipt(RECALL_TOOL, fresh=fresh)  # what each further call adds
         overhead = max(0, tokens(part.view, preamble + receipt) - first)
         reserve = max(budget.edit_output_tokens, budget.completion_output_tokens)
         margin = max(16, budget.context_window // 50)
         allowance = budget.context_window - reserve - first - margin
-        record = DistillTurn(
+        record = DistilledTurn(
             scope=snapshot.scope,
             revision=snapshot.revision,
             visible_records=len(part.view.records),
-            older_records=part.older_records,
-            older_groups=len(part.older),
+            older_records=part.archived_records,
+            older_groups=len(part.archive),
             leaves=len(units),
             new_leaves=sync.marked,
             deleted_leaves=sync.deletes,
@@ -671,7 +564,7 @@ class DistilledPolicy:
         with self._lock:
             self._turns.setdefault(snapshot.scope, []).append(record)
         executor = _Executor(
-            tools, leaves, _Meter(counter, snapshot.scope), allowance, overhead, settings, cancel
+            tools, leaves, TextMeter(counter), allowance, overhead, cfg.max_steps, cancel
         )
         return ToolLoop(
             mode=RunMode.DISTILLED,
@@ -681,25 +574,25 @@ class DistilledPolicy:
             execute=executor,
             system_text=SYSTEM_TEXT,
             guidance=GUIDANCE,
-            max_steps=settings.max_steps,
+            max_steps=cfg.max_steps,
         )
 
-    def _units(self, older: Sequence[_Group]) -> tuple[list[Unit], dict[str, _Leaf]]:
-        settings = self.settings
+    def _units(self, older: Sequence[HistoryUnit]) -> tuple[list[Unit], dict[str, _Leaf]]:
+        cfg = self.config
         units: list[Unit] = []
         leaves: dict[str, _Leaf] = {}
         for ordinal, group in enumerate(older, start=1):
-            first_span = ((ordinal - 1) // settings.span_groups) * settings.span_groups + 1
-            span = f"{first_span:04d}-{first_span + settings.span_groups - 1:04d}"
-            chunks = chunk_text(group_text(group.records), settings.leaf_words)
+            first_span = ((ordinal - 1) // cfg.span_groups) * cfg.span_groups + 1
+            span = f"{first_span:04d}-{first_span + cfg.span_groups - 1:04d}"
+            chunks = chunk_text(group_text(group), cfg.leaf_words)
             for part, chunk in enumerate(chunks, start=1):
-                unit_id = group.first.id if len(chunks) == 1 else f"{group.first.id}/{part}"
+                unit_id = group[0].id if len(chunks) == 1 else f"{group[0].id}/{part}"
                 unit = Unit(
                     source_kind=SOURCE_KIND,
                     unit_id=unit_id,
                     text=chunk,
                     scopes=((SPAN_SCOPE, span),),
-                    budget=settings.leaf_summary_words,
+                    budget=cfg.leaf_summary_words,
                     title=_extract(chunk, 10),
                 )
                 units.append(unit)
@@ -707,7 +600,7 @@ class DistilledPolicy:
                     ordinal=ordinal,
                     part=part,
                     parts=len(chunks),
-                    record_ids=tuple(r.id for r in group.records),
+                    record_ids=tuple(r.id for r in group),
                 )
         return units, leaves
 
@@ -721,15 +614,15 @@ class DistilledPolicy:
         cost: Callable[[str], int],
     ) -> tuple[str, int, int]:
         """The map text, the number of nodes it lists and the number it leaves out."""
-        if not part.older:
+        if not part.archive:
             return (
                 "Digest map: nothing older has been distilled yet; the whole history is shown.",
                 0,
                 0,
             )
         header = (
-            f"Digest map: {part.older_records} older records ({len(part.older)} groups) are not "
-            f"shown above. They are kept verbatim in {leaf_count} leaves under this tree:"
+            f"Digest map: {part.archived_records} older records ({len(part.archive)} groups) are "
+            f"not shown above. They are kept verbatim in {leaf_count} leaves under this tree:"
         )
         nodes = {n.id: n for n in tools.store.nodes()}
         lines = [self._map_line(tools, nodes, nodes[ROOT_ID], "root")] if ROOT_ID in nodes else []
@@ -774,8 +667,33 @@ class DistilledPolicy:
     ) -> str:
         return (
             f"- {label} {node.id} ({_leaf_count(nodes, node)} leaves, sem {node.sem_hash}): "
-            f"{_extract(_summary_of(tools, node), self.settings.excerpt_words)}"
+            f"{_extract(_summary_of(tools, node), self.config.excerpt_words)}"
         )
+
+
+def _create(config: DistilledConfig, context: PolicyContext) -> DistilledPolicy:
+    """Summaries from the session's own model when it is a chat model (the MLX models are),
+    leaf summaries extracted unless the config says otherwise (so the slow local model only
+    writes the digests above the leaves); the deterministic fake summarizer otherwise."""
+    if isinstance(context.backend, ChatModel):
+        if "extract_leaves" not in config.model_fields_set:
+            config = config.model_copy(update={"extract_leaves": True})
+        return DistilledPolicy.over_chat_model(context.backend, config=config, name=context.name)
+    from picocontext.distill.testing import FakeSummarizer
+
+    return DistilledPolicy(FakeSummarizer(), config=config, name=context.name)
+
+
+SPEC = PolicySpec(
+    name="distilled",
+    config=DistilledConfig,
+    factory=_create,
+    mode=RunMode.DISTILLED,
+    description=(
+        "Older history is distilled into a digest tree; the model reads its map and may call "
+        "digest/resolve/recall (recall returns older records verbatim)."
+    ),
+)
 
 
 def _map(record_id: str, text: str) -> Record:
@@ -812,76 +730,59 @@ def _leaf_count(nodes: Mapping[str, DigestNode], node: DigestNode) -> int:
 # -- tool execution -------------------------------------------------------------------------
 
 
-class _Executor:
+class _Executor(ToolExecutor):
     """Runs one tool call through :meth:`DigestTools.call` and fits the result to the window.
 
-    A ledger starts at the tokens left after the first prompt (minus reserved output and a
-    margin); every result is charged its own tokens, its echoed arguments and the receipt
-    overhead. A result is only granted if it leaves a reserve from which every possible later
-    step can still receive a short refusal, so one call per step can never push a prompt past
-    the window (a model that sends many calls at once may still hit the runtime's check)."""
+    The ledger starts at the tokens left after the first prompt (minus reserved output and a
+    margin). A result too big for what is left is rendered smaller (a reduced recall budget,
+    shortened digest children, fewer near matches) until one fits, or refused with a note
+    saying how much was needed (a model that sends many calls at once may still hit the
+    runtime's check)."""
 
     def __init__(
         self,
         tools: DigestTools,
         leaves: Mapping[str, _Leaf],
-        meter: _Meter,
+        meter: TextCounter,
         allowance: int,
         overhead: int,
-        settings: DistilledSettings,
+        max_steps: int,
         cancel: CancelToken | None,
     ) -> None:
+        refusal = overhead + meter.count(SHORT_NO_ROOM) + meter.count(_TYPICAL_ARGS)
+        super().__init__(meter, allowance, overhead, max_steps, refusal)
         self.tools = tools
         self.leaves = leaves
-        self.meter = meter
-        self.remaining = allowance
-        self.overhead = overhead
-        self.settings = settings
         self.cancel = cancel
-        self.calls = 0
-        self.refusal = overhead + meter.text(SHORT_NO_ROOM) + meter.text(_TYPICAL_ARGS)
 
     def __call__(self, name: str, arguments: str) -> ToolResult:
         check(self.cancel)
-        fixed = self.overhead + self.meter.text(_echo(arguments))
+        fixed = self.call_cost(arguments)
         grantable = self.remaining - self.reserve
-        self.calls += 1
         try:
             wire = self.tools.call(name, arguments)
             payload = json.loads(arguments) if arguments.strip() else {}
             args = payload if isinstance(payload, dict) else {}
             candidates = self._renderings(name, args, wire, grantable - fixed)
             for text in candidates:
-                cost = fixed + self.meter.text(text)
-                if cost <= grantable:
-                    self.remaining -= cost
-                    return ToolResult(ok=True, text=text)
-            need = fixed + self.meter.text(candidates[-1]) if candidates else fixed
-            return self._refuse(NO_ROOM.format(need=need, left=max(0, grantable)), fixed)
+                if self.fits(arguments, self.meter.count(text)):
+                    return self.grant(arguments, text)
+            need = fixed + self.meter.count(candidates[-1]) if candidates else fixed
+            message = NO_ROOM.format(need=need, left=max(0, grantable))
+            return self.refuse(arguments, message, SHORT_NO_ROOM)
         except Cancelled:
             raise
         except ToolCallError as exc:
-            return self._refuse(exc.message + _HINTS.get(name, ""), fixed)
+            return self.refuse(arguments, exc.message + _HINTS.get(name, ""), SHORT_NO_ROOM)
         except NodeNotFound as exc:
-            return self._refuse(
+            return self.refuse(
+                arguments,
                 f'No digest node "{exc.node_id}". Use a node id from the digest map or from a '
                 "digest result.",
-                fixed,
+                SHORT_NO_ROOM,
             )
         except DistillError as exc:
-            return self._refuse(f"{name} failed: {exc.message}", fixed)
-
-    @property
-    def reserve(self) -> int:
-        """Room kept for a short refusal in each step that may still come after this one
-        (counted in calls: one call per step is what the reserve protects)."""
-        return max(0, self.settings.max_steps - self.calls - 1) * self.refusal
-
-    def _refuse(self, text: str, fixed: int) -> ToolResult:
-        if fixed + self.meter.text(text) > self.remaining:
-            text = SHORT_NO_ROOM  # the detailed message itself would not fit
-        self.remaining -= fixed + self.meter.text(text)
-        return ToolResult(ok=False, text=text)
+            return self.refuse(arguments, f"{name} failed: {exc.message}", SHORT_NO_ROOM)
 
     def _renderings(
         self, name: str, payload: dict[str, Any], wire: dict[str, Any], left: int
@@ -901,7 +802,7 @@ class _Executor:
         out = [self._render_recall(wire, requested, requested)]
         budget = requested
         for _ in range(12):
-            cost = self.meter.text(out[-1])
+            cost = self.meter.count(out[-1])
             if cost <= left or budget <= 1:
                 break
             shrink = max(1, int(budget * max(left, 0) / max(cost, 1) * 0.9))
@@ -1019,12 +920,3 @@ _HINTS = {
     DIGEST_TOOL: f' Example: {{"nodeId": "{ROOT_ID}"}}.',
     RESOLVE_TOOL: ' Example: {"hash": "<a 16-hex semHash from the map>"}.',
 }
-
-
-def _echo(arguments: str) -> str:
-    """The arguments as the loop echoes them in its receipt (JSON objects only)."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return "{}"
-    return arguments if isinstance(value, dict) else "{}"

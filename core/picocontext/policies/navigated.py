@@ -54,10 +54,25 @@ from picocontext.manifest.errors import ManifestError
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.runtime import ViewLevel, dict_resolver, render_line
 from picocontext.manifest.session import ModeConfig, NavSession
-from picocontext.manifest.tokens import HeuristicCounter, TextCounter
-from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
+from picocontext.manifest.tokens import TextCounter
+from picocontext.policies.history import (
+    Counting,
+    ToolExecutor,
+    Unit,
+    split_history,
+    text_meter_for,
+)
+from picocontext.policies.registry import PolicyContext, PolicySpec
+from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
-from picocontext.session import ContextSession, FreshIds, ToolLoop, ToolResult, reserved_ids
+from picocontext.session import (
+    ContextSession,
+    FreshIds,
+    ToolLoop,
+    ToolResult,
+    reserved_ids,
+    sample_receipt,
+)
 from picocontext.working import WorkingContext
 
 # -- our texts ---------------------------------------------------------------------------------
@@ -182,8 +197,6 @@ def parse_arguments(name: str, arguments: str) -> BaseModel:
 
 # -- configuration -----------------------------------------------------------------------------
 
-Counting = Literal["auto", "tokenizer", "rendered", "heuristic"]
-
 
 class NavigatedConfig(BaseModel):
     """Shares are of ``budget.context_window``. ``counting``: ``auto`` uses the session
@@ -211,177 +224,6 @@ class NavigatedConfig(BaseModel):
         if self.tail_share + self.nav_share >= 1:
             raise ValueError("tail_share + nav_share must stay below 1 (outputs need room too)")
         return self
-
-
-# -- counting ----------------------------------------------------------------------------------
-
-_PROBE_SCOPE = Scope(user_id="count", conversation_id="count", branch_id="count")
-
-
-class TokenizerCounter:
-    """Counts with the session counter's own tokenizer (``count_tokens``), memoized."""
-
-    def __init__(self, counter: Any) -> None:
-        self._count: Callable[[str], int] = counter.count_tokens
-        ident = getattr(counter, "model_id", None)
-        self._name = f"tokenizer:{ident if isinstance(ident, str) else type(counter).__name__}"
-        self._cache: dict[str, int] = {}
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def count(self, text: str) -> int:
-        if not text:
-            return 0
-        hit = self._cache.get(text)
-        if hit is None:
-            hit = int(self._count(text))
-            if len(self._cache) > 65536:
-                self._cache.clear()
-            self._cache[text] = hit
-        return hit
-
-
-class RenderedCounter:
-    """Counts text by rendering it through a :class:`TokenCounter` (one protected user record)
-    and subtracting the empty rendering: exact for byte counters, within a token or two of
-    the tokenizer's count for chat templates. Used when the counter cannot count text."""
-
-    def __init__(self, counter: TokenCounter) -> None:
-        self._counter = counter
-        self._name = f"rendered:{type(counter).__name__}"
-        self._cache: dict[str, int] = {}
-        self._base = self._render("")
-
-    def _render(self, text: str) -> int:
-        record = Record(id="probe", role=Role.USER, protected=True, body=text)
-        model_input = ModelInput(
-            context=Snapshot(scope=_PROBE_SCOPE, records=(record,)),
-            phase=Phase.COMPLETION,
-            system_text="",
-            guidance="",
-        )
-        return self._counter.prepare(model_input).token_count
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def count(self, text: str) -> int:
-        if not text:
-            return 0
-        hit = self._cache.get(text)
-        if hit is None:
-            hit = max(1, self._render(text) - self._base)
-            if len(self._cache) > 65536:
-                self._cache.clear()
-            self._cache[text] = hit
-        return hit
-
-
-def text_counter_for(counter: TokenCounter, counting: Counting = "auto") -> TextCounter:
-    """The text counter a turn budgets with (see :class:`NavigatedConfig`)."""
-    has_tokenizer = callable(getattr(counter, "count_tokens", None))
-    if counting == "heuristic":
-        return HeuristicCounter()
-    if counting == "tokenizer" or (counting == "auto" and has_tokenizer):
-        if not has_tokenizer:
-            raise ValueError(f"{type(counter).__name__} has no count_tokens; use 'rendered'")
-        return TokenizerCounter(counter)
-    return RenderedCounter(counter)
-
-
-# -- splitting the history ---------------------------------------------------------------------
-
-Unit = tuple[Record, ...]
-
-
-def history_units(records: Sequence[Record]) -> list[Unit]:
-    """Consecutive records that must stay together: an assistant record with tool calls and
-    its results form one unit; every other record is a unit of its own."""
-    units: list[Unit] = []
-    current: list[Record] = []
-    for record in records:
-        if record.role is Role.TOOL and current:
-            current.append(record)
-            continue
-        if current:
-            units.append(tuple(current))
-            current = []
-        if record.tool_calls:
-            current = [record]
-        else:
-            units.append((record,))
-    if current:
-        units.append(tuple(current))
-    return units
-
-
-@dataclass(frozen=True)
-class HistorySplit:
-    """``view`` is what the model reads directly; ``archive`` the units compiled away."""
-
-    view: Snapshot
-    archive: tuple[Unit, ...]
-    tail_ids: tuple[str, ...]
-    pinned_ids: tuple[str, ...]
-    tail_tokens: int
-
-
-def split_history(
-    snapshot: Snapshot,
-    measure: Callable[[Snapshot], int],
-    tail_tokens: int,
-) -> HistorySplit:
-    """Keep protected units and the latest user request; add the newest unprotected units
-    while the growth of ``measure(view)`` stays within ``tail_tokens``; archive the rest.
-    The tail is a contiguous suffix of the unprotected units (the pinned request aside), cut
-    between whole units."""
-    units = history_units(snapshot.records)
-    unprotected = [i for i, u in enumerate(units) if not any(r.protected for r in u)]
-    keep = {i for i, u in enumerate(units) if any(r.protected for r in u)}
-    pinned: set[int] = set()
-    latest_user = next(
-        (i for i in reversed(range(len(units))) if units[i][0].role is Role.USER), None
-    )
-    if latest_user is not None and latest_user not in keep:
-        pinned.add(latest_user)
-
-    def view_of(indices: set[int]) -> Snapshot:
-        records = tuple(r for i, u in enumerate(units) if i in indices for r in u)
-        return Snapshot(scope=snapshot.scope, revision=snapshot.revision, records=records)
-
-    base_set = keep | pinned
-    base = measure(view_of(base_set))
-    newest_first = [i for i in reversed(unprotected) if i not in pinned]
-    costs: dict[int, int] = {0: 0}
-
-    def cost(k: int) -> int:
-        if k not in costs:
-            costs[k] = measure(view_of(base_set | set(newest_first[:k]))) - base
-        return costs[k]
-
-    # Binary search for the longest suffix within the share: a prompt grows with every record
-    # added, so a few renderings replace one per unit. ``lo`` only ever takes checked values.
-    lo, hi = 0, len(newest_first)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if cost(mid) <= tail_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    tail = set(newest_first[:lo])
-    used = cost(lo)
-    shown = base_set | tail
-    archive = tuple(units[i] for i in range(len(units)) if i not in shown)
-    return HistorySplit(
-        view=view_of(shown),
-        archive=archive,
-        tail_ids=tuple(r.id for i in sorted(tail) for r in units[i]),
-        pinned_ids=tuple(r.id for i in sorted(pinned) for r in units[i]),
-        tail_tokens=used,
-    )
 
 
 def tail_ladder(first: int, rungs: int = 4) -> tuple[int, ...]:
@@ -491,7 +333,7 @@ def _span(first: int, last: int) -> str:
 # -- per-turn state ----------------------------------------------------------------------------
 
 
-class NavTurn(BaseModel):
+class NavigatedTurn(BaseModel):
     """What one navigated turn did besides the report: the split, the compile and the
     reading budget. ``counter`` names the text counter behind every budget number."""
 
@@ -525,51 +367,24 @@ class _Compiled:
 
 
 @dataclass
-class _Guard:
-    """The transcript guard: every tool exchange stays in this turn's prompt, so the next
-    prompt must still fit. Room is kept for a short refusal on every call that may still come
-    (one per remaining step), so a model that keeps calling is refused, not overflowed."""
-
-    counter: TextCounter
-    limit: int
-    per_call: int
-    max_calls: int
-    used: int = 0
-    calls: int = 0
-    refused: int = 0
-
-    def _future(self) -> int:
-        remaining = max(self.max_calls - self.calls - 1, 0)
-        return remaining * (self.per_call + self.counter.count(NO_ROOM))
-
-    def fits(self, arguments: str, tokens: int) -> bool:
-        need = self.per_call + self.counter.count(arguments) + tokens
-        return self.used + need + self._future() <= self.limit
-
-    def charge(self, arguments: str, text: str) -> None:
-        self.used += self.per_call + self.counter.count(arguments) + self.counter.count(text)
-        self.calls += 1
-
-
-@dataclass
 class NavPlan:
     """One turn's loop plus the live objects behind it (tests and tools read these)."""
 
     loop: ToolLoop
-    info: NavTurn
+    info: NavigatedTurn
     nav: NavSession | None = None
-    guard: _Guard | None = None
+    executor: _Executor | None = None
     leaves: dict[str, str] = field(default_factory=dict)
 
-    def finished(self) -> NavTurn:
+    def finished(self) -> NavigatedTurn:
         """The turn info with the reading numbers as they stand now (after the loop ran)."""
-        if self.nav is None or self.guard is None:
+        if self.nav is None or self.executor is None:
             return self.info
         return self.info.model_copy(
             update={
                 "spent": self.nav.spent,
                 "shown_tokens": self.nav.shown_tokens,
-                "refused": self.guard.refused,
+                "refused": self.executor.refused,
             }
         )
 
@@ -594,21 +409,16 @@ class NavigatedPolicy:
         # Archives the compiler refused at a budget (by key): the next turn tries a smaller
         # tail at once instead of repeating the failed shaping attempts.
         self._refused: OrderedDict[str, SelfCheckFailed] = OrderedDict()
-        self.last_turn: NavTurn | None = None
+        self._turns: dict[Scope, list[NavigatedTurn]] = {}
 
     # -- ContextPolicy ----------------------------------------------------------------------
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> RunReport:
-        return self.turn_with_info(session, budget, cancel)[0]
-
-    def turn_with_info(
-        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
-    ) -> tuple[RunReport, NavTurn | None]:
-        """The report plus this turn's :class:`NavTurn` (as far as planning got when the turn
-        failed while planning; None when it failed before the split, e.g. a bad budget)."""
+        """One turn; its :class:`NavigatedTurn` (as far as planning got when the turn failed
+        while planning, none when it failed before the split) joins :meth:`turns`."""
         plans: list[NavPlan] = []
-        seen: list[NavTurn] = []
+        seen: list[NavigatedTurn] = []
 
         def build(state: WorkingContext) -> ToolLoop:
             plan = self.plan(session.counter, state, budget, cancel, seen=seen)
@@ -617,14 +427,28 @@ class NavigatedPolicy:
 
         report = session.run_tools(build, budget, policy=self.name, cancel=cancel)
         info = plans[-1].finished() if plans else (seen[-1] if seen else None)
-        self.last_turn = info
-        return report, info
+        if info is not None:
+            with self._lock:
+                self._turns.setdefault(session.scope, []).append(info)
+        return report
+
+    def turns(self, scope: Scope) -> tuple[NavigatedTurn, ...]:
+        """Per-turn records of ``scope``, oldest first."""
+        with self._lock:
+            return tuple(self._turns.get(scope, ()))
+
+    def close(self) -> None:
+        """Forget every compiled archive and turn record."""
+        with self._lock:
+            self._compiled.clear()
+            self._refused.clear()
+            self._turns.clear()
 
     # -- planning ---------------------------------------------------------------------------
     def _counter(self, counter: TokenCounter) -> TextCounter:
         if self.text_counter is not None:
             return self.text_counter
-        return text_counter_for(counter, self.config.counting)
+        return text_meter_for(counter, self.config.counting)
 
     def plan(
         self,
@@ -633,7 +457,7 @@ class NavigatedPolicy:
         budget: RunBudget,
         cancel: CancelToken | None = None,
         *,
-        seen: list[NavTurn] | None = None,
+        seen: list[NavigatedTurn] | None = None,
     ) -> NavPlan:
         """Split, compile (or reuse) and build the turn's :class:`ToolLoop`. ``seen`` gets
         the turn info as soon as the split is known, so a failure later still reports it."""
@@ -675,11 +499,11 @@ class NavigatedPolicy:
             if split.tail_ids in tried:
                 continue  # the same split as a rung already refused
             tried.add(split.tail_ids)
-            info = NavTurn(
+            info = NavigatedTurn(
                 scope=str(snapshot.scope),
                 counter=text_counter.name,
                 view_ids=tuple(r.id for r in split.view.records),
-                archived_ids=tuple(r.id for u in split.archive for r in u),
+                archived_ids=split.archived_ids,
                 tail_tokens=split.tail_tokens,
             )
             if seen is not None:
@@ -699,7 +523,8 @@ class NavigatedPolicy:
                 return NavPlan(loop=loop, info=info)
 
             fixed = prepare(split.view, (empty_index,))
-            probe = _probe_exchange(empty_index)
+            # priced at the longest receipt ids a turn writes (step 15, call 30)
+            probe = (empty_index, *sample_receipt(CLOSE_TOOL.name, step=15, index=30))
             per_call = prepare(split.view, probe) - fixed + cfg.call_slack
             room = window - out - fixed - cfg.max_steps * (per_call + refusal)
             nav_budget = min(int(cfg.nav_share * window), room)
@@ -753,8 +578,9 @@ class NavigatedPolicy:
                 system_text=SYSTEM_TEXT,
             )
         ).token_count
-        guard = _Guard(
-            counter=text_counter,
+        executor = _Executor(
+            nav,
+            text_counter,
             limit=window - out - max(fixed_tools, fixed_final),
             per_call=per_call,
             max_calls=cfg.max_steps,
@@ -763,7 +589,7 @@ class NavigatedPolicy:
             update={
                 "nav_budget": nav_budget,
                 "index_tokens": nav.spent,
-                "transcript_limit": guard.limit,
+                "transcript_limit": executor.limit,
                 "compiled": mode,
                 "engine": result.stats.engine,
                 "engine_calls": sum(result.stats.engine_calls.values()) if mode != "reused" else 0,
@@ -779,12 +605,12 @@ class NavigatedPolicy:
             view=split.view,
             preamble=(preamble,),
             tools=NAV_TOOLS,
-            execute=_Executor(nav, guard),
+            execute=executor,
             system_text=SYSTEM_TEXT,
             guidance=GUIDANCE,
             max_steps=cfg.max_steps,
         )
-        return NavPlan(loop=loop, info=info, nav=nav, guard=guard, leaves=dict(leaves))
+        return NavPlan(loop=loop, info=info, nav=nav, executor=executor, leaves=dict(leaves))
 
     # -- compiling --------------------------------------------------------------------------
     def _engine(self) -> DescriptorEngine:
@@ -849,6 +675,22 @@ class NavigatedPolicy:
         return entry, ("incremental" if incremental else "full"), seconds
 
 
+def _create(config: NavigatedConfig, context: PolicyContext) -> NavigatedPolicy:
+    return NavigatedPolicy(config, name=context.name)
+
+
+SPEC = PolicySpec(
+    name="navigated",
+    config=NavigatedConfig,
+    factory=_create,
+    mode=RunMode.NAVIGATED,
+    description=(
+        "Older history is compiled into a pcx manifest; the model reads its index and may "
+        "open records with index/look/open/close before answering."
+    ),
+)
+
+
 def _archive_key(
     tree: SourceTree,
     budget: int,
@@ -871,38 +713,24 @@ def _archive_key(
     return digest.hexdigest()
 
 
-def _probe_exchange(index: Record) -> tuple[Record, ...]:
-    """One tool exchange shaped like the loop's receipts (ids at their longest usual form,
-    empty arguments and result): its rendering cost is the per-call overhead."""
-    link = "runtime-tool-15-30"
-    call = Record(
-        id="runtime-call-15",
-        role=Role.ASSISTANT,
-        protected=True,
-        tool_calls=(ToolCall(id=link, name="close", arguments="{}"),),
-    )
-    result = Record(
-        id=f"runtime-result-{link}", role=Role.TOOL, protected=True, tool_call_id=link, body=""
-    )
-    return (index, call, result)
-
-
-class _Executor:
+class _Executor(ToolExecutor):
     """Runs one verb: strict arguments, node ids checked by the runtime, the transcript
     guard, and a clear message for every refusal (the model may retry)."""
 
-    def __init__(self, nav: NavSession, guard: _Guard) -> None:
+    def __init__(
+        self, nav: NavSession, meter: TextCounter, limit: int, per_call: int, max_calls: int
+    ) -> None:
+        super().__init__(meter, limit, per_call, max_calls, per_call + meter.count(NO_ROOM))
         self.nav = nav
-        self.guard = guard
 
     def __call__(self, name: str, arguments: str) -> ToolResult:
         try:
             args = parse_arguments(name, arguments)
         except ValueError as exc:
-            return self._error(arguments, str(exc))
+            return self.refuse(arguments, str(exc), NO_ROOM)
         try:
             if name == "index":
-                cost = self.guard.counter.count(self.nav.runtime.frontier_view())
+                cost = self.meter.count(self.nav.runtime.frontier_view())
                 return self._checked(arguments, cost, "the index", self.nav.index)
             if name == "look":
                 assert isinstance(args, _LookArgs)
@@ -918,40 +746,24 @@ class _Executor:
             )
             return self._note(arguments, text)
         except ManifestError as exc:
-            return self._error(arguments, _explain(exc.message))
-
-    def _error(self, arguments: str, message: str) -> ToolResult:
-        """A refusal; when even its explanation would crowd the window, the short one."""
-        if not self.guard.fits(arguments, self.guard.counter.count(message)):
-            message = NO_ROOM
-        self.guard.refused += 1
-        self.guard.charge(arguments, message)
-        return ToolResult(ok=False, text=message)
+            return self.refuse(arguments, _explain(exc.message), NO_ROOM)
 
     def _note(self, arguments: str, text: str) -> ToolResult:
         """A short confirmation (the short refusal's room is always kept for it)."""
-        if not self.guard.fits(arguments, self.guard.counter.count(text)):
+        if not self.fits(arguments, self.meter.count(text)):
             text = NO_ROOM
-        self.guard.charge(arguments, text)
-        return ToolResult(ok=True, text=text)
-
-    def _refuse_unless_room(self, arguments: str, tokens: int, what: str) -> ToolResult | None:
-        if self.guard.fits(arguments, tokens):
-            return None
-        return self._error(
-            arguments,
-            f"Refused: {what} would not fit in the context window for this turn. Answer now "
-            "with what you have read, or pick something smaller.",
-        )
+        return self.grant(arguments, text)
 
     def _checked(self, arguments: str, cost: int, what: str, act: Callable[[], str]) -> ToolResult:
         """Check the predicted cost first, so a refused disclosure changes nothing."""
-        refused = self._refuse_unless_room(arguments, cost, what)
-        if refused is not None:
-            return refused
-        text = act()
-        self.guard.charge(arguments, text)
-        return ToolResult(ok=True, text=text)
+        if not self.fits(arguments, cost):
+            return self.refuse(
+                arguments,
+                f"Refused: {what} would not fit in the context window for this turn. Answer "
+                "now with what you have read, or pick something smaller.",
+                NO_ROOM,
+            )
+        return self.grant(arguments, act())
 
     def _visible_or_raise(self, node_id: str) -> None:
         """Unknown ids, the root and ids not on the frontier are refused by the runtime's own
@@ -966,7 +778,7 @@ class _Executor:
             self._visible_or_raise(nid)
         runtime = self.nav.runtime
         preview = "\n".join(render_line(n, runtime.manifest.get(n), "full") for n in unique)
-        cost = self.guard.counter.count(preview)
+        cost = self.meter.count(preview)
         return self._checked(arguments, cost, "these descriptions", lambda: self.nav.look(unique))
 
     def _open(self, arguments: str, node_id: str) -> ToolResult:
@@ -980,7 +792,7 @@ class _Executor:
             cost = runtime.expand_cost(node_id)
         else:
             children = [c for c in node.children or () if runtime.manifest.has(c)]
-            cost = self.guard.counter.count("\n".join(runtime.entry(c).text for c in children))
+            cost = self.meter.count("\n".join(runtime.entry(c).text for c in children))
         what = "this record" if node.is_leaf else "this branch"
         return self._checked(arguments, cost, what, lambda: self.nav.open(node_id))
 

@@ -22,7 +22,7 @@ from picocontext import ContextSession, Record, Role, RunBudget
 from picocontext_diagnostics.bench.generate import environment, load
 from picocontext_diagnostics.episodes import generated_episode
 from picocontext_diagnostics.fixtures import Scenario, fixtures_dir
-from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, Policy
+from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, Policy, PolicyRun
 
 
 def reference_text(model: Any, tokens: int) -> str:
@@ -55,28 +55,28 @@ def run_episode(
     session = ContextSession(initial, model, model)
     started = time.perf_counter()
     rows = []
-    for step in episode.steps:
-        session.append_records(step.records)
-        run = session.run(policy.mode, budget, policy.edit_style)
-        session.append_records(
-            [Record(id=step.answer_record_id, role=Role.ASSISTANT, body=run.answer)]
-        )
-        rows.append(
-            {
-                "step": step.id,
-                "answer": run.answer,
-                "failure": run.failure,
-                "prompt_tokens": run.total_input_tokens,
-                "prefill_tokens": run.total_prefill_tokens,
-                "generated_tokens": run.total_generated_tokens,
-                "seconds": round(run.elapsed_seconds, 3),
-            }
-        )
-        print(
-            f"  {policy.name:<12} cache={'on' if model.prefix_cache else 'off':<3} {step.id}: "
-            f"prompt {run.total_input_tokens}, prefill {run.total_prefill_tokens}, "
-            f"{run.elapsed_seconds:.1f}s"
-        )
+    with PolicyRun(policy, session) as runs:
+        for step in episode.steps:
+            session.append_records(step.records)
+            run = runs.turn(budget)
+            answer = Record(id=f"{step.id}-answer", role=Role.ASSISTANT, body=run.answer)
+            session.append_records([answer])
+            rows.append(
+                {
+                    "step": step.id,
+                    "answer": run.answer,
+                    "failure": run.failure,
+                    "prompt_tokens": run.total_input_tokens,
+                    "prefill_tokens": run.total_prefill_tokens,
+                    "generated_tokens": run.total_generated_tokens,
+                    "seconds": round(run.elapsed_seconds, 3),
+                }
+            )
+            print(
+                f"  {policy.name:<12} cache={'on' if model.prefix_cache else 'off':<3} "
+                f"{step.id}: prompt {run.total_input_tokens}, prefill "
+                f"{run.total_prefill_tokens}, {run.elapsed_seconds:.1f}s"
+            )
     return {
         "policy": policy.name,
         "steps": rows,

@@ -37,11 +37,11 @@ from picocontext.policies import ContextPolicy, DistilledPolicy
 from picocontext.policies.distilled import (
     GUIDANCE,
     SYSTEM_TEXT,
-    DistilledSettings,
+    DistilledConfig,
     chunk_text,
     group_text,
-    split_groups,
 )
+from picocontext.policies.history import history_units
 
 BUDGET = RunBudget(
     context_window=12_000,
@@ -50,9 +50,9 @@ BUDGET = RunBudget(
     completion_output_tokens=300,
 )
 # a tail of 35% (4200 bytes) holds the newest kettle group (about 3.6 KB) but not the old one
-KETTLE_TAIL = DistilledSettings(tail_share=0.35)
+KETTLE_TAIL = DistilledConfig(tail_share=0.35)
 # a tail of 5% holds nothing: every unprotected kettle record is distilled
-ALL_OLDER = DistilledSettings(tail_share=0.05, map_share=0.2)
+ALL_OLDER = DistilledConfig(tail_share=0.05, map_share=0.2)
 
 Responder = Callable[[PreparedPrompt, int], ModelResponse]
 
@@ -86,10 +86,10 @@ def session_for(respond: Responder, snapshot: Snapshot | None = None) -> Context
 
 def policy_at(
     tmp_path: Path,
-    settings: DistilledSettings = ALL_OLDER,
+    settings: DistilledConfig = ALL_OLDER,
     summarizer: FakeSummarizer | None = None,
 ) -> DistilledPolicy:
-    return DistilledPolicy(summarizer or FakeSummarizer(), corpus_dir=tmp_path, settings=settings)
+    return DistilledPolicy(summarizer or FakeSummarizer(), corpus_dir=tmp_path, config=settings)
 
 
 def notes_history(groups: int, lines: int = 12, start: int = 0) -> tuple[Record, ...]:
@@ -175,7 +175,7 @@ def test_newest_unprotected_request_is_always_visible(tmp_path: Path) -> None:
 
 def test_nothing_older_means_no_distillation(tmp_path: Path) -> None:
     summarizer = FakeSummarizer()
-    policy = policy_at(tmp_path, DistilledSettings(tail_share=0.8, map_share=0.05), summarizer)
+    policy = policy_at(tmp_path, DistilledConfig(tail_share=0.8, map_share=0.05), summarizer)
     report = policy.turn(session_for(script()), BUDGET)
     assert report.calls[0].input.context == kettle_snapshot()
     assert "nothing older has been distilled" in report.calls[0].input.control_records[0].body
@@ -311,7 +311,7 @@ def test_window_smaller_than_the_protected_records_is_reported(tmp_path: Path) -
 
 
 def test_map_is_fitted_to_its_share_and_says_what_it_left_out(tmp_path: Path) -> None:
-    settings = DistilledSettings(tail_share=0.05, map_share=0.15, span_groups=2)
+    settings = DistilledConfig(tail_share=0.05, map_share=0.15, span_groups=2)
     policy = policy_at(tmp_path, settings)
     session = session_for(script(), gauge_snapshot(24, lines=4))
     report = policy.turn(session, BUDGET)
@@ -382,7 +382,7 @@ def leaf_raws(summarizer: FakeSummarizer, since: int) -> list[str]:
 
 
 def expected_units(records: Sequence[Record], words: int) -> list[str]:
-    return [c for g in split_groups(records) for c in chunk_text(group_text(g), words)]
+    return [c for g in history_units(records) for c in chunk_text(group_text(g), words)]
 
 
 def last_view(session: ContextSession) -> set[str]:
@@ -392,7 +392,7 @@ def last_view(session: ContextSession) -> set[str]:
 
 
 def test_each_turn_summarises_only_what_the_last_turn_added(tmp_path: Path) -> None:
-    settings = DistilledSettings(tail_share=0.1, map_share=0.1, leaf_words=60)
+    settings = DistilledConfig(tail_share=0.1, map_share=0.1, leaf_words=60)
     summarizer = FakeSummarizer()
     policy = policy_at(tmp_path / "corpus", settings, summarizer)
     session = session_for(script(), gauge_snapshot(6))
@@ -443,7 +443,7 @@ def test_every_older_record_is_recallable_verbatim_at_entity_altitude(tmp_path: 
     policy.turn(session, BUDGET)
     tools = policy.distiller(SCOPE).tools()
     leaves = sorted(n.id for n in tools.store.nodes() if n.level == 0)
-    older = [g for g in split_groups(kettle_snapshot().records) if not any(r.protected for r in g)]
+    older = [g for g in history_units(kettle_snapshot().records) if not any(r.protected for r in g)]
     texts: dict[str, str] = {}
     for leaf in leaves:
         pack = tools.call(
@@ -530,7 +530,7 @@ class WordChat:
 
 def test_chat_model_summaries_and_the_turn_token_reaches_the_model(tmp_path: Path) -> None:
     chat = WordChat()
-    policy = DistilledPolicy.over_chat_model(chat, corpus_dir=tmp_path, settings=ALL_OLDER)
+    policy = DistilledPolicy.over_chat_model(chat, corpus_dir=tmp_path, config=ALL_OLDER)
     token = CancelToken()
     report = policy.turn(session_for(script()), BUDGET, token)
     assert report.failure is None and chat.calls == policy.turns(SCOPE)[0].summarizer_calls > 0
@@ -539,7 +539,7 @@ def test_chat_model_summaries_and_the_turn_token_reaches_the_model(tmp_path: Pat
 
     stop = CancelToken()
     stopping = WordChat(cancel_on=2, token=stop)
-    other = DistilledPolicy.over_chat_model(stopping, corpus_dir=tmp_path / "b", settings=ALL_OLDER)
+    other = DistilledPolicy.over_chat_model(stopping, corpus_dir=tmp_path / "b", config=ALL_OLDER)
     with pytest.raises(Cancelled):
         other.turn(session_for(script()), BUDGET, stop)
     assert stopping.calls == 2
@@ -570,7 +570,7 @@ def test_failed_summaries_fail_the_turn_when_fallback_is_off(tmp_path: Path) -> 
 
 
 def test_owned_corpus_is_removed_on_close_and_a_closed_policy_refuses(tmp_path: Path) -> None:
-    policy = DistilledPolicy(FakeSummarizer(), settings=ALL_OLDER)
+    policy = DistilledPolicy(FakeSummarizer(), config=ALL_OLDER)
     owned = policy.corpus_dir
     policy.turn(session_for(script()), BUDGET)
     assert owned.is_dir() and policy.corpus_path(SCOPE).joinpath("nodes.sqlite").is_file()
@@ -606,7 +606,7 @@ def test_scopes_get_separate_corpora(tmp_path: Path) -> None:
 )
 def test_settings_are_validated(values: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
-        DistilledSettings.model_validate(values)
+        DistilledConfig.model_validate(values)
 
 
 def test_extracted_leaves_leave_only_digests_to_the_model(tmp_path: Path) -> None:
@@ -639,7 +639,7 @@ def _digest_form(result: str) -> str:
 
 
 def test_digest_results_shrink_step_by_step_as_the_window_tightens(tmp_path: Path) -> None:
-    settings = DistilledSettings(tail_share=0.05, map_share=0.1, span_groups=64, max_steps=1)
+    settings = DistilledConfig(tail_share=0.05, map_share=0.1, span_groups=64, max_steps=1)
     digest = calls(("digest", '{"nodeId": "digest:1:scope:span:0001-0064"}'))
     forms: list[str] = []
     sizes: list[int] = []

@@ -23,7 +23,7 @@ from picocontext import (
 from picocontext.distill.testing import FakeSummarizer
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import AppendOnlyPolicy, DistilledPolicy
-from picocontext.policies.distilled import DistilledSettings
+from picocontext.policies.distilled import DistilledConfig
 from picocontext_diagnostics.episodes import Episode, generated_episode
 from picocontext_diagnostics.fixtures import Scenario, dumps_sorted
 from picocontext_diagnostics.grading import fold_lines, notebook_state
@@ -35,7 +35,7 @@ BUDGET = RunBudget(
     edit_output_tokens=600,
     completion_output_tokens=600,
 )
-SETTINGS = DistilledSettings(tail_share=0.15, map_share=0.08, max_steps=3, leaf_words=60)
+SETTINGS = DistilledConfig(tail_share=0.15, map_share=0.08, max_steps=3, leaf_words=60)
 RECALL_WORDS = 130
 _ITEM = re.compile(r"^--- older group (\d+)(?:, part (\d+)/\d+)? \((\S+)\)$")
 
@@ -118,7 +118,7 @@ def run_episode(
             facts = None
         correct.append(facts == step.expected_facts)
         session.append_records(
-            [Record(id=step.answer_record_id, role=Role.ASSISTANT, body=report.answer)]
+            [Record(id=f"{step.id}-answer", role=Role.ASSISTANT, body=report.answer)]
         )
     return session, failures, correct
 
@@ -140,7 +140,7 @@ def test_long_episode_every_answer_right_every_prompt_inside_the_window(
 ) -> None:
     backend = ScriptedBackend(reader)
     summarizer = FakeSummarizer()
-    with DistilledPolicy(summarizer, corpus_dir=tmp_path, settings=SETTINGS) as policy:
+    with DistilledPolicy(summarizer, corpus_dir=tmp_path, config=SETTINGS) as policy:
         session, failures, correct = run_episode(episode, policy, backend)
         turns = policy.turns(session.scope)
     assert failures == [None] * 16
@@ -182,12 +182,12 @@ def main() -> None:
         full = counter.prepare(ModelInput(context=episode.environment(), phase=Phase.COMPLETION))
         backend = ScriptedBackend(reader)
         started = time.perf_counter()
-        with DistilledPolicy(FakeSummarizer(), settings=SETTINGS) as policy:
+        with DistilledPolicy(FakeSummarizer(), config=SETTINGS) as policy:
             session, failures, correct = run_episode(episode, policy, backend)
             turns = policy.turns(session.scope)
         seconds = time.perf_counter() - started
         rebuild = FakeSummarizer()
-        with DistilledPolicy(rebuild, settings=SETTINGS) as fresh:
+        with DistilledPolicy(rebuild, config=SETTINGS) as fresh:
             fresh.turn(ContextSession(session.context, counter, ScriptedBackend(reader)), BUDGET)
         _, only_failures, only_correct = run_episode(
             episode, AppendOnlyPolicy(), ScriptedBackend(reader)

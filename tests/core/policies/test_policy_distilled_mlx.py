@@ -24,7 +24,7 @@ from picocontext import (
 )
 from picocontext.models import ScriptedBackend
 from picocontext.policies import DistilledPolicy
-from picocontext.policies.distilled import DistilledSettings
+from picocontext.policies.distilled import DistilledConfig
 from tinymlx import numbered_replies, tiny_model
 
 pytestmark = pytest.mark.mlx
@@ -57,8 +57,8 @@ def test_real_tokens_real_summaries_and_verbatim_recall(tiny: Any, tmp_path: Pat
 
     backend = ScriptedBackend(respond)
     session = ContextSession(kettle_snapshot(), tiny, backend)
-    settings = DistilledSettings(tail_share=0.1, map_share=0.15, leaf_words=60)
-    policy = DistilledPolicy.over_chat_model(tiny, corpus_dir=tmp_path, settings=settings)
+    settings = DistilledConfig(tail_share=0.1, map_share=0.15, leaf_words=60)
+    policy = DistilledPolicy.over_chat_model(tiny, corpus_dir=tmp_path, config=settings)
     tiny.extra_processors = numbered_replies(tiny, "kettle summary")
     try:
         report = policy.turn(session, budget)

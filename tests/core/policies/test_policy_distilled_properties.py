@@ -24,12 +24,8 @@ from picocontext import (
 from picocontext.distill.testing import FakeSummarizer
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import DistilledPolicy
-from picocontext.policies.distilled import (
-    DistilledSettings,
-    chunk_text,
-    split_groups,
-    split_history,
-)
+from picocontext.policies.distilled import DistilledConfig, chunk_text
+from picocontext.policies.history import history_units, split_history
 from picocontext.session import ToolLoop, ToolResult
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
@@ -124,16 +120,16 @@ def measure(view: Snapshot) -> int:
 def test_split_keeps_groups_whole_protected_visible_and_the_tail_within_budget(
     snapshot: Snapshot, tail_budget: int
 ) -> None:
-    split = split_history(snapshot, measure, tail_budget)
+    split = split_history(snapshot, measure, tail_budget, charge_request=True)
     validate_snapshot(split.view)
     ids = snapshot.ids
     visible = split.view.ids
-    older = [r.id for g in split.older for r in g.records]
+    older = list(split.archived_ids)
     # a partition of the history, in order
     assert sorted(visible + older, key=ids.index) == ids
     assert visible == sorted(visible, key=ids.index) and not set(visible) & set(older)
     # groups are never split and protected records are always shown
-    for group in split_groups(snapshot.records):
+    for group in history_units(snapshot.records):
         shown = [r.id in visible for r in group]
         assert all(shown) or not any(shown)
         if any(r.protected for r in group):
@@ -141,7 +137,7 @@ def test_split_keeps_groups_whole_protected_visible_and_the_tail_within_budget(
     # the distilled part is strictly older than every visible unprotected record
     unprotected_visible = [
         ids.index(r.id)
-        for g in split_groups(split.view.records)
+        for g in history_units(split.view.records)
         if not any(r.protected for r in g)
         for r in g
     ]
@@ -150,7 +146,7 @@ def test_split_keeps_groups_whole_protected_visible_and_the_tail_within_budget(
     # the tail fits its budget, unless it starts at the newest unprotected user request
     protected_only = Snapshot(
         scope=SCOPE,
-        records=tuple(r for g in split_groups(snapshot.records) if _protected(g) for r in g),
+        records=tuple(r for g in history_units(snapshot.records) if _protected(g) for r in g),
     )
     cost = measure(split.view) - measure(protected_only)
     requests = [r.id for r in snapshot.records if r.role is Role.USER and not r.protected]
@@ -158,7 +154,7 @@ def test_split_keeps_groups_whole_protected_visible_and_the_tail_within_budget(
     assert cost <= tail_budget or (requests and first_tail == [requests[-1]])
     # and it is the longest tail that fits: one more older group would not
     if older and cost <= tail_budget:
-        last = split.older[-1].records
+        last = split.archive[-1]
         wider = Snapshot(
             scope=SCOPE,
             records=tuple(
@@ -178,7 +174,7 @@ def _loop() -> ToolLoop:
     """One distilled turn's tool loop over the kettle history (built once per process)."""
     if not _LOOPS:
         # the policy owns a temporary corpus, removed when the process ends
-        policy = DistilledPolicy(FakeSummarizer(), settings=DistilledSettings(tail_share=0.05))
+        policy = DistilledPolicy(FakeSummarizer(), config=DistilledConfig(tail_share=0.05))
         _POLICIES.append(policy)
         session = ContextSession(kettle_snapshot(), ByteCounter(), ScriptedBackend([]))
         budget = RunBudget(context_window=200_000, total_tokens=1_000_000)

@@ -39,20 +39,30 @@ from picocontext.cancel import CancelToken as _Token
 from picocontext.manifest import HeuristicCounter
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy, NavigatedPolicy
+from picocontext.policies.history import TextMeter, history_units, split_history, text_meter_for
 from picocontext.policies.navigated import (
     NAV_TOOLS,
     NO_ROOM,
     PLAIN_SYSTEM_TEXT,
     NavigatedConfig,
-    RenderedCounter,
+    NavigatedTurn,
     archive_tree,
-    history_units,
     leaf_text,
     parse_arguments,
-    split_history,
     tail_ladder,
-    text_counter_for,
 )
+from picocontext.report import RunReport
+
+
+def turn_with_info(
+    policy: NavigatedPolicy, session: ContextSession, budget: RunBudget
+) -> tuple[RunReport, NavigatedTurn | None]:
+    """The report and the turn record this turn added (None when it added none)."""
+    before = len(policy.turns(session.scope))
+    report = policy.turn(session, budget)
+    turns = policy.turns(session.scope)
+    return report, (turns[-1] if len(turns) > before else None)
+
 
 SCOPE = Scope(user_id="u-1", conversation_id="ledger", branch_id="main")
 ACCOUNTS = ("north", "quarry", "harbor", "meadow", "summit", "delta", "canyon", "orchard")
@@ -342,7 +352,7 @@ def test_valid_navigation_reads_a_verbatim_record_and_answers() -> None:
     )
     snapshot = ledger()
     session = session_for(snapshot, backend)
-    report, info = NavigatedPolicy().turn_with_info(session, BUDGET)
+    report, info = turn_with_info(NavigatedPolicy(), session, BUDGET)
     assert report.failure is None and report.answer == balance(2)
     assert report.mode is RunMode.NAVIGATED and report.policy == "navigated"
     assert [(t.name, t.ok) for t in report.tool_steps] == [
@@ -461,15 +471,15 @@ def test_runtime_budget_refuses_an_open_until_something_is_closed() -> None:
 def test_transcript_guard_refuses_what_would_overflow_the_window() -> None:
     session = session_for(ledger(), scripted([]))
     plan = NavigatedPolicy().plan(session.counter, session.state, BUDGET)
-    assert plan.nav is not None and plan.guard is not None
+    assert plan.nav is not None and plan.executor is not None
     assert plan.loop.execute("open", '{"id": "turns-1-5"}').ok
     assert plan.loop.execute("open", '{"id": "turn-2"}').ok
     # what the model has been shown stays in this turn's prompt: leave little room
-    plan.guard.used = plan.guard.limit - plan.guard._future() - 400
+    plan.executor.used = plan.executor.limit - plan.executor.reserve - 400
     refused = plan.loop.execute("open", '{"id": "sheet-2"}')
     assert not refused.ok and "would not fit in the context window" in refused.text
     assert not plan.nav.runtime.is_spliced("sheet-2")
-    plan.guard.used = plan.guard.limit
+    plan.executor.used = plan.executor.limit
     assert plan.loop.execute("open", '{"id": "sheet-2"}').text == NO_ROOM
 
 
@@ -493,7 +503,7 @@ def test_greedy_reader_never_pushes_a_prompt_past_the_window() -> None:
     backend = scripted([greedy] * 16)
     session = session_for(ledger(), backend)
     policy = NavigatedPolicy(NavigatedConfig(max_steps=16, nav_share=0.6, tail_share=0.2))
-    report, info = policy.turn_with_info(session, BUDGET)
+    report, info = turn_with_info(policy, session, BUDGET)
     assert report.failure is None and len(report.tool_steps) == 16
     refusals = [t for t in report.tool_steps if not t.ok]
     assert refusals and info is not None and info.refused == len(refusals)
@@ -528,7 +538,7 @@ def test_no_room_for_the_index_is_a_clear_failure() -> None:
     huge = Record(id="brief", role=Role.USER, protected=True, body="y" * 12_000)
     crowded = Snapshot(scope=SCOPE, records=(*snapshot.records[:2], huge, *snapshot.records[2:]))
     backend = scripted([])
-    report, info = NavigatedPolicy().turn_with_info(session_for(crowded, backend), BUDGET)
+    report, info = turn_with_info(NavigatedPolicy(), session_for(crowded, backend), BUDGET)
     assert report.failure is not None and "archive index" in report.failure
     assert backend.prompts == [] and report.calls == ()
     assert info is not None and info.archived_ids and info.manifest is None
@@ -543,7 +553,7 @@ def test_an_archive_the_compiler_cannot_fit_is_a_report_failure() -> None:
 def test_when_everything_fits_there_is_no_archive_and_no_tools() -> None:
     backend = scripted([])
     big = BUDGET.model_copy(update={"context_window": 64_000})
-    report, info = NavigatedPolicy().turn_with_info(session_for(ledger(), backend), big)
+    report, info = turn_with_info(NavigatedPolicy(), session_for(ledger(), backend), big)
     assert report.failure is None and report.answer == balance(2)
     assert len(report.calls) == 1 and report.calls[0].input.control_records == ()
     assert report.calls[0].input.system_text == PLAIN_SYSTEM_TEXT  # no archive to talk about
@@ -608,8 +618,8 @@ def test_cancellation_while_the_archive_is_compiled() -> None:
 def test_unchanged_history_is_not_recompiled_and_growth_is_incremental() -> None:
     policy = NavigatedPolicy()
     session = session_for(ledger(), scripted([]))
-    _, first = policy.turn_with_info(session, BUDGET)
-    _, again = policy.turn_with_info(session, BUDGET)
+    _, first = turn_with_info(policy, session, BUDGET)
+    _, again = turn_with_info(policy, session, BUDGET)
     assert first is not None and again is not None
     assert first.compiled == "full" and first.engine_calls > 0
     assert again.compiled == "reused" and again.engine_calls == 0
@@ -620,7 +630,7 @@ def test_unchanged_history_is_not_recompiled_and_growth_is_incremental() -> None
         Record(id="question-2", role=Role.USER, body="And sheet 2 again?"),
     ]
     session.append_records(extra)
-    _, grown = policy.turn_with_info(session, BUDGET)
+    _, grown = turn_with_info(policy, session, BUDGET)
     assert grown is not None and grown.compiled == "incremental"
     assert grown.cache_hits > 0 and len(grown.archived_ids) > len(first.archived_ids)
     replan = policy.plan(session.counter, session.state, BUDGET)
@@ -633,7 +643,7 @@ def test_unchanged_history_is_not_recompiled_and_growth_is_incremental() -> None
     elsewhere = ContextSession(
         ledger().model_copy(update={"scope": other}), ByteCounter(), scripted([])
     )
-    _, separate = policy.turn_with_info(elsewhere, BUDGET)
+    _, separate = turn_with_info(policy, elsewhere, BUDGET)
     assert separate is not None and separate.compiled == "full"
 
 
@@ -647,18 +657,18 @@ class _Tokenizing(ByteCounter):
 
 
 def test_counter_choice_is_recorded() -> None:
-    assert text_counter_for(_Tokenizing()).name == "tokenizer:fake-tokenizer"
-    rendered = text_counter_for(ByteCounter())
-    assert isinstance(rendered, RenderedCounter) and rendered.name == "rendered:ByteCounter"
+    assert text_meter_for(_Tokenizing()).name == "tokenizer:fake-tokenizer"
+    rendered = text_meter_for(ByteCounter())
+    assert isinstance(rendered, TextMeter) and rendered.name == "rendered:ByteCounter"
     assert rendered.count("héllo") == len("héllo".encode()) and rendered.count("") == 0
-    assert text_counter_for(ByteCounter(), "heuristic").name == "heuristic:4chars"
+    assert text_meter_for(ByteCounter(), "heuristic").name == "heuristic:4chars"
     with pytest.raises(ValueError, match="count_tokens"):
-        text_counter_for(ByteCounter(), "tokenizer")
+        text_meter_for(ByteCounter(), "tokenizer")
     session = ContextSession(ledger(), _Tokenizing(), scripted([]))
-    _, info = NavigatedPolicy().turn_with_info(session, BUDGET)
+    _, info = turn_with_info(NavigatedPolicy(), session, BUDGET)
     assert info is not None and info.counter == "tokenizer:fake-tokenizer"
     explicit = NavigatedPolicy(text_counter=HeuristicCounter())
-    _, info = explicit.turn_with_info(session_for(ledger(), scripted([])), BUDGET)
+    _, info = turn_with_info(explicit, session_for(ledger(), scripted([])), BUDGET)
     assert info is not None and info.counter == "heuristic:4chars"
     assert info.manifest is not None and info.manifest.source.tokenizer == "heuristic:4chars"
 
@@ -698,7 +708,7 @@ class _Describer:
 def test_a_chat_model_writes_the_descriptors_when_given() -> None:
     describer = _Describer()
     policy = NavigatedPolicy(describer=describer)
-    _, info = policy.turn_with_info(session_for(ledger(), scripted([])), BUDGET)
+    _, info = turn_with_info(policy, session_for(ledger(), scripted([])), BUDGET)
     assert info is not None and info.manifest is not None and describer.calls > 0
     assert info.engine.startswith("llm-prompts/")
     whats = [n.what for n in info.manifest.nodes.values()]
@@ -785,7 +795,7 @@ def test_records_bigger_than_the_reading_budget_are_paged_reachably() -> None:
         snapshot, lambda v: _bytes(v), int(NavigatedConfig().tail_share * WINDOW)
     )
     assert "data-2" in default_tail.tail_ids and "data-1" not in default_tail.tail_ids
-    report, info = policy.turn_with_info(session, FEED_BUDGET)
+    report, info = turn_with_info(policy, session, FEED_BUDGET)
     assert report.failure is None, report.failure
     assert info is not None and info.manifest is not None and "data-1" in info.archived_ids
     assert info.tail_tokens < default_tail.tail_tokens

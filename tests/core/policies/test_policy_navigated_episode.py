@@ -29,7 +29,18 @@ from picocontext import (
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import AppendOnlyPolicy, NavigatedPolicy
-from picocontext.policies.navigated import NavigatedConfig, NavTurn
+from picocontext.policies.navigated import NavigatedConfig, NavigatedTurn
+
+
+def turn_with_info(
+    policy: NavigatedPolicy, session: ContextSession, budget: RunBudget
+) -> tuple[RunReport, NavigatedTurn | None]:
+    """The report and the turn record this turn added (None when it added none)."""
+    before = len(policy.turns(session.scope))
+    report = policy.turn(session, budget)
+    turns = policy.turns(session.scope)
+    return report, (turns[-1] if len(turns) > before else None)
+
 
 SCOPE = Scope(user_id="u-9", conversation_id="notebook-long", branch_id="main")
 KEYS = ("amber", "birch", "cobalt", "dune", "ember", "fjord")
@@ -184,7 +195,7 @@ class Episode:
 
     answers: list[str] = field(default_factory=list)
     reports: list[RunReport] = field(default_factory=list)
-    infos: list[NavTurn] = field(default_factory=list)
+    infos: list[NavigatedTurn] = field(default_factory=list)
     prompts: list[PreparedPrompt] = field(default_factory=list)
     history_tokens: int = 0
     append_only_failure: str | None = None
@@ -200,7 +211,7 @@ def run_episode(policy: NavigatedPolicy | None = None) -> Episode:
     for step in range(1, STEPS + 1):
         session.append_records(step_records(step))
         before, original = session.context, session.original_context
-        report, info = policy.turn_with_info(session, BUDGET)
+        report, info = turn_with_info(policy, session, BUDGET)
         # the working context and the transcript are never modified by a navigated turn
         assert session.context == before == report.run_start == report.revised
         assert session.original_context == original

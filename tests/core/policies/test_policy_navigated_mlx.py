@@ -25,7 +25,19 @@ from picocontext import (
 )
 from picocontext.models import ScriptedBackend
 from picocontext.policies import NavigatedPolicy
-from picocontext.policies.navigated import NavigatedConfig
+from picocontext.policies.navigated import NavigatedConfig, NavigatedTurn
+from picocontext.report import RunReport
+
+
+def turn_with_info(
+    policy: NavigatedPolicy, session: ContextSession, budget: RunBudget
+) -> tuple[RunReport, NavigatedTurn | None]:
+    """The report and the turn record this turn added (None when it added none)."""
+    before = len(policy.turns(session.scope))
+    report = policy.turn(session, budget)
+    turns = policy.turns(session.scope)
+    return report, (turns[-1] if len(turns) > before else None)
+
 
 pytestmark = pytest.mark.mlx
 
@@ -96,7 +108,7 @@ def test_real_tokenizer_counts_and_template_renders_the_navigation(tiny: Any) ->
     backend = ScriptedBackend(respond)
     session = ContextSession(history(), tiny, backend)
     policy = NavigatedPolicy(NavigatedConfig(max_steps=6))
-    report, info = policy.turn_with_info(session, BUDGET)
+    report, info = turn_with_info(policy, session, BUDGET)
     assert info is not None and info.counter == "tokenizer:tiny-nav"
     assert info.archived_ids and info.manifest is not None
     assert info.manifest.source.tokenizer == "tokenizer:tiny-nav"
@@ -113,7 +125,7 @@ def test_real_generation_runs_end_to_end(tiny: Any) -> None:
     counter go through a whole navigated turn without breaking the session."""
     small = BUDGET.model_copy(update={"context_window": 6144})
     session = ContextSession(history(turns=6), tiny, tiny)
-    report, info = NavigatedPolicy(NavigatedConfig(max_steps=1)).turn_with_info(session, small)
+    report, info = turn_with_info(NavigatedPolicy(NavigatedConfig(max_steps=1)), session, small)
     assert info is not None and info.archived_ids
     assert report.calls and report.total_input_tokens > 0
     assert all(p.token_count <= small.context_window for p in report.calls)

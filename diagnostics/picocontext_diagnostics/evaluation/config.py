@@ -1,0 +1,126 @@
+"""What an evaluation runs: the plan (scenario, seeds, repetitions, policies) and the token
+limits every policy shares, validated strictly and bounded so a plan cannot explode."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from picocontext import (
+    RunBudget,
+)
+from picocontext_diagnostics.episodes import MAX_STEPS
+from picocontext_diagnostics.errors import InvalidConfiguration
+from picocontext_diagnostics.fixtures import (
+    MAX_NOISE_LINES,
+    Scenario,
+    describe_validation_error,
+    load_json_model,
+)
+from picocontext_diagnostics.policies import (
+    DEFAULT_POLICIES,
+)
+
+MAX_PLANNED_STEPS = 512
+MAX_SEEDS = 16
+MAX_REPETITIONS = 4
+MAX_CONFIG_BYTES = 1_000_000
+
+_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class EvaluationLimits(BaseModel):
+    """Token limits shared by every policy (defaults = the sequential app budget)."""
+
+    model_config = _STRICT
+    context_window: int = Field(default=4_096, ge=1, le=32_768)
+    turn_tokens: int = Field(default=24_000, ge=1, le=10_000_000)
+    episode_tokens: int = Field(default=80_000, ge=1, le=10_000_000)
+    decision_output_tokens: int = Field(default=1_024, ge=1, le=4_096)
+    completion_output_tokens: int = Field(default=512, ge=1, le=4_096)
+    decision_attempts: int = Field(default=4, ge=1, le=4)
+
+    def scaled(self, factor: int) -> EvaluationLimits:
+        """Every token limit times ``factor`` (attempts unchanged): a token budget expressed in
+        a finer unit, e.g. UTF-8 bytes at about 4 per token. Out-of-range results fail
+        clearly."""
+        if factor < 1:
+            raise InvalidConfiguration("the scale factor must be a positive integer")
+        data = self.model_dump()
+        for key in data:
+            if key != "decision_attempts":
+                data[key] *= factor
+        try:
+            return EvaluationLimits.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidConfiguration(
+                f"limits × {factor}: {describe_validation_error(exc)}"
+            ) from None
+
+    def run_budget(self) -> RunBudget:
+        return RunBudget(
+            context_window=self.context_window,
+            total_tokens=self.turn_tokens,
+            edit_output_tokens=self.decision_output_tokens,
+            completion_output_tokens=self.completion_output_tokens,
+            max_edit_attempts=self.decision_attempts,
+        )
+
+
+class EvaluationConfig(BaseModel):
+    """What to run. At most 512 planned steps (seeds × repetitions × policies × steps)."""
+
+    model_config = _STRICT
+    schema_version: Literal[1] = 1
+    description: str = ""
+    scenario: Scenario = Scenario.RETENTION
+    seeds: tuple[int, ...] = Field(default=(17, 29), min_length=1, max_length=MAX_SEEDS)
+    repetitions: int = Field(default=3, ge=1, le=MAX_REPETITIONS)
+    step_count: int = Field(default=4, ge=1, le=MAX_STEPS)
+    noise_lines: int = Field(default=12, ge=0, le=MAX_NOISE_LINES)
+    # False: answered requests are ordinary history a policy may drop or archive.
+    protect_requests: bool = True
+    policies: tuple[str, ...] = Field(default=DEFAULT_POLICIES, min_length=1)
+    limits: EvaluationLimits = Field(default_factory=EvaluationLimits)
+
+    @model_validator(mode="after")
+    def _bounded_plan(self) -> EvaluationConfig:
+        if any(not 0 <= s < 2**64 for s in self.seeds):
+            raise ValueError("seeds must be integers in 0...2^64-1")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds must be unique")
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError("policies must be unique")
+        if self.planned_steps > MAX_PLANNED_STEPS:
+            raise ValueError(
+                f"the plan has {self.planned_steps} steps (seeds × repetitions × policies × "
+                f"steps); at most {MAX_PLANNED_STEPS} are allowed"
+            )
+        return self
+
+    @property
+    def planned_steps(self) -> int:
+        return len(self.seeds) * self.repetitions * len(self.policies) * self.step_count
+
+    @classmethod
+    def parse(cls, text: str | bytes, source: str = "configuration") -> EvaluationConfig:
+        """Validate JSON text; problems become one readable :class:`InvalidConfiguration`."""
+        if len(text) > MAX_CONFIG_BYTES:
+            raise InvalidConfiguration(f"{source}: larger than {MAX_CONFIG_BYTES} bytes")
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise InvalidConfiguration(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def load_config(path: str) -> EvaluationConfig:
+    """Read and validate a configuration file (at most 1 MB)."""
+    from pathlib import Path
+
+    from picocontext_diagnostics.errors import FixtureError
+
+    try:
+        return load_json_model(EvaluationConfig, Path(path), MAX_CONFIG_BYTES)
+    except FixtureError as exc:
+        raise InvalidConfiguration(exc.message) from None
