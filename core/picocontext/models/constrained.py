@@ -147,9 +147,10 @@ def tool_call_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-# Free text that does not start a call: a reply that opens ``<tool_call>`` must be the
-# constrained call branch. Special-token tags cannot appear in text at all.
-_FREE_TEXT = "answer: /[^<](?s:.*)/\n"
+# Free text that does not start like a call: a reply that opens with a tag, a Markdown fence
+# or a JSON object (the ways small models begin a call) must be the constrained call branch.
+# Special-token tags cannot appear in text at all.
+_FREE_TEXT = "answer: /[^<`{\\s](?s:.*)/\n"
 
 
 def action_lark(
