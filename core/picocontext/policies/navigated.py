@@ -135,8 +135,8 @@ NAV_TOOLS: tuple[ToolSpec, ...] = (INDEX_TOOL, LOOK_TOOL, OPEN_TOOL, CLOSE_TOOL)
 
 def nav_tools(manifest: Manifest) -> tuple[ToolSpec, ...]:
     """The verbs as offered for one manifest: ``open`` (the verb that discloses) limited to
-    its node ids when they are few; the other verbs' ids are judged by the runtime."""
-    ids = [i for i in (manifest.root.id, *manifest.nodes) if i]
+    its openable node ids (the root is not) when they are few; the runtime judges the rest."""
+    ids = [i for i in manifest.nodes if i != manifest.root.id]
     return (INDEX_TOOL, LOOK_TOOL, restrict_ids(OPEN_TOOL, ids, "id"), CLOSE_TOOL)
 
 
