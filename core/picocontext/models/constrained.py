@@ -12,6 +12,8 @@ With constrained decoding on, each protocol action can only produce a well-forme
   free text that does not start a tag;
 * an answer whose task defines a JSON shape (``answer_schema_json`` on a completion input).
 
+JSON is written compactly (``": "`` and ``", "`` separators) with object members in the order
+the schema lists them (tool specs are key-sorted JSON, so the order the prompt shows).
 Every grammar ends the output: once the structure is complete only end-of-sequence is
 allowed, so a constrained generation stops at the end of the structure, never at the output
 cap (unless the cap is smaller than the structure). Whether a call makes semantic sense is
