@@ -100,6 +100,14 @@ def test_tool_call_schema_offers_each_tool_under_its_own_parameters() -> None:
     assert "anyOf" not in single and single["properties"]["name"] == {"const": "index"}
 
 
+def test_embedded_models_default_to_constrained_decoding(tmp_path: Path) -> None:
+    from picocontext.models.registry import ResolvedModel, is_embedded
+
+    assert is_embedded(ResolvedModel(path=tmp_path, model_id="m", requested="smollm2-135m"))
+    assert not is_embedded(ResolvedModel(path=tmp_path, model_id="m", requested="qwen3-1.7b-4bit"))
+    assert not is_embedded(ResolvedModel(path=tmp_path, model_id="m", requested=str(tmp_path)))
+
+
 def test_phase_chooses_the_grammar() -> None:
     snapshot = Snapshot(
         scope=SCOPE, records=(Record(id="q", role=Role.USER, body="Which?", protected=True),)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picocontext import (
@@ -74,6 +74,7 @@ def run(turns: int, calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, Any, 
 ID = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-:/", min_size=1, max_size=12)
 
 
+@settings(deadline=None)
 @given(st.lists(ID, min_size=1, max_size=8, unique=True))
 def test_restrict_ids_puts_one_enum_on_strings_and_array_items(ids: list[str]) -> None:
     opened = restrict_ids(OPEN_TOOL, ids, "id")
