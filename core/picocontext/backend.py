@@ -47,6 +47,19 @@ class ModelInput(BaseModel):
     tools_json: str | None = None
     system_text: str | None = None
     guidance: str | None = None
+    # The JSON schema of the answer when the task defines its shape (canonical JSON text, like
+    # ``tools_json``). Never rendered: the request itself describes the shape; a backend with
+    # structured decoding constrains the answer to it.
+    answer_schema_json: str | None = None
+
+    @property
+    def answer_schema(self) -> dict[str, Any] | None:
+        import json
+
+        if self.answer_schema_json is None:
+            return None
+        loaded: dict[str, Any] = json.loads(self.answer_schema_json)
+        return loaded
 
     @property
     def instructions(self) -> str:
@@ -134,6 +147,28 @@ def tools_json(specs: Sequence[ToolSpec]) -> str:
         sort_keys=True,
         separators=(",", ":"),
     )
+
+
+# Longer id lists stay free strings: every listed id costs prompt tokens, and the runtime
+# judges every id anyway. The bound is on characters, since ids vary from "r" to long paths.
+MAX_ENUM_CHARS = 320
+
+
+def restrict_ids(spec: ToolSpec, ids: Sequence[str], *fields: str) -> ToolSpec:
+    """``spec`` with each named argument (a string, or an array of strings) limited to ``ids``
+    by a JSON-schema ``enum``, so the schema the model reads is the one structured decoding
+    enforces. Unchanged when ``ids`` is empty or longer than :data:`MAX_ENUM_CHARS` in all."""
+    unique = list(dict.fromkeys(ids))
+    if not unique or sum(len(i) + 4 for i in unique) > MAX_ENUM_CHARS:
+        return spec
+    import copy
+
+    parameters = copy.deepcopy(spec.parameters)
+    for name in fields:
+        schema = parameters["properties"][name]
+        target = schema["items"] if schema.get("type") == "array" else schema
+        target["enum"] = unique
+    return spec.model_copy(update={"parameters": parameters})
 
 
 class ChatMessage(BaseModel):

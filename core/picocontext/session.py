@@ -216,6 +216,9 @@ class ContextSession:
         self._backend = backend
         self._store = store
         self._busy = threading.Lock()
+        # The answer's JSON schema when the caller's task defines one (see ModelInput); set it
+        # before a turn, and every answer-producing call of that turn carries it.
+        self.answer_schema_json: str | None = None
         if store is not None and store.load(state.snapshot.scope) is None:
             try:
                 store.save(state)
@@ -377,9 +380,16 @@ class _Run:
     ) -> PreparedPrompt:
         return self.s._counter.prepare(
             ModelInput(
-                context=snapshot, phase=phase, control_records=control, edit_style=self.style
+                context=snapshot,
+                phase=phase,
+                control_records=control,
+                edit_style=self.style,
+                answer_schema_json=self._answer_schema(phase),
             )
         )
+
+    def _answer_schema(self, phase: Phase) -> str | None:
+        return None if phase is Phase.EDIT else self.s.answer_schema_json
 
     def dispatch(self, prompt: PreparedPrompt, cap: int) -> ModelResponse:
         self.calls.append(prompt)
@@ -581,6 +591,7 @@ class _Run:
                 tools_json=spec_json,
                 system_text=loop.system_text,
                 guidance=loop.guidance,
+                answer_schema_json=self._answer_schema(Phase.TOOLS),
             )
             prompt = self.s._counter.prepare(model_input)
             response = self.step(prompt)
@@ -610,6 +621,7 @@ class _Run:
             control_records=control,
             system_text=loop.system_text,
             guidance=loop.final_guidance,
+            answer_schema_json=self._answer_schema(Phase.COMPLETION),
         )
         self.final_prompt = self.s._counter.prepare(final)
         self.complete()

@@ -45,6 +45,7 @@ class BackendHandle:
     prefix_cache: str
     constrained_decisions: str
     close: Callable[[], None] | None = None
+    decoding: str = "not applicable"
     notes: tuple[str, ...] = ()
 
 
@@ -93,6 +94,16 @@ def _setting(value: Any) -> str:
     return "unknown" if value is None else str(value)
 
 
+def _decoding(facts: dict[str, Any], loaded: Any) -> str:
+    """``constrained``/``free`` as the model describes itself (older models: from the
+    constrained switch)."""
+    named = facts.get("decoding", getattr(loaded, "decoding", None))
+    if isinstance(named, str):
+        return named
+    switch = facts.get("constrainedDecisions", getattr(loaded, "constrained", None))
+    return "unknown" if switch is None else ("constrained" if switch else "free")
+
+
 def mlx_backend(
     model: str | None,
     prefix_cache: bool | None = None,
@@ -101,7 +112,8 @@ def mlx_backend(
 ) -> BackendHandle:
     """Load ``model`` — a registry name (``picocontext.models.MODELS``), or a local MLX model
     directory; ``None`` = the default model — as one object that is both token counter and
-    backend. ``prefix_cache``/``constrained`` default to the loader's defaults."""
+    backend. ``prefix_cache``/``constrained`` (decoding ``constrained`` when true, ``free``
+    when false) default to the loader's defaults: constrained for embedded models."""
     resolve = _find_resolver()
     kwargs: dict[str, Any] = {}
     if model is not None and Path(model).expanduser().is_dir():
@@ -141,6 +153,7 @@ def mlx_backend(
             facts.get("constrainedDecisions", getattr(loaded, "constrained", None))
         ),
         close=close if callable(close) else None,
+        decoding=_decoding(facts, loaded),
         notes=tuple(str(n) for n in notes) if isinstance(notes, tuple | list) else (),
     )
 
@@ -156,7 +169,7 @@ def resolve_backend(
     if name == "deterministic":
         if model is not None or prefix_cache is not None or constrained is not None:
             raise BackendSetupError(
-                "--model, --prefix-cache and --constrained apply only to --backend mlx"
+                "--model, --prefix-cache and --decoding apply only to --backend mlx"
             )
         return deterministic_backend()
     if name == "mlx":
@@ -202,6 +215,7 @@ def provenance(handle: BackendHandle) -> Provenance:
         sampling=handle.sampling,
         prefix_cache=handle.prefix_cache,
         constrained_decisions=handle.constrained_decisions,
+        decoding=handle.decoding,
         picocontext_version=picocontext.__version__,
         source_revision=source_revision(),
         python_version=sys.version.split()[0],

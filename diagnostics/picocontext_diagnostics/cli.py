@@ -35,7 +35,7 @@ MAX_BYTES_PER_TOKEN = 16
 
 USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
                         [--policies A,B,...] [--bytes-per-token N]
-                        [--model NAME_OR_DIR] [--prefix-cache on|off] [--constrained on|off]
+                        [--model NAME_OR_DIR] [--prefix-cache on|off] [--decoding free|constrained]
                         [--output PATH] [--steps] [--quiet]
 
 Run context policies side by side on seeded notebook episodes and write a JSON report.
@@ -57,8 +57,11 @@ options:
                      MLX model directory (default model when omitted)
   --prefix-cache on|off
                      mlx only: reuse the KV cache of the longest common prompt prefix
+  --decoding free|constrained
+                     mlx only: constrained (grammar-enforced decisions, tool calls and
+                     JSON answers; the default for embedded models) or free decoding
   --constrained on|off
-                     mlx only: grammar-constrained decision calls
+                     deprecated spelling of --decoding constrained|free
   --output PATH      where to write the report (default: a timestamped file in the user
                      data folder)
   --steps            also print one line per finished step (useful with slow models)
@@ -76,11 +79,13 @@ _VALUED = (
     "--model",
     "--prefix-cache",
     "--constrained",
+    "--decoding",
     "--output",
     "--policies",
     "--bytes-per-token",
 )
-_MLX_ONLY = ("model", "prefix-cache", "constrained")
+_MLX_ONLY = ("model", "prefix-cache", "constrained", "decoding")
+DECODINGS = ("free", "constrained")
 _FLAGS = ("--quiet", "--steps")
 
 
@@ -133,6 +138,10 @@ def parse_args(argv: Sequence[str]) -> dict[str, str]:
     for key in ("prefix-cache", "constrained"):
         if key in out and out[key] not in ("on", "off"):
             raise UsageError(f"--{key} must be on or off")
+    if "decoding" in out and out["decoding"] not in DECODINGS:
+        raise UsageError("--decoding must be free or constrained")
+    if "decoding" in out and "constrained" in out:
+        raise UsageError("use --decoding; --constrained is its deprecated spelling")
     if "bytes-per-token" in out:
         if out.get("backend", "deterministic") != "deterministic":
             raise UsageError("--bytes-per-token applies only to --backend deterministic")
@@ -149,6 +158,13 @@ def parse_args(argv: Sequence[str]) -> dict[str, str]:
 
 def _switch(args: dict[str, str], key: str) -> bool | None:
     return None if key not in args else args[key] == "on"
+
+
+def _constrained(args: dict[str, str]) -> bool | None:
+    """``--decoding`` (or its deprecated spelling ``--constrained``) as the loader's switch."""
+    if "decoding" in args:
+        return args["decoding"] == "constrained"
+    return _switch(args, "constrained")
 
 
 def choose_config(args: dict[str, str]) -> EvaluationConfig:
@@ -228,7 +244,10 @@ def step_line(step: StepReport) -> str:
 
 def summary_lines(report: EvaluationReport) -> list[str]:
     unit = report.provenance.token_unit
-    lines = [f"Summary ({report.provenance.backend}, {report.provenance.model}; tokens: {unit})"]
+    source = report.provenance
+    lines = [
+        f"Summary ({source.backend}, {source.model}; tokens: {unit}; decoding: {source.decoding})"
+    ]
     for s in report.summary.policies:
         lines.append(
             f"  {s.policy}: episodes {s.episodes.text()}; context steps "
@@ -266,7 +285,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             args.get("backend", "deterministic"),
             args.get("model"),
             _switch(args, "prefix-cache"),
-            _switch(args, "constrained"),
+            _constrained(args),
             log=lambda message: print(message, file=err, flush=True),
         )
         for note in handle.notes:

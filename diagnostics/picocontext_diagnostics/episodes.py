@@ -33,7 +33,12 @@ from picocontext_diagnostics.fixtures import (
     episode_fixture,
     notebook_texts,
 )
-from picocontext_diagnostics.grading import ContextCheck, fold_lines, notebook_state
+from picocontext_diagnostics.grading import (
+    ContextCheck,
+    facts_answer_schema,
+    fold_lines,
+    notebook_state,
+)
 
 MAX_STEPS = 32
 GENERATED_SLOTS = 8
@@ -53,6 +58,11 @@ class Step(BaseModel):
     expected_facts: dict[str, str]
     # None: a one-turn task whose answer is not appended (nothing follows it).
     answer_record_id: str | None
+
+    @property
+    def answer_schema_json(self) -> str:
+        """The schema of the answer shape this step's request shows (its expected keys)."""
+        return dumps_sorted(facts_answer_schema(self.expected_facts))
 
 
 class Episode(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from typing import Any
 
 from picocontext import Record, Snapshot
 from picocontext_diagnostics.errors import AnswerFormatError
@@ -215,6 +216,30 @@ class _Cursor:
             raise self.fail("string escapes a lone surrogate") from None
         self.pos = end + 1
         return decoded
+
+
+# Fact values are short identifiers; the bound only keeps a constrained answer finite.
+MAX_FACT_VALUE_CHARS = 200
+
+
+def facts_answer_schema(keys: Iterable[str]) -> dict[str, Any]:
+    """The JSON schema of the answer shape a request shows: ``{"facts": {...}}`` with exactly
+    ``keys`` (sorted, all required) and string values. Structured decoding enforces it; the
+    strict parser below still judges every answer."""
+    names = sorted(keys)
+    value = {"type": "string", "maxLength": MAX_FACT_VALUE_CHARS}
+    facts = {
+        "type": "object",
+        "properties": {name: value for name in names},
+        "required": names,
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"facts": facts},
+        "required": ["facts"],
+        "additionalProperties": False,
+    }
 
 
 def parse_facts_answer(answer: str) -> dict[str, str]:

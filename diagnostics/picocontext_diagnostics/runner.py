@@ -236,6 +236,7 @@ class EpisodeRunner:
         step_budget = budget.model_copy(
             update={"total_tokens": min(budget.total_tokens, remaining)}
         )
+        session.answer_schema_json = step.answer_schema_json
         run = runs.turn(step_budget, cancel, self.turn)
         retained = retained_facts(run.revised, expected, episode.check)
         failure = run.failure

@@ -85,7 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="scripted = deterministic rules and byte counts, no model (same as --model scripted)",
     )
     parser.add_argument(
-        "--constrained", action="store_true", help="grammar-constrained decision decoding"
+        "--decoding",
+        choices=DECODINGS,
+        help="constrained: grammar-enforced decisions, tool calls and JSON answers (default "
+        "for embedded models); free: the model writes them unaided",
+    )
+    parser.add_argument(
+        "--constrained", action="store_true", help="deprecated spelling of --decoding constrained"
     )
     parser.add_argument(
         "--no-prefix-cache", action="store_true", help="recompute every prompt from scratch"
@@ -101,6 +107,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"window PNG path (${IMAGE_ENV}; default out/smoke-<task>.png)",
     )
     return parser
+
+
+DECODINGS = ("free", "constrained")
+
+
+def _constrained(args: argparse.Namespace, choice: ModelChoice) -> bool:
+    """``--decoding`` (or the deprecated ``--constrained``); by default constrained exactly
+    for the embedded models."""
+    if args.decoding is not None and args.constrained and args.decoding != "constrained":
+        raise SetupError("--constrained contradicts --decoding free; use --decoding only")
+    if args.decoding is not None:
+        return bool(args.decoding == "constrained")
+    if args.constrained:
+        return True
+    from picocontext.models.registry import MODELS
+
+    spec = MODELS.get(choice.value)
+    return spec is not None and spec.source == "embedded"
 
 
 def _env_path(name: str) -> Path | None:
@@ -149,7 +173,7 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
             policies=policies,
             model=choice,
             model_dir=model_dir,
-            constrained=args.constrained,
+            constrained=_constrained(args, choice),
             prefix_cache=not args.no_prefix_cache,
         )
     except ValueError as exc:

@@ -126,6 +126,6 @@ class ComparisonSettings(BaseModel):
             parts.append("context pressure on" if self.pressure else "normal context")
         parts.append("policies: " + ", ".join(self.policies))
         if self.model.real:
-            parts.append("decisions: " + ("constrained" if self.constrained else "free"))
+            parts.append("decoding: " + ("constrained" if self.constrained else "free"))
             parts.append("prefix cache: " + ("on" if self.prefix_cache else "off"))
         return " · ".join(parts)

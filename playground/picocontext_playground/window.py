@@ -318,8 +318,8 @@ class MainWindow(QMainWindow):
         grid.addLayout(model_row, 2, 1, 1, 3)
         # decoding and actions
         self.decoding = QComboBox()
-        self.decoding.addItem("Free decisions", False)
-        self.decoding.addItem("Constrained decisions (grammar)", True)
+        self.decoding.addItem("Free decoding", False)
+        self.decoding.addItem("Constrained decoding (grammar)", True)
         self.decoding.currentIndexChanged.connect(self._settings_changed)
         self.prefix_cache = QCheckBox("Prefix KV cache")
         self.prefix_cache.toggled.connect(self._settings_changed)

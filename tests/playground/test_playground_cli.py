@@ -88,7 +88,7 @@ def test_model_directory_from_flag_or_environment(
 def test_decoding_flags() -> None:
     settings = parse("--smoke", "--model", "qwen3-1.7b-4bit", "--constrained", "--no-prefix-cache")
     assert settings.constrained and not settings.prefix_cache
-    assert "decisions: constrained" in settings.describe()
+    assert "decoding: constrained" in settings.describe()
     assert "prefix cache: off" in settings.describe()
 
 

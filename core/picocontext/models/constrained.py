@@ -1,12 +1,25 @@
-"""Grammar-constrained decision calls (optional, off by default).
+"""Grammar-constrained generation for every protocol action of a small model.
 
-With constraints on, the decision generation can only produce one syntactically valid
-``<tool_call>`` wrapping either ``edit_context`` (recordIDs from the current unprotected ids,
-1…32 operations, replace/delete shapes) or ``keep_context``, both with the *current*
-``baseRevision``, followed by end-of-sequence. Whether the call makes semantic sense is still
-the core validator's job (it judges every call, constrained or not).
+With constrained decoding on, each protocol action can only produce a well-formed reply:
 
-Library choice (measured, see docs/models.md): llguidance. It compiles this grammar in
+* the editable decision: one ``<tool_call>`` wrapping ``edit_context`` (recordIDs from the
+  current unprotected ids, 1…32 operations, replace/delete shapes) or ``keep_context``, both
+  with the *current* ``baseRevision``;
+* a tool-loop step of a tool-using policy: one ``<tool_call>`` naming an offered tool with
+  arguments valid under that tool's own JSON schema (built generically from the offered
+  specs, so an ``enum`` a policy puts into a schema is enforced exactly as the model read it),
+  *or* the answer: the task's answer JSON when the input carries ``answer_schema_json``, else
+  free text that does not start a tag;
+* an answer whose task defines a JSON shape (``answer_schema_json`` on a completion input).
+
+JSON is written compactly (``": "`` and ``", "`` separators) with object members in the order
+the schema lists them (tool specs are key-sorted JSON, so the order the prompt shows).
+Every grammar ends the output: once the structure is complete only end-of-sequence is
+allowed, so a constrained generation stops at the end of the structure, never at the output
+cap (unless the cap is smaller than the structure). Whether a call makes semantic sense is
+still the core validator's job (it judges every call, constrained or not).
+
+Library choice (measured, see docs/models.md): llguidance. It compiles these grammars in
 milliseconds, computes a mask in tens of microseconds, handles special-token tags and has no
 heavy dependencies. xgrammar imports torch at import time; outlines-core builds a full token
 index per grammar (the recordID enum changes every turn), which costs far more per decision.
@@ -16,9 +29,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from picocontext.backend import ModelInput
+from picocontext.backend import ModelInput, Phase
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL, MAX_EDIT_OPERATIONS
 from picocontext.errors import ModelError
 from picocontext.records import Snapshot
@@ -92,19 +106,87 @@ def decision_schema(snapshot: Snapshot) -> dict[str, Any]:
     return {"anyOf": [edit, keep], "x-guidance": _JSON_STYLE}
 
 
-def decision_lark(snapshot: Snapshot, special_tags: bool) -> str:
-    """The whole decision output: tag, newline, JSON call, newline, closing tag.
+def _tags(special_tags: bool) -> tuple[str, str]:
+    """The call tags as lark terminals: special tokens (Qwen) or text (SmolLM2)."""
+    if special_tags:
+        return "<tool_call>", "</tool_call>"
+    return '"<tool_call>"', '"</tool_call>"'
 
-    ``special_tags`` writes the tags as special tokens (Qwen) rather than text (SmolLM2)."""
-    open_tag, close_tag = (
-        ("<tool_call>", "</tool_call>") if special_tags else ('"<tool_call>"', '"</tool_call>"')
+
+def _json_rule(name: str, schema: dict[str, Any]) -> str:
+    styled = {**schema, "x-guidance": _JSON_STYLE}
+    return f"{name}: %json {json.dumps(styled, ensure_ascii=False)}\n"
+
+
+def _call_block(special_tags: bool) -> str:
+    open_tag, close_tag = _tags(special_tags)
+    return f'call_block: {open_tag} "\\n" call "\\n" {close_tag}\n'
+
+
+def decision_lark(snapshot: Snapshot, special_tags: bool) -> str:
+    """The whole decision output: tag, newline, JSON call, newline, closing tag."""
+    schema = {k: v for k, v in decision_schema(snapshot).items() if k != "x-guidance"}
+    return "start: call_block\n" + _call_block(special_tags) + _json_rule("call", schema)
+
+
+def tool_call_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``{"name": …, "arguments": …}`` for any offered tool (OpenAI-style function specs),
+    each tool's arguments under its own parameters schema, exactly as the prompt shows it."""
+    variants = []
+    for tool in tools:
+        function = tool["function"]
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        variants.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": function["name"]}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    if not variants:
+        raise ModelError("a tool-call grammar needs at least one offered tool")
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+# Free text that does not start like a call: a reply that opens with a tag, a Markdown fence
+# or a JSON object (the ways small models begin a call) must be the constrained call branch.
+# Special-token tags cannot appear in text at all.
+_FREE_TEXT = "answer: /[^<`{\\s](?s:.*)/\n"
+
+
+def action_lark(
+    tools: Sequence[dict[str, Any]], answer_schema: dict[str, Any] | None, special_tags: bool
+) -> str:
+    """One tool-loop step: a single call to an offered tool, or the answer."""
+    answer = _json_rule("answer", answer_schema) if answer_schema is not None else _FREE_TEXT
+    return (
+        "start: call_block | answer\n"
+        + _call_block(special_tags)
+        + _json_rule("call", tool_call_schema(tools))
+        + answer
     )
-    schema = json.dumps(decision_schema(snapshot), ensure_ascii=False)
-    return f'start: {open_tag} "\\n" call "\\n" {close_tag}\ncall: %json {schema}\n'
+
+
+def answer_lark(answer_schema: dict[str, Any]) -> str:
+    """An answer that is exactly one JSON value of the task's answer schema."""
+    return "start: answer\n" + _json_rule("answer", answer_schema)
+
+
+def input_lark(model_input: ModelInput, special_tags: bool) -> str | None:
+    """The grammar of the reply to ``model_input``, or ``None`` when nothing constrains it
+    (a free-text completion, or a tool step without tools and without an answer shape)."""
+    answer = model_input.answer_schema
+    if model_input.phase is Phase.EDIT:
+        return decision_lark(model_input.context, special_tags)
+    if model_input.phase is Phase.TOOLS and model_input.tools:
+        return action_lark(model_input.tools, answer, special_tags)
+    return answer_lark(answer) if answer is not None else None
 
 
 class DecisionGrammar:
-    """llguidance state shared by every decision of one model (the tokenizer is built once)."""
+    """llguidance state shared by every constrained generation of one model (the tokenizer
+    is built once; each generation gets its own matcher)."""
 
     def __init__(self, hf_tokenizer: Any, vocab_size: int, eos_token_id: int) -> None:
         try:
@@ -112,8 +194,8 @@ class DecisionGrammar:
             import llguidance.hf
         except ImportError as exc:
             raise ModelError(
-                "Constrained decisions need the llguidance package (pip install llguidance); "
-                "or turn constrained decisions off."
+                "Constrained decoding needs the llguidance package (pip install llguidance); "
+                "or use free decoding (--decoding free)."
             ) from exc
         self._llg = llguidance
         self.vocab_size = vocab_size
@@ -126,10 +208,19 @@ class DecisionGrammar:
         self.timings: list[float] | None = None
 
     def matcher(self, snapshot: Snapshot) -> Any:
-        grammar = self._llg.LLMatcher.grammar_from_lark(decision_lark(snapshot, self.special_tags))
+        """A fresh matcher for the decision on ``snapshot``."""
+        return self.matcher_for(decision_lark(snapshot, self.special_tags))
+
+    def matcher_for(self, lark: str) -> Any:
+        """A fresh matcher for any grammar of this module (one generation each)."""
+        grammar = self._llg.LLMatcher.grammar_from_lark(lark)
         matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():
-            raise ModelError(f"decision grammar rejected: {matcher.get_error()}")
+            raise ModelError(
+                f"The constraint grammar was rejected ({matcher.get_error()}); a tool or "
+                "answer schema uses JSON-schema features llguidance cannot enforce. Simplify "
+                "the schema or use free decoding."
+            )
         return matcher
 
 
@@ -159,6 +250,15 @@ def mask_processor(
         return mx.where(mask, logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     return processor
+
+
+def input_processor(model: MLXModel, model_input: ModelInput) -> LogitsProcessor | None:
+    """The constraint for one generation of ``model`` answering ``model_input`` (None: free)."""
+    grammar = model.decision_grammar()
+    lark = input_lark(model_input, grammar.special_tags)
+    if lark is None:
+        return None
+    return mask_processor(grammar.matcher_for(lark), grammar.vocab_size, grammar.timings)
 
 
 def decision_processor(model: MLXModel, model_input: ModelInput) -> LogitsProcessor:

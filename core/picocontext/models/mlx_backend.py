@@ -174,9 +174,11 @@ class Generation:
 class MLXModel:
     """A loaded MLX model. Construct with :meth:`load` (or via :mod:`picocontext.models.registry`).
 
-    ``prefix_cache`` keeps and trims the KV cache across calls; ``constrained`` makes the
-    decision call grammar-constrained (see :mod:`picocontext.models.constrained`). Both
-    settings are written into every prepared prompt's notes, so reports record them.
+    ``prefix_cache`` keeps and trims the KV cache across calls; ``constrained`` (decoding
+    ``constrained`` rather than ``free``) makes every protocol action grammar-constrained: the
+    decision, each tool-loop step, and answers whose input carries an answer schema (see
+    :mod:`picocontext.models.constrained`). Both settings are written into every prepared
+    prompt's notes and into :meth:`describe`, so reports record them.
     """
 
     def __init__(
@@ -336,11 +338,16 @@ class MLXModel:
         self._constrained = on
         self._update_notes()
 
+    @property
+    def decoding(self) -> str:
+        """``constrained`` or ``free``: how protocol actions are decoded."""
+        return "constrained" if self._constrained else "free"
+
     def settings_notes(self) -> tuple[str, ...]:
         return (
             f"model: {self._model_id}" + (f"@{self._revision}" if self._revision else ""),
             f"prefix cache: {'on' if self._prefix_cache else 'off'}",
-            f"constrained decisions: {'on' if self._constrained else 'off'}",
+            f"decoding: {self.decoding}",
         )
 
     def _update_notes(self) -> None:
@@ -357,6 +364,7 @@ class MLXModel:
             "path": str(self._path),
             "sampling": "greedy",
             "prefixCache": self._prefix_cache,
+            "decoding": self.decoding,
             "constrainedDecisions": self._constrained,
             "blas": blas_status(),
             "loadSeconds": round(self.load_seconds, 3),
@@ -364,7 +372,7 @@ class MLXModel:
         }
 
     def decision_grammar(self) -> Any:
-        """The llguidance grammar state for constrained decisions (built once, lazily)."""
+        """The llguidance grammar state for constrained decoding (built once, lazily)."""
         if self._decision_grammar is None:
             import json
 
@@ -427,7 +435,7 @@ class MLXModel:
         self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
     ) -> ModelResponse:
         decision = prompt.input.phase is Phase.EDIT
-        grammar_input = prompt.input if decision and self._constrained else None
+        grammar_input = prompt.input if self._constrained else None
         # Native tool-call events are read in every phase (a call during completion must be
         # seen to be refused); the text fallback runs where tools are offered: the decision
         # phase, and a policy's tools phase with its own tool names.
@@ -567,9 +575,11 @@ class MLXModel:
 
         processors: list[LogitsProcessor] = []
         if grammar_input is not None:
-            from picocontext.models.constrained import decision_processor
+            from picocontext.models.constrained import input_processor
 
-            processors.append(decision_processor(self, grammar_input))
+            constraint = input_processor(self, grammar_input)
+            if constraint is not None:
+                processors.append(constraint)
         if self.extra_processors is not None:
             processors.extend(self.extra_processors())
 

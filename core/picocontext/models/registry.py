@@ -200,17 +200,24 @@ def resolve_model(
     )
 
 
+def is_embedded(resolved: ResolvedModel) -> bool:
+    """Whether ``resolved`` is one of the embedded models (by the name it was resolved as)."""
+    spec = MODELS.get(resolved.requested or "")
+    return spec is not None and spec.source == "embedded"
+
+
 def load_model(
     name: str | None = None,
     *,
     model_dir: str | Path | None = None,
     progress: Progress | None = None,
     prefix_cache: bool = True,
-    constrained: bool = False,
+    constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Any:
     """Resolve and load: returns an :class:`picocontext.models.mlx_backend.MLXModel` whose
-    ``notes`` attribute carries any fallback message."""
+    ``notes`` attribute carries any fallback message. ``constrained=None`` picks the default
+    decoding: constrained for embedded models (small models need it), free otherwise."""
     from picocontext.models.mlx_backend import MLXModel
 
     resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log)
@@ -219,7 +226,7 @@ def load_model(
         model_id=resolved.model_id,
         revision=resolved.revision,
         prefix_cache=prefix_cache,
-        constrained=constrained,
+        constrained=is_embedded(resolved) if constrained is None else constrained,
     )
     model.notes = resolved.notes
     return model

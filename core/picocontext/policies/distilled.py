@@ -40,6 +40,7 @@ from picocontext.backend import (
     Phase,
     TokenCounter,
     ToolSpec,
+    restrict_ids,
     tools_json,
 )
 from picocontext.budget import RunBudget
@@ -454,8 +455,9 @@ class DistilledPolicy:
 
         return session.run_tools(build, budget, policy=self.name, cancel=cancel)
 
-    def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """The three tools offered each turn, from the distill package's own schemas."""
+    def tool_specs(self, node_ids: Sequence[str] = ()) -> tuple[ToolSpec, ...]:
+        """The three tools offered each turn, from the distill package's own schemas;
+        ``digest``'s nodeId limited to ``node_ids`` when given."""
         out = []
         for schema in (digest_tool_schema(), resolve_tool_schema(), recall_tool_schema()):
             fn = schema["function"]
@@ -464,6 +466,7 @@ class DistilledPolicy:
                     name=fn["name"], description=fn["description"], parameters=fn["parameters"]
                 )
             )
+        out[0] = restrict_ids(out[0], node_ids, "nodeId")
         return tuple(out)
 
     def _input(
@@ -522,6 +525,8 @@ class DistilledPolicy:
         check(cancel)
 
         tools = distiller.tools()
+        spec = self.tool_specs([n.id for n in tools.store.nodes()])
+        spec_json = tools_json(spec)  # every prompt from here on carries the offered ids
         fresh = FreshIds(reserved_ids(state.original.records, snapshot.records))
         map_id = fresh("runtime-digest-map")
         view_tokens = tokens(part.view)

@@ -40,6 +40,7 @@ from picocontext.backend import (
     Phase,
     TokenCounter,
     ToolSpec,
+    restrict_ids,
     tools_json,
 )
 from picocontext.budget import RunBudget
@@ -145,6 +146,14 @@ OPEN_TOOL = _one_id_tool(
 )
 CLOSE_TOOL = _one_id_tool("close", "Close an open id to free reading budget.")
 NAV_TOOLS: tuple[ToolSpec, ...] = (INDEX_TOOL, LOOK_TOOL, OPEN_TOOL, CLOSE_TOOL)
+
+
+def nav_tools(manifest: Manifest) -> tuple[ToolSpec, ...]:
+    """The verbs as offered for one manifest: ``open`` (the verb that discloses) limited to
+    its openable node ids (the root is not) when they are few; the runtime judges the rest."""
+    ids = [i for i in manifest.nodes if i != manifest.root.id]
+    return (INDEX_TOOL, LOOK_TOOL, restrict_ids(OPEN_TOOL, ids, "id"), CLOSE_TOOL)
+
 
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -551,6 +560,8 @@ class NavigatedPolicy:
         result = compiled.result
         manifest = result.manifests[compiled.budget]
         leaves = result.leaves[compiled.budget]
+        offered = nav_tools(manifest)
+        spec_json = tools_json(offered)  # every prompt from here on carries the offered ids
         nav = NavSession(
             manifest,
             budget=nav_budget,
@@ -604,7 +615,7 @@ class NavigatedPolicy:
             mode=RunMode.NAVIGATED,
             view=split.view,
             preamble=(preamble,),
-            tools=NAV_TOOLS,
+            tools=offered,
             execute=executor,
             system_text=SYSTEM_TEXT,
             guidance=GUIDANCE,

@@ -184,6 +184,9 @@ class Provenance(BaseModel):
     operating_system: str
     machine: str
     model_notes: tuple[str, ...] = ()
+    # "constrained" or "free" for real models (every protocol action, not only decisions);
+    # reports written before decoding modes existed say "not recorded".
+    decoding: str = "not recorded"
 
 
 class Rate(BaseModel):

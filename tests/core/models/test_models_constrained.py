@@ -134,7 +134,7 @@ def test_constrained_decisions_are_always_valid_calls(
     closers = [tokenizer.convert_tokens_to_ids(t) for t in ('"', "]")]
     constrained_model.extra_processors = noise(seed, closers)
     prompt = constrained_model.prepare(ModelInput(context=snapshot, phase=Phase.EDIT))
-    assert "constrained decisions: on" in prompt.notes
+    assert "decoding: constrained" in prompt.notes
     response = constrained_model.generate(prompt, 1500)
     assert not response.reached_token_limit, response.text
     assert len(response.tool_calls) == 1, response.text
