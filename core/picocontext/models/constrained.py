@@ -118,9 +118,16 @@ def _json_rule(name: str, schema: dict[str, Any]) -> str:
     return f"{name}: %json {json.dumps(styled, ensure_ascii=False)}\n"
 
 
-def _call_block(special_tags: bool) -> str:
+def _call_block(special_tags: bool, *, bare: bool = True) -> str:
+    """A call in one of the forms the parser reads: tagged (what the template asks for), in a
+    Markdown JSON fence, or (``bare``) a plain JSON object. Small models that reach for a fence
+    are kept on a well-formed call instead of being pushed into prose; ``bare`` is off where a
+    JSON answer is the other branch, so the two never share an opening."""
     open_tag, close_tag = _tags(special_tags)
-    return f'call_block: {open_tag} "\\n" call "\\n" {close_tag}\n'
+    forms = [f'{open_tag} "\\n" call "\\n" {close_tag}', '"```json\\n" call "\\n```"']
+    if bare:
+        forms.append("call")
+    return "call_block: " + " | ".join(forms) + "\n"
 
 
 def decision_lark(snapshot: Snapshot, special_tags: bool) -> str:
@@ -162,7 +169,7 @@ def action_lark(
     answer = _json_rule("answer", answer_schema) if answer_schema is not None else _FREE_TEXT
     return (
         "start: call_block | answer\n"
-        + _call_block(special_tags)
+        + _call_block(special_tags, bare=answer_schema is None)
         + _json_rule("call", tool_call_schema(tools))
         + answer
     )

@@ -3,9 +3,12 @@
 Native parsing finds the model's tool-call start/end *tokens* in the generated ids and hands
 the text between them to the tokenizer's own parser (``mlx_lm``'s per-family parsers). The
 fallback reads ``<tool_call>`` … ``</tool_call>`` from plain text (models whose tags are not
-special tokens, or whose tokenizer has no parser) and accepts only a complete JSON object with
-``name`` and ``arguments``: no repair of malformed JSON. Every call still goes through the
-core's strict validators.
+special tokens, or whose tokenizer has no parser). Small models often write the same call
+without the tags: a reply that is *wholly* one Markdown JSON fence or one JSON object with
+``name`` and ``arguments`` is read as that call too (the constrained grammars allow exactly
+these three openings, so free and constrained replies are read alike). Only a complete JSON
+object counts: no repair of malformed JSON. Every call still goes through the core's strict
+validators.
 """
 
 from __future__ import annotations
@@ -35,8 +38,29 @@ def _call_from_object(value: Any) -> ModelToolCall | None:
     return None
 
 
+FENCE_OPEN = "```json\n"
+FENCE_CLOSE = "\n```"
+
+
+def _untagged_call(text: str) -> ModelToolCall | None:
+    """The call a whole reply spells as one fenced or bare JSON object, if it is one."""
+    body = text.strip()
+    if body.startswith("```"):
+        first, _, rest = body.partition("\n")
+        if first.strip() not in ("```", "```json") or not rest.rstrip().endswith("```"):
+            return None
+        body = rest.rstrip()[:-3].strip()
+    if not body.startswith("{"):
+        return None
+    try:
+        return _call_from_object(json.loads(body))
+    except ValueError:
+        return None
+
+
 def parse_text_tool_calls(text: str) -> tuple[ModelToolCall, ...]:
-    """Every complete ``<tool_call>{json}</tool_call>`` block in ``text``, in order."""
+    """Every complete ``<tool_call>{json}</tool_call>`` block in ``text``, in order; with no
+    block, the one call a wholly fenced or bare JSON reply spells."""
     calls: list[ModelToolCall] = []
     position = 0
     while True:
@@ -55,6 +79,10 @@ def parse_text_tool_calls(text: str) -> tuple[ModelToolCall, ...]:
         call = _call_from_object(value)
         if call is not None:
             calls.append(call)
+    if not calls and START_TAG not in text:
+        untagged = _untagged_call(text)
+        if untagged is not None:
+            calls.append(untagged)
     return tuple(calls)
 
 

@@ -56,12 +56,26 @@ def test_truncated_calls_are_never_accepted(name: str, args: dict[str, Any], cut
         '<tool_call>\n{"name": 3, "arguments": {}}\n</tool_call>',
         '<tool_call>\n{"name": "", "arguments": {}}\n</tool_call>',
         '<tool_call>\n["keep_context", {}]\n</tool_call>',
-        '{"name": "keep_context", "arguments": {"baseRevision": 0}}',
         '<tool_call>{"name": "keep_context", "arguments": {"baseRevision": 0}}',
+        '{"name": "keep_context", "arguments": {"baseRevision": 0}',
+        '```json\n{"name": "keep_context", "arguments": {"baseRevision": 0}}',
+        'Call this: {"name": "keep_context", "arguments": {"baseRevision": 0}}',
+        '```python\n{"name": "keep_context", "arguments": {"baseRevision": 0}}\n```',
+        '{"facts": {"a": "1"}}',
     ],
 )
 def test_malformed_or_incomplete_calls_are_not_repaired(text: str) -> None:
     assert parse_text_tool_calls(text) == ()
+
+
+@settings(max_examples=100, deadline=None)
+@given(names, arguments, st.sampled_from(["```json\n{}\n```", "```\n{}\n```", "{}", " {}\n"]))
+def test_a_reply_that_is_wholly_one_fenced_or_bare_call_is_that_call(
+    name: str, args: dict[str, Any], form: str
+) -> None:
+    body = json.dumps({"name": name, "arguments": args})
+    calls = parse_text_tool_calls(form.replace("{}", body))
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [(name, args)]
 
 
 def test_several_calls_are_all_reported_so_the_session_can_reject_them() -> None:
