@@ -1,4 +1,4 @@
-"""Command line of ``picocontext``: the window by default, or a headless smoke run.
+"""``picocontext app`` (and ``picocontext`` with no command): the window, or a headless smoke.
 
     picocontext                                   open the playground window
     picocontext --smoke                           order lookup, headless
@@ -19,7 +19,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from picocontext.cli import run_command, standalone_parser
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
@@ -32,26 +34,33 @@ REPORT_ENV = "PICOCONTEXT_SMOKE_REPORT"
 IMAGE_ENV = "PICOCONTEXT_SMOKE_IMAGE"
 MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
 EXIT_SETUP = 2
+PROG = "picocontext"
 
 _EPISODES = {"retention": Task.RETENTION, "state-updates": Task.STATE_UPDATES}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but errors become :class:`SetupError` so ``run`` owns the exit code."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SetupError(f"{message} (see picocontext --help)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="picocontext",
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """``picocontext app``, also what ``picocontext`` runs when no command is named."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "app",
+        help="the playground window, or a headless comparison (--smoke, --episode-smoke)",
         description=(
             "PicoContext playground: run context policies side by side on one local model. "
             "Without --smoke/--episode-smoke it opens the window."
         ),
         allow_abbrev=False,
     )
+    add_arguments(parser)
+    parser.set_defaults(func=_run_args)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The app's options as a parser of its own, named ``picocontext``."""
+    return standalone_parser(register, PROG)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--smoke", action="store_true", help="headless order-lookup comparison, then exit"
@@ -100,7 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help=f"window PNG path (${IMAGE_ENV}; default out/smoke-<task>.png)",
     )
-    return parser
 
 
 def _env_path(name: str) -> Path | None:
@@ -175,8 +183,12 @@ def _first_error(exc: ValueError) -> str:
 
 def run(argv: Sequence[str]) -> int:
     """Parse ``argv`` and run; returns the process exit code."""
+    return run_command("app", argv, prog=PROG, registrar=register)
+
+
+def _run_args(args: argparse.Namespace) -> int:
+    """Run parsed options; a setup problem is one line on stderr and exit code 2."""
     try:
-        args = build_parser().parse_args(list(argv))
         settings = settings_from_args(args)
         headless = bool(args.smoke or args.episode_smoke is not None)
         report = args.report or _env_path(REPORT_ENV)
@@ -200,10 +212,8 @@ def run(argv: Sequence[str]) -> int:
             return run_smoke(settings, report, image)
         return _window(settings)
     except SetupError as exc:
-        print(f"picocontext: {exc.message}", file=sys.stderr)
+        print(f"{PROG}: {exc.message}", file=sys.stderr)
         return EXIT_SETUP
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
 
 
 def _window(settings: ComparisonSettings) -> int:

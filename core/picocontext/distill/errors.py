@@ -16,6 +16,14 @@ class ConfigError(DistillError):
     """A distillation setting is invalid (the message names the setting and the valid range)."""
 
 
+class NoCorpus(DistillError):
+    """A command that reads a corpus was pointed at a directory without one."""
+
+    def __init__(self, corpus: str) -> None:
+        super().__init__(f"No corpus at {corpus}; run `picocontext distill sync --docs DIR` first.")
+        self.corpus = corpus
+
+
 class CorruptBlob(DistillError):
     """A CAS blob's bytes do not hash to its address; it is never served."""
 
