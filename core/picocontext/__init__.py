@@ -55,6 +55,7 @@ from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
 from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, diff_snapshots
 from picocontext.session import ContextSession
+from picocontext.userfiles import InputFileError, read_bytes_bounded, read_text_bounded
 from picocontext.working import WorkingContext, validate_snapshot
 
 __version__ = "0.1.0"
@@ -80,6 +81,7 @@ __all__ = [
     "EditStyle",
     "InMemoryStore",
     "IncompleteToolGroup",
+    "InputFileError",
     "InvalidContext",
     "ModelBackend",
     "ModelDidNotEdit",
@@ -117,5 +119,7 @@ __all__ = [
     "diff_snapshots",
     "edit_payload",
     "keep_payload",
+    "read_bytes_bounded",
+    "read_text_bounded",
     "validate_snapshot",
 ]

@@ -39,6 +39,7 @@ ENTRY_POINT_GROUP = "picocontext.commands"
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "PICOCONTEXT_DEBUG"
 EXIT_USAGE = 2
+LEAF_PARSER = "_leaf_parser"
 EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
 # The command that runs when the first word is not a command (``picocontext --smoke``).
@@ -102,6 +103,26 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         text = plain_usage_message(message) if self.plain_errors else message
         raise UsageError(text, self.prog, self.usage_exit)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Records the innermost parser that ran, so that words left over are reported by
+        the (sub)command they were given to, in its words and with its exit code."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if self._subparsers is None:
+            setattr(parsed, LEAF_PARSER, self)
+        return parsed, extras
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        leaf: CommandParser = getattr(parsed, LEAF_PARSER, self)
+        if extras:
+            leaf.error(f"unrecognized arguments: {' '.join(extras)}")
+        delattr(parsed, LEAF_PARSER) if hasattr(parsed, LEAF_PARSER) else None
+        return parsed
 
 
 class _Standalone:

@@ -147,6 +147,8 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         choice = default_model()
     if model_dir is not None:
         model_dir = model_dir.expanduser()
+        if model_dir.exists() and not model_dir.is_dir():
+            raise SetupError(f"model directory {model_dir} is a file, not a directory")
         if not model_dir.is_dir():
             raise SetupError(f"model directory {model_dir} does not exist")
     policies = tuple(p.strip() for p in str(args.policies).split(",") if p.strip())

@@ -30,6 +30,7 @@ from picocontext.distill.sources import ConversationSource, DocumentFolderSource
 from picocontext.distill.store import NodeStore
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.errors import PicoContextError
+from picocontext.userfiles import InputFileError, read_text_bounded
 
 CONFIG_KEY = "cli_config"
 
@@ -486,9 +487,28 @@ def _repair(args: argparse.Namespace) -> int:
         models.close()
 
 
+KNOWN_LIMIT = 64 * 1024 * 1024
+
+
+def _known(path: Path) -> dict[str, str]:
+    """The ``snapshot`` output a ``map --known`` diffs against: ``{nodeId: contentHash}``."""
+    try:
+        data = json.loads(read_text_bounded(path, KNOWN_LIMIT, "--known file"))
+    except InputFileError as exc:
+        raise ConfigError(exc.message) from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"--known {path} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(
+            f"--known {path} must be a JSON object of node id -> content hash "
+            "(the output of `picocontext distill snapshot`)"
+        )
+    return data
+
+
 @_on_corpus
 def _map(args: argparse.Namespace, q: _Query) -> int:
-    known = json.loads(args.known.read_text(encoding="utf-8")) if args.known else None
+    known = _known(args.known) if args.known else None
     result = q.tools.map(args.scope or None, known, args.prune_unchanged)
     if args.json:
         _print(result.wire())

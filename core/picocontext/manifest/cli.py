@@ -24,6 +24,12 @@ from picocontext.errors import PicoContextError
 from picocontext.manifest.errors import ManifestError, ManifestInvalid
 from picocontext.manifest.schema import generate_schema, schema_errors, schema_text
 from picocontext.manifest.validate import DEFAULT_LIMITS, Limits, load_manifest, validate_manifest
+from picocontext.userfiles import (
+    InputFileError,
+    InputTooLarge,
+    read_bytes_bounded,
+    read_text_bounded,
+)
 
 ENTRY_POINT_GROUP = "picocontext.pcx_commands"
 BUILTIN_PCX_COMMANDS: dict[str, str] = {
@@ -33,6 +39,8 @@ BUILTIN_PCX_COMMANDS: dict[str, str] = {
     "show": "picocontext.manifest.cli:register_show",
     "validate": "picocontext.manifest.cli:register_validate",
 }
+SCHEMA_LIMIT = 1024 * 1024
+LEAF_LIMIT = 16 * 1024 * 1024
 EXIT_INVALID = 1
 EXIT_ERROR = 2
 
@@ -71,17 +79,13 @@ def register_validate(subparsers: Any) -> argparse.ArgumentParser:
 def run_validate(args: argparse.Namespace) -> int:
     limits = _limits(args)
     path = Path(args.manifest)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        _err(f"error: cannot read {path}: {exc.strerror or exc}")
-        return 2
     errors: list[str] = []
     warnings: list[str] = []
-    if size > limits.max_bytes:
-        errors.append(f"<document>: {size} bytes exceed the limit of {limits.max_bytes}")
+    try:
+        raw = read_bytes_bounded(path, limits.max_bytes, "manifest")
+    except InputTooLarge:
+        errors.append(f"<document>: more than the limit of {limits.max_bytes} bytes")
     else:
-        raw = path.read_bytes()
         report = validate_manifest(raw, limits)
         errors.extend(report.errors)
         warnings.extend(report.warnings)
@@ -128,8 +132,11 @@ def register_schema(subparsers: Any) -> argparse.ArgumentParser:
 def run_schema(args: argparse.Namespace) -> int:
     if args.check:
         try:
-            shipped = json.loads(Path(args.check).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            shipped = json.loads(read_text_bounded(args.check, SCHEMA_LIMIT, "schema file"))
+        except InputFileError as exc:
+            _err(f"error: {exc.message}")
+            return 2
+        except (ValueError, RecursionError) as exc:
             _err(f"error: cannot read {args.check}: {exc}")
             return 2
         if shipped != generate_schema():
@@ -150,7 +157,11 @@ def _load_leaves(directory: str | None) -> Any:
     base = Path(directory)
     if not base.is_dir():
         raise ManifestError(f"--leaves {directory}: not a directory")
-    leaves = {p.stem: p.read_text(encoding="utf-8") for p in base.iterdir() if p.is_file()}
+    leaves = {
+        p.stem: read_text_bounded(p, LEAF_LIMIT, "leaf file")
+        for p in sorted(base.iterdir())
+        if p.is_file()
+    }
     return dict_resolver(leaves)
 
 
