@@ -18,7 +18,7 @@ from picocontext.backend import (
     TokenCounter,
     ToolSpec,
 )
-from picocontext.budget import RunBudget, Usage
+from picocontext.budget import RunBudget, Usage, scale_tokens
 from picocontext.cancel import CancelToken
 from picocontext.edits import (
     EDIT_TOOL,
@@ -121,5 +121,6 @@ __all__ = [
     "keep_payload",
     "read_bytes_bounded",
     "read_text_bounded",
+    "scale_tokens",
     "validate_snapshot",
 ]

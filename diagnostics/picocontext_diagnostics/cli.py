@@ -352,7 +352,7 @@ def execute(
                 f"token limits of the configuration multiplied by {args['bytes-per-token']} "
                 "because the deterministic backend counts UTF-8 bytes"
             )
-        elif handle.name == "deterministic" and config.limits.context_window <= 4_096:
+        elif handle.kind == "deterministic" and config.limits.context_window <= 4_096:
             print(
                 f"Note: the deterministic backend counts UTF-8 bytes, so a "
                 f"{config.limits.context_window}-byte window is far smaller than the same "
@@ -373,8 +373,7 @@ def execute(
             runner = EvaluationRunner(config, handle.counter, handle.backend, source)
             report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
         finally:
-            if handle.close is not None:
-                handle.close()
+            handle.close()
         for line in summary_lines(report):
             print(line, file=out)
         write_report(report, output)

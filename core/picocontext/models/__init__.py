@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from picocontext.models.handle import (
+    BYTE_UNIT,
+    TOKEN_UNIT,
+    ModelDescription,
+    ModelHandle,
+    handle_for,
+)
 from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_call
 
 if TYPE_CHECKING:
@@ -49,16 +56,21 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BYTE_UNIT",
     "MODELS",
+    "TOKEN_UNIT",
     "ByteCounter",
     "ChatFormat",
     "HFChatTokenizer",
     "MLXModel",
+    "ModelDescription",
+    "ModelHandle",
     "ModelSpec",
     "ResolvedModel",
     "ScriptedBackend",
     "default_model_name",
     "forced_tokens",
+    "handle_for",
     "load_model",
     "resolve_model",
     "scripted_call",

@@ -14,11 +14,14 @@ import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from picocontext.errors import ModelError
+
+if TYPE_CHECKING:
+    from picocontext.models.mlx_backend import MLXModel
 
 MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
 MODEL_ENV = "PICOCONTEXT_MODEL"
@@ -208,9 +211,9 @@ def load_model(
     prefix_cache: bool = True,
     constrained: bool = False,
     log: Callable[[str], None] | None = None,
-) -> Any:
-    """Resolve and load: returns an :class:`picocontext.models.mlx_backend.MLXModel` whose
-    ``notes`` attribute carries any fallback message."""
+) -> MLXModel:
+    """Resolve and load the model; its ``notes`` (and ``describe()["notes"]``) carry any
+    fallback message. :func:`picocontext.models.handle_for` turns it into a report handle."""
     from picocontext.models.mlx_backend import MLXModel
 
     resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log)
