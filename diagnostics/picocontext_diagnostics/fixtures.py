@@ -15,7 +15,6 @@ import functools
 import json
 import os
 import re
-from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -402,11 +401,6 @@ def _validated(snapshot: Snapshot, source: str) -> Snapshot:
     except PicoContextError as exc:
         raise FixtureError(f"{source}: the records do not form a valid snapshot: {exc}") from None
     return snapshot
-
-
-def records_text(records: Sequence[Record]) -> str:
-    """All bodies joined by newlines (handy for substring checks in tests and reports)."""
-    return "\n".join(r.body for r in records)
 
 
 def dumps_sorted(value: object) -> str:

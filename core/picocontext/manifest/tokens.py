@@ -61,8 +61,3 @@ class ChatModelCounter:
             self._cache.clear()
         self._cache[text] = n
         return n
-
-
-def estimate_tokens(text: str) -> int:
-    """The heuristic count, for callers that have no counter at hand."""
-    return HeuristicCounter().count(text)
