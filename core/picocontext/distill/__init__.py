@@ -18,13 +18,8 @@ from picocontext.distill.agent import (
 )
 from picocontext.distill.cas import BlobStore, GCReport, address_of
 from picocontext.distill.clusterer import SimHashClusterer
-from picocontext.distill.distiller import (
-    METRIC_NAMES,
-    Counters,
-    DistillConfig,
-    Distiller,
-    whitespace_tokens,
-)
+from picocontext.distill.config import METRIC_NAMES, Counters, DistillConfig, whitespace_tokens
+from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import (
     Embedder,
     HiddenStateModel,

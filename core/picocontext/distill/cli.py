@@ -21,7 +21,8 @@ from typing import Any
 
 from picocontext.cli import run_command
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
-from picocontext.distill.distiller import DistillConfig, Distiller, whitespace_tokens
+from picocontext.distill.config import DistillConfig, whitespace_tokens
+from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import Embedder, LexicalEmbedder
 from picocontext.distill.errors import ConfigError, NoCorpus, SourceError
 from picocontext.distill.guard import Guard, RegexGuard
