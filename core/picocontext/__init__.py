@@ -51,11 +51,11 @@ from picocontext.errors import (
     StorageError,
     UnknownRecord,
 )
+from picocontext.files import InputFileError, read_bounded, read_text_bounded
 from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
 from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, diff_snapshots
 from picocontext.session import ContextSession
-from picocontext.userfiles import InputFileError, read_bytes_bounded, read_text_bounded
 from picocontext.working import WorkingContext, validate_snapshot
 
 __version__ = "0.1.0"
@@ -119,7 +119,7 @@ __all__ = [
     "diff_snapshots",
     "edit_payload",
     "keep_payload",
-    "read_bytes_bounded",
+    "read_bounded",
     "read_text_bounded",
     "scale_tokens",
     "validate_snapshot",

@@ -28,7 +28,7 @@ from picocontext import (
     Scope,
     Snapshot,
     ToolCall,
-    read_bytes_bounded,
+    read_bounded,
     validate_snapshot,
 )
 from picocontext_diagnostics.errors import FixtureError
@@ -68,9 +68,9 @@ def fixtures_dir() -> Path:
 def load_json_model(model: type[Model], path: Path, max_bytes: int = 1_000_000) -> Model:
     """Read ``path`` (at most ``max_bytes``) and validate it as ``model``; errors name the file."""
     try:
-        raw = read_bytes_bounded(path, max_bytes)
+        raw = read_bounded(path, max_bytes)
     except PicoContextError as exc:  # missing, not a regular file, over the limit
-        raise FixtureError(exc.message) from None
+        raise FixtureError(f"cannot read {exc.message}") from None
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:

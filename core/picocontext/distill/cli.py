@@ -31,7 +31,7 @@ from picocontext.distill.sources import ConversationSource, DocumentFolderSource
 from picocontext.distill.store import NodeStore
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.errors import PicoContextError
-from picocontext.userfiles import InputFileError, read_text_bounded
+from picocontext.files import InputFileError, read_text_bounded
 
 CONFIG_KEY = "cli_config"
 
@@ -494,9 +494,9 @@ KNOWN_LIMIT = 64 * 1024 * 1024
 def _known(path: Path) -> dict[str, str]:
     """The ``snapshot`` output a ``map --known`` diffs against: ``{nodeId: contentHash}``."""
     try:
-        data = json.loads(read_text_bounded(path, KNOWN_LIMIT, "--known file"))
+        data = json.loads(read_text_bounded(path, KNOWN_LIMIT))
     except InputFileError as exc:
-        raise ConfigError(exc.message) from None
+        raise ConfigError(f"--known {exc.message}") from None
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"--known {path} is not JSON ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):

@@ -21,15 +21,10 @@ from typing import Any
 
 from picocontext.cli import Registrar, find_commands, run_command
 from picocontext.errors import PicoContextError
+from picocontext.files import InputFileError, read_bounded, read_text_bounded
 from picocontext.manifest.errors import ManifestError, ManifestInvalid
 from picocontext.manifest.schema import generate_schema, schema_errors, schema_text
 from picocontext.manifest.validate import DEFAULT_LIMITS, Limits, load_manifest, validate_manifest
-from picocontext.userfiles import (
-    InputFileError,
-    InputTooLarge,
-    read_bytes_bounded,
-    read_text_bounded,
-)
 
 ENTRY_POINT_GROUP = "picocontext.pcx_commands"
 BUILTIN_PCX_COMMANDS: dict[str, str] = {
@@ -82,9 +77,11 @@ def run_validate(args: argparse.Namespace) -> int:
     errors: list[str] = []
     warnings: list[str] = []
     try:
-        raw = read_bytes_bounded(path, limits.max_bytes, "manifest")
-    except InputTooLarge:
-        errors.append(f"<document>: more than the limit of {limits.max_bytes} bytes")
+        raw = read_bounded(path, limits.max_bytes)
+    except InputFileError as exc:
+        if not path.is_file():  # missing, a directory, a device: not a manifest at all
+            raise InputFileError(f"cannot read {exc.message}") from None
+        errors.append(f"<document>: {exc.message}")
     else:
         report = validate_manifest(raw, limits)
         errors.extend(report.errors)
@@ -132,7 +129,7 @@ def register_schema(subparsers: Any) -> argparse.ArgumentParser:
 def run_schema(args: argparse.Namespace) -> int:
     if args.check:
         try:
-            shipped = json.loads(read_text_bounded(args.check, SCHEMA_LIMIT, "schema file"))
+            shipped = json.loads(read_text_bounded(args.check, SCHEMA_LIMIT))
         except InputFileError as exc:
             _err(f"error: {exc.message}")
             return 2
@@ -158,9 +155,7 @@ def _load_leaves(directory: str | None) -> Any:
     if not base.is_dir():
         raise ManifestError(f"--leaves {directory}: not a directory")
     leaves = {
-        p.stem: read_text_bounded(p, LEAF_LIMIT, "leaf file")
-        for p in sorted(base.iterdir())
-        if p.is_file()
+        p.stem: read_text_bounded(p, LEAF_LIMIT) for p in sorted(base.iterdir()) if p.is_file()
     }
     return dict_resolver(leaves)
 

@@ -126,10 +126,10 @@ MAX_CASES_BYTES = 16 * 1024 * 1024
 
 
 def load_cases(path: Path | str) -> list[NavCase]:
-    from picocontext.userfiles import InputFileError, read_text_bounded
+    from picocontext.files import InputFileError, read_text_bounded
 
     try:
-        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES, "cases file"))
+        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES))
     except InputFileError as exc:
         raise EvalError(f"Cannot read cases: {exc.message}") from None
     except (ValueError, RecursionError) as exc:

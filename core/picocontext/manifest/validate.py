@@ -408,12 +408,12 @@ def validate_manifest(
 
 def _read_manifest_file(path: Path, limits: Limits) -> bytes:
     """The file's bytes through a bounded read of regular files only."""
-    from picocontext.userfiles import InputFileError, read_bytes_bounded
+    from picocontext.files import InputFileError, read_bounded
 
     try:
-        return read_bytes_bounded(path, limits.max_bytes, "manifest")
+        return read_bounded(path, limits.max_bytes)
     except InputFileError as exc:
-        raise ManifestInvalid([exc.message], str(path)) from None
+        raise ManifestInvalid([f"cannot read {exc.message}"], str(path)) from None
 
 
 def load_manifest(
