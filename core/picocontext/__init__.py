@@ -54,7 +54,7 @@ from picocontext.errors import (
 from picocontext.files import InputFileError, read_bounded, read_text_bounded
 from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
-from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, diff_snapshots
+from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep, diff_snapshots
 from picocontext.session import ContextSession
 from picocontext.working import WorkingContext, validate_snapshot
 
@@ -110,6 +110,7 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "ToolSpec",
+    "ToolStep",
     "UnknownRecord",
     "Usage",
     "WorkingContext",

@@ -39,7 +39,7 @@ ENTRY_POINT_GROUP = "picocontext.commands"
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "PICOCONTEXT_DEBUG"
 EXIT_USAGE = 2
-LEAF_PARSER = "_leaf_parser"
+_LEAF_PARSER = "_leaf_parser"
 EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
 # The command that runs when the first word is not a command (``picocontext --smoke``).
@@ -54,6 +54,33 @@ BUILTIN_COMMANDS: dict[str, str] = {
 }
 
 Registrar = Callable[[Any], object]
+
+__all__ = [
+    "BUILTIN_COMMANDS",
+    "DEBUG_ENV",
+    "DEBUG_FLAG",
+    "DEFAULT_COMMAND",
+    "ENTRY_POINT_GROUP",
+    "EXIT_BUG",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "CommandParser",
+    "Registrar",
+    "UsageError",
+    "build_parser",
+    "distill_main",
+    "entry_point_targets",
+    "eval_main",
+    "find_commands",
+    "load_registrar",
+    "main",
+    "pcx_main",
+    "plain_usage_message",
+    "run_command",
+    "run_parser",
+    "split_debug",
+    "standalone_parser",
+]
 
 
 class UsageError(PicoContextError):
@@ -111,17 +138,17 @@ class CommandParser(argparse.ArgumentParser):
         the (sub)command they were given to, in its words and with its exit code."""
         parsed, extras = super().parse_known_args(args, namespace)
         if self._subparsers is None:
-            setattr(parsed, LEAF_PARSER, self)
+            setattr(parsed, _LEAF_PARSER, self)
         return parsed, extras
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
         parsed, extras = self.parse_known_args(args, namespace)
-        leaf: CommandParser = getattr(parsed, LEAF_PARSER, self)
+        leaf: CommandParser = getattr(parsed, _LEAF_PARSER, self)
         if extras:
             leaf.error(f"unrecognized arguments: {' '.join(extras)}")
-        delattr(parsed, LEAF_PARSER) if hasattr(parsed, LEAF_PARSER) else None
+        delattr(parsed, _LEAF_PARSER) if hasattr(parsed, _LEAF_PARSER) else None
         return parsed
 
 

@@ -22,8 +22,8 @@ from picocontext import (
     RunMode,
     RunReport,
     Snapshot,
+    ToolStep,
 )
-from picocontext.report import ToolStep
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,

@@ -76,8 +76,7 @@ def _real_model(
     The choice made in the window is explicit, so it is honoured as chosen (no fallback to
     another model, and ``PICOCONTEXT_MODEL_DIR`` only matters for the directory choice)."""
     try:
-        from picocontext.models import registry
-        from picocontext.models.mlx_backend import MLXModel
+        from picocontext.models import MODELS, MLXModel, fetch_hub_model
     except ImportError as exc:
         raise SetupError(
             f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
@@ -101,16 +100,17 @@ def _real_model(
                 )
             model_id = path.name
         else:
-            spec = registry.MODELS[settings.model.value]
+            spec = MODELS[settings.model.value]
             if spec.source == "embedded":
-                from picocontext.models.embedded import MODEL_NAME, ensure_embedded_model
+                from picocontext.models import EMBEDDED_MODEL_NAME as MODEL_NAME
+                from picocontext.models import ensure_embedded_model
 
                 progress(f"Preparing the embedded {MODEL_NAME}…", None)
                 path = ensure_embedded_model(log=log)
                 model_id = MODEL_NAME
             else:
                 progress(f"Looking for {spec.repo_id} (about {spec.approx_mb} MB)…", None)
-                path = registry.fetch_hub_model(spec, progress=fraction)
+                path = fetch_hub_model(spec, progress=fraction)
                 model_id = spec.repo_id or spec.name
                 revision = spec.revision
         cancel.check()
