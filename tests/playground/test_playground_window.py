@@ -336,7 +336,8 @@ def test_every_extra_tab_is_built(qt_app: QApplication, qtbot: QtBot) -> None:
     assert labels == ["Comparison", *(label for label, _ in window_module.EXTRA_TABS)]
     assert labels[1:] == ["Manifest", "Digest"]
     assert win.tab_errors == {}
-    assert all(win.tabs.widget(i).objectName() != "tabError" for i in range(win.tabs.count()))
+    pages = [win.tabs.widget(i) for i in range(win.tabs.count())]
+    assert all(page is not None and page.objectName() != "tabError" for page in pages)
 
 
 def test_a_tab_that_fails_to_build_is_an_error_the_user_sees(
@@ -357,6 +358,6 @@ def test_a_tab_that_fails_to_build_is_an_error_the_user_sees(
         "Digest",
     ]
     page = win.tabs.widget(1)
-    assert page.objectName() == "tabError"
-    assert isinstance(page, QLabel) and "RuntimeError: no manifest for you" in page.text()
+    assert isinstance(page, QLabel) and page.objectName() == "tabError"
+    assert "RuntimeError: no manifest for you" in page.text()
     assert win.tab_errors == {"Manifest": "RuntimeError: no manifest for you"}
