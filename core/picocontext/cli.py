@@ -67,6 +67,7 @@ __all__ = [
     "CommandParser",
     "Registrar",
     "UsageError",
+    "add_switch",
     "build_parser",
     "distill_main",
     "entry_point_targets",
@@ -74,6 +75,7 @@ __all__ = [
     "find_commands",
     "load_registrar",
     "main",
+    "on_off",
     "pcx_main",
     "plain_usage_message",
     "run_command",
@@ -150,6 +152,21 @@ class CommandParser(argparse.ArgumentParser):
             leaf.error(f"unrecognized arguments: {' '.join(extras)}")
         delattr(parsed, _LEAF_PARSER) if hasattr(parsed, _LEAF_PARSER) else None
         return parsed
+
+
+def on_off(text: str) -> bool:
+    """argparse type of a decoding switch: ``on`` or ``off``."""
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, not {text!r}")
+    return text == "on"
+
+
+def add_switch(parser: argparse.ArgumentParser, name: str, help: str) -> None:
+    """A decoding switch spelled the same in every command: ``--NAME`` (on), ``--NAME on``,
+    ``--NAME off``; the default ``None`` means "the command's default"."""
+    parser.add_argument(
+        name, nargs="?", const=True, default=None, type=on_off, metavar="on|off", help=help
+    )
 
 
 class _Standalone:

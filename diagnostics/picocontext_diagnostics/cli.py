@@ -114,8 +114,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mlx only: a known model name (picocontext.models.MODELS) or a local MLX model "
         "directory (default model when omitted)",
     )
-    valued("--prefix-cache", "{on,off}", "mlx only: reuse the KV cache of the common prefix")
-    valued("--constrained", "{on,off}", "mlx only: grammar-constrained decision calls")
+    for name, help in (
+        ("--prefix-cache", "mlx only: reuse the KV cache of the common prefix (bare: on)"),
+        ("--constrained", "mlx only: grammar-constrained decision calls (bare: on)"),
+    ):
+        parser.add_argument(
+            name, action=_Once, nargs="?", const="on", type=_nonempty, metavar="on|off", help=help
+        )
     valued("--output", "PATH", "report path (default: a timestamped file in the data folder)")
     switch("--steps", help="also print one line per finished step (useful with slow models)")
     switch("--quiet", help="print only the summary and the report path")

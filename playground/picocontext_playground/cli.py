@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.cli import run_command, standalone_parser
+from picocontext.cli import add_switch, run_command, standalone_parser
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
@@ -36,6 +36,7 @@ MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
 EXIT_SETUP = 2
 PROG = "picocontext"
 
+MODEL_NAMES = tuple(c.value for c in ModelChoice if c is not ModelChoice.DIRECTORY)
 _EPISODES = {"retention": Task.RETENTION, "state-updates": Task.STATE_UPDATES}
 
 
@@ -80,8 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model",
-        choices=[c.value for c in ModelChoice if c is not ModelChoice.DIRECTORY],
-        help="model to use (default: embedded SmolLM2 on Linux, Qwen3 on Apple silicon)",
+        metavar="NAME_OR_DIR",
+        help=f"a model name ({', '.join(MODEL_NAMES)}) or a local MLX model directory "
+        "(default: embedded SmolLM2 on Linux, Qwen3 on Apple silicon)",
     )
     parser.add_argument(
         "--model-dir",
@@ -93,11 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("mlx", "scripted"),
         help="scripted = deterministic rules and byte counts, no model (same as --model scripted)",
     )
-    parser.add_argument(
-        "--constrained", action="store_true", help="grammar-constrained decision decoding"
+    add_switch(parser, "--constrained", "grammar-constrained decision decoding (default off)")
+    add_switch(
+        parser, "--prefix-cache", "reuse the KV cache of the common prompt prefix (default on)"
     )
     parser.add_argument(
-        "--no-prefix-cache", action="store_true", help="recompute every prompt from scratch"
+        "--no-prefix-cache", action="store_true", help="the same as --prefix-cache off"
     )
     parser.add_argument(
         "--report",
@@ -116,6 +119,22 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _model_arguments(args: argparse.Namespace) -> tuple[str | None, Path | None]:
+    """(model name, model directory) from ``--model NAME_OR_DIR`` / ``--model-dir DIR``."""
+    if args.backend == "scripted" and (args.model not in (None, "scripted") or args.model_dir):
+        raise SetupError("--backend scripted uses no model; drop --model/--model-dir")
+    if args.model is not None and args.model_dir is not None:
+        raise SetupError("give either --model or --model-dir, not both")
+    if args.model is None or args.model in MODEL_NAMES:
+        return args.model, args.model_dir
+    if not Path(args.model).expanduser().is_dir():
+        raise SetupError(
+            f"--model {args.model!r} is neither a known model ({', '.join(MODEL_NAMES)}) "
+            "nor a model directory"
+        )
+    return None, Path(args.model)
+
+
 def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
     """Validate the arguments into :class:`ComparisonSettings` (errors name the flag)."""
     if args.smoke:
@@ -130,15 +149,14 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         task = Task.RETENTION
     if args.pressure and not task.sequential:
         raise SetupError("--pressure applies to --episode-smoke only")
-    model_dir: Path | None = args.model_dir or _env_path(MODEL_DIR_ENV)
-    if args.backend == "scripted" and (args.model not in (None, "scripted") or args.model_dir):
-        raise SetupError("--backend scripted uses no model; drop --model/--model-dir")
-    if args.model is not None and args.model_dir is not None:
-        raise SetupError("give either --model or --model-dir, not both")
-    if args.backend == "scripted" or args.model == ModelChoice.SCRIPTED.value:
+    name, explicit_dir = _model_arguments(args)
+    model_dir: Path | None = explicit_dir or _env_path(MODEL_DIR_ENV)
+    if args.no_prefix_cache and args.prefix_cache:
+        raise SetupError("--no-prefix-cache contradicts --prefix-cache on")
+    if args.backend == "scripted" or name == ModelChoice.SCRIPTED.value:
         choice, model_dir = ModelChoice.SCRIPTED, None
-    elif args.model is not None:
-        choice, model_dir = ModelChoice(args.model), None
+    elif name is not None:
+        choice, model_dir = ModelChoice(name), None
     elif model_dir is not None:
         choice = ModelChoice.DIRECTORY
     else:
@@ -159,8 +177,8 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
             policies=policies,
             model=choice,
             model_dir=model_dir,
-            constrained=args.constrained,
-            prefix_cache=not args.no_prefix_cache,
+            constrained=bool(args.constrained),
+            prefix_cache=not args.no_prefix_cache and args.prefix_cache is not False,
         )
     except ValueError as exc:
         raise SetupError(_first_error(exc)) from None

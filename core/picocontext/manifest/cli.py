@@ -166,10 +166,14 @@ def _navigator(args: argparse.Namespace) -> Any:
     if args.navigator == "keyword":
         return KeywordNavigator()
     if not args.model:
-        raise ManifestError("--navigator llm needs --model DIR (an MLX model directory)")
-    from picocontext.models.mlx_backend import MLXModel
+        raise ManifestError(
+            "--navigator llm needs --model NAME_OR_DIR (a known model or an MLX model directory)"
+        )
+    from picocontext.models.registry import load_model
 
-    return LLMNavigator(MLXModel.load(args.model))
+    if Path(args.model).expanduser().is_dir():
+        return LLMNavigator(load_model(model_dir=args.model))
+    return LLMNavigator(load_model(args.model))
 
 
 def register_eval(subparsers: Any) -> argparse.ArgumentParser:
@@ -183,7 +187,11 @@ def register_eval(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--max-hops", type=int, default=8)
     parser.add_argument("--view-level", choices=("title", "brief", "full"), default="full")
     parser.add_argument("--navigator", choices=("keyword", "llm"), default="keyword")
-    parser.add_argument("--model", help="MLX model directory for --navigator llm")
+    parser.add_argument(
+        "--model",
+        metavar="NAME_OR_DIR",
+        help="a known model name or an MLX model directory, for --navigator llm",
+    )
     parser.add_argument("--leaves", help="directory of leaf files named <id>.<ext>")
     parser.add_argument("--use-facets", action="store_true")
     parser.add_argument("--use-related", action="store_true")
