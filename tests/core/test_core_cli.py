@@ -153,3 +153,14 @@ def test_bad_files_give_one_clear_line_and_no_traceback(
         assert code not in (0, cli.EXIT_BUG), (argv, err)
         assert len(lines) == 1 and "Traceback" not in err, (argv, err)
         assert str(tmp_path) in lines[0] or "missing" in lines[0], (argv, err)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-hops", "-1"), ("--min-success", "nan"), ("--min-success", "inf"), ("--reserve", "-5")],
+)
+def test_pcx_eval_refuses_values_that_would_make_the_run_meaningless(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "pcx", "eval", str(MANIFEST), str(MANIFEST), flag, value)
+    assert code == 2 and len(err.splitlines()) == 1 and flag in err

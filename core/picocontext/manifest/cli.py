@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +51,28 @@ def _err(text: str) -> None:
     sys.stderr.write(text + "\n")
 
 
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return value
+
+
+def _finite(text: str) -> float:
+    """argparse type: a finite number (``nan`` would make every comparison false)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
+    return value
+
+
 def _limits(args: argparse.Namespace) -> Limits:
     return Limits(max_depth=args.max_depth, max_nodes=args.max_nodes)
 
@@ -65,8 +88,8 @@ def register_validate(subparsers: Any) -> argparse.ArgumentParser:
         help="also check the raw JSON against the JSON Schema (needs jsonschema)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
-    parser.add_argument("--max-depth", type=int, default=DEFAULT_LIMITS.max_depth)
-    parser.add_argument("--max-nodes", type=int, default=DEFAULT_LIMITS.max_nodes)
+    parser.add_argument("--max-depth", type=_count, default=DEFAULT_LIMITS.max_depth)
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_LIMITS.max_nodes)
     parser.set_defaults(func=run_validate)
     return parser
 
@@ -182,9 +205,9 @@ def register_eval(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser("eval", help=help, description=help)
     parser.add_argument("manifest")
     parser.add_argument("cases", help="JSON array of {query, target[, note, facet]}")
-    parser.add_argument("--budget", type=int, default=None, help="default: variant.budget")
-    parser.add_argument("--reserve", type=int, default=0)
-    parser.add_argument("--max-hops", type=int, default=8)
+    parser.add_argument("--budget", type=_count, default=None, help="default: variant.budget")
+    parser.add_argument("--reserve", type=_count, default=0)
+    parser.add_argument("--max-hops", type=_count, default=8)
     parser.add_argument("--view-level", choices=("title", "brief", "full"), default="full")
     parser.add_argument("--navigator", choices=("keyword", "llm"), default="keyword")
     parser.add_argument(
@@ -202,14 +225,14 @@ def register_eval(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--min-success",
-        type=float,
+        type=_finite,
         default=None,
         help="exit 3 when navigation_success is below this",
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("--max-depth", type=int, default=DEFAULT_LIMITS.max_depth)
-    parser.add_argument("--max-nodes", type=int, default=DEFAULT_LIMITS.max_nodes)
+    parser.add_argument("--max-depth", type=_count, default=DEFAULT_LIMITS.max_depth)
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_LIMITS.max_nodes)
     parser.set_defaults(func=run_eval)
     return parser
 
@@ -249,8 +272,8 @@ def register_show(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser("show", help=help, description=help)
     parser.add_argument("manifest")
     parser.add_argument("--mode", choices=("local", "remote"), default="local")
-    parser.add_argument("--budget", type=int, default=None)
-    parser.add_argument("--reserve", type=int, default=0)
+    parser.add_argument("--budget", type=_count, default=None)
+    parser.add_argument("--reserve", type=_count, default=0)
     parser.add_argument(
         "--open",
         action="append",
@@ -258,8 +281,8 @@ def register_show(subparsers: Any) -> argparse.ArgumentParser:
         metavar="ID",
         help="open these nodes in order first",
     )
-    parser.add_argument("--max-depth", type=int, default=DEFAULT_LIMITS.max_depth)
-    parser.add_argument("--max-nodes", type=int, default=DEFAULT_LIMITS.max_nodes)
+    parser.add_argument("--max-depth", type=_count, default=DEFAULT_LIMITS.max_depth)
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_LIMITS.max_nodes)
     parser.set_defaults(func=run_show)
     return parser
 
