@@ -153,7 +153,13 @@ class _Command:
             options = check_options(_options(namespace))
         except UsageError as exc:
             raise CLIUsageError(exc.message, self.parser.prog, EXIT_SETUP) from None
-        return execute(options, sys.stdout, sys.stderr, help_text=self.parser.format_help())
+        return execute(
+            options,
+            sys.stdout,
+            sys.stderr,
+            help_text=self.parser.format_help(),
+            prog=self.parser.prog,
+        )
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -317,10 +323,10 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
     return execute(args, out, err, cancel, build_parser().format_help())
 
 
-def _fail(exc: PicoContextError, err: TextIO) -> int:
-    print(f"{PROG}: {exc.message}", file=err)
+def _fail(exc: PicoContextError, err: TextIO, prog: str = PROG) -> int:
+    print(f"{prog}: {exc.message}", file=err)
     if isinstance(exc, UsageError):
-        print(f"Run {PROG} --help for usage.", file=err)
+        print(f"Run {prog} --help for usage.", file=err)
     return EXIT_SETUP
 
 
@@ -330,8 +336,10 @@ def execute(
     err: TextIO,
     cancel: CancelToken | None = None,
     help_text: str = "",
+    prog: str = PROG,
 ) -> int:
-    """Run checked options (:func:`check_options`); returns the exit code."""
+    """Run checked options (:func:`check_options`); returns the exit code. Messages start
+    with ``prog`` (the name the command was run under)."""
     from picocontext_diagnostics.backends import provenance, resolve_backend
 
     if "help" in args:
@@ -385,10 +393,10 @@ def execute(
         print(f"Saved {output}", file=out)
         return 0 if report.passed else 2
     except (Cancelled, KeyboardInterrupt):
-        print(f"{PROG}: interrupted; no report written", file=err)
+        print(f"{prog}: interrupted; no report written", file=err)
         return 130
     except PicoContextError as exc:
-        return _fail(exc, err)
+        return _fail(exc, err, prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
