@@ -5,6 +5,7 @@
     picocontext eval [OPTIONS]         policies side by side on seeded episodes (diagnostics)
     picocontext pcx COMMAND ...        manifests: validate, show, eval, schema, build
     picocontext distill COMMAND ...    digest trees: sync, map, digest, resolve, recall, ...
+    picocontext tables REPORT.json...  a markdown table of evaluation reports (diagnostics)
 
 A command is a function ``register(subparsers)`` that adds one subparser and sets
 ``func(args) -> int`` as its default. Commands come from the entry-point group
@@ -51,6 +52,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "distill": "picocontext.distill.cli:register",
     "eval": "picocontext_diagnostics.cli:register",
     "pcx": "picocontext.manifest.cli:register",
+    "tables": "picocontext_diagnostics.tables:register",
 }
 
 Registrar = Callable[[Any], object]

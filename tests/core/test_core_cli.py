@@ -40,7 +40,7 @@ def test_the_built_in_fallback_list_is_what_pyproject_registers() -> None:
 def test_every_command_is_in_the_generated_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--help")
     assert code == 0 and out.startswith("usage: picocontext")
-    for name in ("app", "eval", "pcx", "distill"):
+    for name in ("app", "eval", "pcx", "distill", "tables"):
         assert f"    {name} " in out
     code, out, _ = run(capsys, "pcx", "--help")
     assert code == 0 and all(n in out for n in ("validate", "show", "eval", "schema", "build"))
@@ -126,6 +126,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[str, ...]]:
             ("eval", "--config", bad),
             ("distill", "--corpus", corpus, "map", "--known", bad),
             ("distill", "--corpus", corpus, "sync", "--sessions", bad),
+            ("tables", bad),
         ]
     a_file = tmp / "docs" / "a.md"
     commands += [
