@@ -35,6 +35,7 @@ class HeuristicCounter:
         return max(1, -(-len(text) // 4))
 
 
+@runtime_checkable
 class Tokenizes(Protocol):
     """Anything that counts a text's tokens with a real tokenizer (a chat model, a counter)."""
 
