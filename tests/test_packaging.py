@@ -154,3 +154,50 @@ def test_the_wheel_ships_every_module_and_data_file(tmp_path: Path) -> None:
         if p.is_file()
     }
     assert sorted(wanted - names) == []
+
+
+# The facades diagnostics and the playground may import core names from: the root package and
+# its subpackages' __init__ modules, plus the command-plug-in API. A name must be public
+# (in that facade's __all__); deep modules and private names are core's own business.
+CORE_FACADES = (
+    "picocontext",
+    "picocontext.build",
+    "picocontext.cli",
+    "picocontext.distill",
+    "picocontext.manifest",
+    "picocontext.models",
+    "picocontext.policies",
+)
+
+
+def _core_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] == "picocontext":
+                found.append((node.lineno, node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "picocontext":
+                    found.append((node.lineno, alias.name, []))
+    return found
+
+
+def test_diagnostics_and_playground_use_only_public_core_facades() -> None:
+    import importlib
+
+    public = {name: set(importlib.import_module(name).__all__) for name in CORE_FACADES}
+    offenders = []
+    for folder in ("diagnostics", "playground"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for line, module, names in _core_imports(path):
+                where = f"{path.relative_to(ROOT)}:{line}: {module}"
+                if module not in public:
+                    offenders.append(f"{where} is not a facade")
+                    continue
+                hidden = [n for n in names if n != "*" and n not in public[module]]
+                if hidden:
+                    offenders.append(f"{where}: {', '.join(hidden)} not in its __all__")
+    assert offenders == []

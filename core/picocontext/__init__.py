@@ -17,8 +17,9 @@ from picocontext.backend import (
     PreparedPrompt,
     TokenCounter,
     ToolSpec,
+    tools_json,
 )
-from picocontext.budget import RunBudget, Usage
+from picocontext.budget import RunBudget, Usage, scale_tokens
 from picocontext.cancel import CancelToken
 from picocontext.edits import (
     EDIT_TOOL,
@@ -51,9 +52,10 @@ from picocontext.errors import (
     StorageError,
     UnknownRecord,
 )
+from picocontext.files import InputFileError, read_bounded, read_text_bounded
 from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
-from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, diff_snapshots
+from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep, diff_snapshots
 from picocontext.session import ContextSession
 from picocontext.working import WorkingContext, validate_snapshot
 
@@ -80,6 +82,7 @@ __all__ = [
     "EditStyle",
     "InMemoryStore",
     "IncompleteToolGroup",
+    "InputFileError",
     "InvalidContext",
     "ModelBackend",
     "ModelDidNotEdit",
@@ -108,6 +111,7 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "ToolSpec",
+    "ToolStep",
     "UnknownRecord",
     "Usage",
     "WorkingContext",
@@ -117,5 +121,9 @@ __all__ = [
     "diff_snapshots",
     "edit_payload",
     "keep_payload",
+    "read_bounded",
+    "read_text_bounded",
+    "scale_tokens",
+    "tools_json",
     "validate_snapshot",
 ]

@@ -1,11 +1,14 @@
 """Protocols between the session and a model: token counting, generation, chat.
 
 A :class:`PreparedPrompt` carries the exact token ids a backend consumes and the text those ids
-decode to; budgets are charged on those ids, never on an estimate.
+decode to; budgets are charged on those ids, never on an estimate. Everything here is data and
+protocols: the phase defaults a :class:`ModelInput` falls back on (system text, tools,
+guidance) are the texts of :mod:`picocontext.prompts`, which depends only on records and edits.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -13,6 +16,12 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.cancel import CancelToken
+from picocontext.prompts import (
+    COMPLETION_GUIDANCE,
+    decision_guidance,
+    decision_tools,
+    system_instructions,
+)
 from picocontext.records import Record, Snapshot
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -63,17 +72,12 @@ class ModelInput(BaseModel):
 
     @property
     def instructions(self) -> str:
-        from picocontext.prompts import system_instructions
-
+        """The system text: the override, or the phase's own."""
         return self.system_text if self.system_text is not None else system_instructions(self)
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:
         """The tools offered with this input: the override, or the phase's own."""
-        import json
-
-        from picocontext.prompts import decision_tools
-
         if self.tools_json is not None:
             loaded: list[dict[str, Any]] = json.loads(self.tools_json)
             return loaded
@@ -82,8 +86,6 @@ class ModelInput(BaseModel):
     @property
     def trailing_guidance(self) -> str:
         """The final runtime user message: the override, or the phase's own."""
-        from picocontext.prompts import COMPLETION_GUIDANCE, decision_guidance
-
         if self.guidance is not None:
             return self.guidance
         return decision_guidance(self) if self.phase is Phase.EDIT else COMPLETION_GUIDANCE
@@ -139,7 +141,6 @@ def function_spec(tool: ToolSpec) -> dict[str, Any]:
 
 def tools_json(specs: Sequence[ToolSpec]) -> str:
     """Canonical JSON of tool specs for :attr:`ModelInput.tools_json`."""
-    import json
 
     return json.dumps(
         [function_spec(t) for t in specs],

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -12,6 +14,19 @@ from picocontext.errors import BudgetExceeded, InvalidContext
 MAX_OUTPUT_CAP = 1_000_000
 MAX_CONTEXT_WINDOW = 1_000_000
 MAX_TOTAL_TOKENS = 10_000_000
+
+Limits = TypeVar("Limits", bound=BaseModel)
+
+
+def scale_tokens(limits: Limits, factor: int, keep: Collection[str] = ()) -> Limits:
+    """``limits`` with every integer field except ``keep`` multiplied by ``factor``: the same
+    budget in a finer unit (a byte-counting stand-in sees about four bytes per model token).
+    The result is validated again, so an out-of-range product fails like any bad value."""
+    data = limits.model_dump()
+    for key, value in data.items():
+        if key not in keep and isinstance(value, int) and not isinstance(value, bool):
+            data[key] = value * factor
+    return type(limits).model_validate(data)
 
 
 class RunBudget(BaseModel):
@@ -24,6 +39,10 @@ class RunBudget(BaseModel):
     edit_output_tokens: int = 1_024
     completion_output_tokens: int = 512
     max_edit_attempts: int = 2
+
+    def scaled(self, factor: int) -> RunBudget:
+        """Every token amount times ``factor`` (the attempt count unchanged)."""
+        return self if factor == 1 else scale_tokens(self, factor, keep=("max_edit_attempts",))
 
     def validate_ranges(self) -> None:
         ok = (

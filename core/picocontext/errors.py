@@ -114,3 +114,13 @@ class StorageError(PicoContextError):
 
 class ModelError(PicoContextError):
     """A model could not be resolved, loaded or run (message names the model and the fix)."""
+
+
+class ConfigError(PicoContextError):
+    """A setting is invalid (the message names the setting and the valid values). The pcx
+    compiler and distillation raise it for their options."""
+
+
+class SourceError(PicoContextError):
+    """An input source (a file, folder or session store) cannot be read or does not have the
+    shape its reader expects. The pcx compiler and distillation raise it for their sources."""

@@ -13,12 +13,11 @@ import platform
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import picocontext
-from picocontext import ModelBackend, TokenCounter
+from picocontext.models import BYTE_UNIT, ModelHandle, handle_for
 from picocontext_diagnostics.errors import BackendSetupError
 from picocontext_diagnostics.evaluation import Provenance
 from picocontext_diagnostics.notebook import (
@@ -31,37 +30,18 @@ SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
 BACKENDS = ("deterministic", "mlx")
 
 
-@dataclass(frozen=True, slots=True)
-class BackendHandle:
-    """A counter/backend pair plus what the report must say about it."""
-
-    name: str
-    counter: TokenCounter
-    backend: ModelBackend
-    model: str
-    model_revision: str
-    token_unit: str
-    sampling: str
-    prefix_cache: str
-    constrained_decisions: str
-    close: Callable[[], None] | None = None
-    decoding: str = "not applicable"
-    notes: tuple[str, ...] = ()
-
-
-def deterministic_backend() -> BackendHandle:
+def deterministic_backend() -> ModelHandle:
     from picocontext.models import ByteCounter
 
-    return BackendHandle(
-        name="deterministic",
+    return ModelHandle(
         counter=ByteCounter(),
         backend=DeterministicNotebookBackend(),
-        model=MODEL_ID,
-        model_revision=MODEL_REVISION,
-        token_unit="UTF-8 bytes (not model tokens)",
+        model_id=MODEL_ID,
+        label=MODEL_ID,
+        kind="deterministic",
+        revision=MODEL_REVISION,
+        token_unit=BYTE_UNIT,
         sampling="deterministic rules, no sampling",
-        prefix_cache="not applicable",
-        constrained_decisions="not applicable",
     )
 
 
@@ -88,32 +68,15 @@ def _find_resolver() -> Callable[..., Any]:
     )
 
 
-def _setting(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return "unknown" if value is None else str(value)
-
-
-def _decoding(facts: dict[str, Any], loaded: Any) -> str:
-    """``constrained``/``free`` as the model describes itself (older models: from the
-    constrained switch)."""
-    named = facts.get("decoding", getattr(loaded, "decoding", None))
-    if isinstance(named, str):
-        return named
-    switch = facts.get("constrainedDecisions", getattr(loaded, "constrained", None))
-    return "unknown" if switch is None else ("constrained" if switch else "free")
-
-
 def mlx_backend(
     model: str | None,
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
-) -> BackendHandle:
+) -> ModelHandle:
     """Load ``model`` — a registry name (``picocontext.models.MODELS``), or a local MLX model
     directory; ``None`` = the default model — as one object that is both token counter and
-    backend. ``prefix_cache``/``constrained`` (decoding ``constrained`` when true, ``free``
-    when false) default to the loader's defaults: constrained for embedded models."""
+    backend. ``prefix_cache``/``constrained`` default to the loader's defaults."""
     resolve = _find_resolver()
     kwargs: dict[str, Any] = {}
     if model is not None and Path(model).expanduser().is_dir():
@@ -127,35 +90,13 @@ def mlx_backend(
     if log is not None:
         kwargs["log"] = log
     try:
-        loaded = resolve(**kwargs)
+        return handle_for(resolve(**kwargs), requested=model)
     except ImportError as exc:
         raise BackendSetupError(
             f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
         ) from None
     except picocontext.PicoContextError as exc:
         raise BackendSetupError(exc.message) from None
-    if not isinstance(loaded, TokenCounter) or not isinstance(loaded, ModelBackend):
-        raise BackendSetupError(f"{type(loaded).__name__} is not a token counter and backend")
-    describe = getattr(loaded, "describe", None)
-    facts: dict[str, Any] = describe() if callable(describe) else {}
-    close = getattr(loaded, "close", None)
-    notes = getattr(loaded, "notes", ())
-    return BackendHandle(
-        name="mlx",
-        counter=loaded,
-        backend=loaded,
-        model=str(facts.get("model") or getattr(loaded, "model_id", None) or model or "default"),
-        model_revision=_setting(facts.get("modelRevision", getattr(loaded, "revision", None))),
-        token_unit="model tokens",
-        sampling=str(facts.get("sampling", "greedy")) + ", temperature 0",
-        prefix_cache=_setting(facts.get("prefixCache", getattr(loaded, "prefix_cache", None))),
-        constrained_decisions=_setting(
-            facts.get("constrainedDecisions", getattr(loaded, "constrained", None))
-        ),
-        close=close if callable(close) else None,
-        decoding=_decoding(facts, loaded),
-        notes=tuple(str(n) for n in notes) if isinstance(notes, tuple | list) else (),
-    )
 
 
 def resolve_backend(
@@ -164,7 +105,7 @@ def resolve_backend(
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
-) -> BackendHandle:
+) -> ModelHandle:
     """``deterministic`` (model settings must be absent) or ``mlx``."""
     if name == "deterministic":
         if model is not None or prefix_cache is not None or constrained is not None:
@@ -206,11 +147,11 @@ def source_revision() -> str:
     return f"{head}+dirty" if dirty else head or "unknown"
 
 
-def provenance(handle: BackendHandle) -> Provenance:
+def provenance(handle: ModelHandle) -> Provenance:
     return Provenance(
-        backend=handle.name,
-        model=handle.model,
-        model_revision=handle.model_revision,
+        backend=handle.kind,
+        model=handle.model_id,
+        model_revision=handle.revision,
         token_unit=handle.token_unit,
         sampling=handle.sampling,
         prefix_cache=handle.prefix_cache,

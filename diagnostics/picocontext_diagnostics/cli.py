@@ -1,4 +1,4 @@
-"""``picocontext-eval``: run an evaluation and write its versioned JSON report.
+"""``picocontext eval`` (alias ``picocontext-eval``): run an evaluation and write its report.
 
 Exit codes: 0 every result passed; 2 some result failed (the report is still written);
 1 a setup, configuration or export problem (message on stderr, prefixed ``picocontext-eval:``);
@@ -7,15 +7,18 @@ Exit codes: 0 every result passed; 2 some result failed (the report is still wri
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from picocontext import Cancelled, CancelToken, PicoContextError
+from picocontext.cli import UsageError as CLIUsageError
+from picocontext.cli import run_command, standalone_parser
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -32,100 +35,164 @@ from picocontext_diagnostics.runner import StepReport
 PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure", "long-history", "retention-four", "state-four")
 MAX_BYTES_PER_TOKEN = 16
+EXIT_SETUP = 1
 
-USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
-                        [--policies A,B,...] [--bytes-per-token N]
-                        [--model NAME_OR_DIR] [--prefix-cache on|off] [--decoding free|constrained]
-                        [--output PATH] [--steps] [--quiet]
-
-Run context policies side by side on seeded notebook episodes and write a JSON report.
-
-options:
-  --backend NAME     deterministic (default; a rule-based notebook model, byte counts) or
-                     mlx (a real local model through picocontext.models)
-  --config PATH      evaluation configuration JSON (at most 1 MB; see docs/diagnostics.md)
-  --profile NAME     a bundled configuration: {", ".join(PROFILES[:4])},
-                     {", ".join(PROFILES[4:])}
-  --policies LIST    comma-separated policies to compare, replacing the configuration's
-                     list: {", ".join(BUILTIN_POLICIES)} (e.g.
-                     append-only,editable,navigated,distilled)
-  --bytes-per-token N
-                     deterministic only: multiply every token limit of the configuration by
-                     N (1...{MAX_BYTES_PER_TOKEN}), since that backend counts UTF-8 bytes; 4
-                     gives the profiles' 4,096-token window as 16,384 bytes
-  --model VALUE      mlx only: a known model name (see picocontext.models.MODELS) or a local
-                     MLX model directory (default model when omitted)
-  --prefix-cache on|off
-                     mlx only: reuse the KV cache of the longest common prompt prefix
-  --decoding free|constrained
-                     mlx only: constrained (grammar-enforced decisions, tool calls and
-                     JSON answers; the default for embedded models) or free decoding
-  --constrained on|off
-                     deprecated spelling of --decoding constrained|free
-  --output PATH      where to write the report (default: a timestamped file in the user
-                     data folder)
-  --steps            also print one line per finished step (useful with slow models)
-  --quiet            print only the summary and the report path
-  -h, --help         show this help
-
-Without --config or --profile the deterministic backend uses wide byte limits
-(window 32,768, turn 500,000, episode 2,000,000) and the mlx backend the app budget.
-Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."""
-
-_VALUED = (
-    "--backend",
-    "--config",
-    "--profile",
-    "--model",
-    "--prefix-cache",
-    "--constrained",
-    "--decoding",
-    "--output",
-    "--policies",
-    "--bytes-per-token",
+DESCRIPTION = (
+    "Run context policies side by side on seeded notebook episodes and write a JSON report. "
+    "Without --config or --profile the deterministic backend uses wide byte limits (window "
+    "32,768, turn 500,000, episode 2,000,000) and the mlx backend the app budget."
 )
+EPILOG = "Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."
 _MLX_ONLY = ("model", "prefix-cache", "constrained", "decoding")
 DECODINGS = ("free", "constrained")
-_FLAGS = ("--quiet", "--steps")
 
 
 class UsageError(DiagnosticsError):
     """Bad command line."""
 
 
+class _Once(argparse.Action):
+    """Stores a flag's value (``"1"`` for a switch); a second occurrence is an error, so a
+    command line never means two things."""
+
+    def __init__(self, *args: Any, switch: bool = False, **kwargs: Any) -> None:
+        if switch:
+            kwargs.update(nargs=0, const="1")
+        super().__init__(*args, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            raise argparse.ArgumentError(self, f"{option_string} given more than once")
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def _nonempty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("needs a non-empty value")
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of the evaluation; values are checked together by :func:`check_options`."""
+
+    def valued(name: str, metavar: str, help: str) -> None:
+        parser.add_argument(name, action=_Once, type=_nonempty, metavar=metavar, help=help)
+
+    def switch(*names: str, help: str) -> None:
+        parser.add_argument(*names, action=_Once, switch=True, help=help)
+
+    switch("-h", "--help", help="show this help")
+    valued(
+        "--backend",
+        "{deterministic,mlx}",
+        "deterministic (default; a rule-based notebook model, byte counts) or mlx (a real "
+        "local model through picocontext.models)",
+    )
+    valued("--config", "PATH", "evaluation configuration JSON (at most 1 MB)")
+    valued("--profile", "NAME", f"a bundled configuration: {', '.join(PROFILES)}")
+    valued(
+        "--policies",
+        "A,B,...",
+        "comma-separated policies to compare, replacing the configuration's list: "
+        + ", ".join(BUILTIN_POLICIES),
+    )
+    valued(
+        "--bytes-per-token",
+        "N",
+        "deterministic only: multiply every token limit by N (1..."
+        f"{MAX_BYTES_PER_TOKEN}), since that backend counts UTF-8 bytes; 4 gives the "
+        "profiles' 4,096-token window as 16,384 bytes",
+    )
+    valued(
+        "--model",
+        "NAME_OR_DIR",
+        "mlx only: a known model name (picocontext.models.MODELS) or a local MLX model "
+        "directory (default model when omitted)",
+    )
+    for name, help in (
+        ("--prefix-cache", "mlx only: reuse the KV cache of the common prefix (bare: on)"),
+        ("--constrained", "deprecated spelling of --decoding constrained|free (bare: on)"),
+    ):
+        parser.add_argument(
+            name, action=_Once, nargs="?", const="on", type=_nonempty, metavar="on|off", help=help
+        )
+    valued(
+        "--decoding",
+        "free|constrained",
+        "mlx only: constrained (grammar-enforced decisions, tool calls and JSON answers; the "
+        "default for embedded models) or free decoding",
+    )
+    valued("--output", "PATH", "report path (default: a timestamped file in the data folder)")
+    switch("--steps", help="also print one line per finished step (useful with slow models)")
+    switch("--quiet", help="print only the summary and the report path")
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """``picocontext eval``: usage errors exit 1 and name the offending word."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "eval",
+        help="run policies side by side on seeded episodes; write a JSON report",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        add_help=False,
+        usage_exit=EXIT_SETUP,
+        plain_errors=True,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=_Command(parser))
+    return parser
+
+
+class _Command:
+    """``func`` of the ``eval`` subparser: the parsed flags, checked, then run."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def __call__(self, namespace: argparse.Namespace) -> int:
+        try:
+            options = check_options(_options(namespace))
+        except UsageError as exc:
+            raise CLIUsageError(exc.message, self.parser.prog, EXIT_SETUP) from None
+        return execute(
+            options,
+            sys.stdout,
+            sys.stderr,
+            help_text=self.parser.format_help(),
+            prog=self.parser.prog,
+        )
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    return standalone_parser(register, prog)
+
+
+def _options(namespace: argparse.Namespace) -> dict[str, str]:
+    return {
+        key.replace("_", "-"): str(value)
+        for key, value in vars(namespace).items()
+        if value is not None and key not in ("func", "command")
+    }
+
+
 def parse_args(argv: Sequence[str]) -> dict[str, str]:
     """Strict flags: unknown, repeated or value-less flags and stray words are errors."""
-    out: dict[str, str] = {}
-    items = list(argv)
-    i = 0
-    while i < len(items):
-        item = items[i]
-        if item in ("-h", "--help"):
-            out["help"] = "1"
-            i += 1
-            continue
-        name, eq, value = item.partition("=")
-        if name in _FLAGS:
-            if eq:
-                raise UsageError(f"{name} takes no value")
-            key = name[2:]
-        elif name in _VALUED:
-            key = name[2:]
-            if not eq:
-                if i + 1 >= len(items) or items[i + 1].startswith("--"):
-                    raise UsageError(f"{name} needs a value")
-                i += 1
-                value = items[i]
-            if not value:
-                raise UsageError(f"{name} needs a non-empty value")
-        elif item.startswith("-"):
-            raise UsageError(f"unknown option {name}")
-        else:
-            raise UsageError(f"unexpected argument {item!r}")
-        if key in out:
-            raise UsageError(f"{name} given more than once")
-        out[key] = value if name in _VALUED else "1"
-        i += 1
+    try:
+        namespace = build_parser().parse_args(list(argv))
+    except CLIUsageError as exc:
+        raise UsageError(exc.message) from None
+    return check_options(_options(namespace))
+
+
+def check_options(out: dict[str, str]) -> dict[str, str]:
+    """The rules between flags: one configuration source, mlx-only and deterministic-only
+    settings, value ranges."""
     if "config" in out and "profile" in out:
         raise UsageError("use either --config or --profile, not both")
     if out.get("backend", "deterministic") not in ("deterministic", "mlx"):
@@ -270,13 +337,36 @@ def summary_lines(report: EvaluationReport) -> list[str]:
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | None = None) -> int:
     """The whole command; returns the exit code (testable without a subprocess)."""
-    from picocontext_diagnostics.backends import provenance, resolve_backend
-
     try:
         args = parse_args(argv)
-        if "help" in args:
-            print(USAGE, file=out)
-            return 0
+    except UsageError as exc:
+        return _fail(exc, err)
+    return execute(args, out, err, cancel, build_parser().format_help())
+
+
+def _fail(exc: PicoContextError, err: TextIO, prog: str = PROG) -> int:
+    print(f"{prog}: {exc.message}", file=err)
+    if isinstance(exc, UsageError):
+        print(f"Run {prog} --help for usage.", file=err)
+    return EXIT_SETUP
+
+
+def execute(
+    args: dict[str, str],
+    out: TextIO,
+    err: TextIO,
+    cancel: CancelToken | None = None,
+    help_text: str = "",
+    prog: str = PROG,
+) -> int:
+    """Run checked options (:func:`check_options`); returns the exit code. Messages start
+    with ``prog`` (the name the command was run under)."""
+    from picocontext_diagnostics.backends import provenance, resolve_backend
+
+    if "help" in args:
+        print(help_text.rstrip("\n"), file=out)
+        return 0
+    try:
         config = choose_config(args)
         output = Path(args["output"]) if "output" in args else default_output()
         quiet = "quiet" in args
@@ -296,7 +386,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
                 f"token limits of the configuration multiplied by {args['bytes-per-token']} "
                 "because the deterministic backend counts UTF-8 bytes"
             )
-        elif handle.name == "deterministic" and config.limits.context_window <= 4_096:
+        elif handle.kind == "deterministic" and config.limits.context_window <= 4_096:
             print(
                 f"Note: the deterministic backend counts UTF-8 bytes, so a "
                 f"{config.limits.context_window}-byte window is far smaller than the same "
@@ -317,26 +407,22 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             runner = EvaluationRunner(config, handle.counter, handle.backend, source)
             report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
         finally:
-            if handle.close is not None:
-                handle.close()
+            handle.close()
         for line in summary_lines(report):
             print(line, file=out)
         write_report(report, output)
         print(f"Saved {output}", file=out)
         return 0 if report.passed else 2
     except (Cancelled, KeyboardInterrupt):
-        print(f"{PROG}: interrupted; no report written", file=err)
+        print(f"{prog}: interrupted; no report written", file=err)
         return 130
     except PicoContextError as exc:
-        print(f"{PROG}: {exc.message}", file=err)
-        if isinstance(exc, UsageError):
-            print(f"Run {PROG} --help for usage.", file=err)
-        return 1
+        return _fail(exc, err, prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point; the return value is the exit code."""
-    return run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
+    """``python -m picocontext_diagnostics.cli``: the ``eval`` command under its old name."""
+    return run_command("eval", argv, prog=PROG, registrar=register)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import functools
 import json
 import os
 import re
-from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -29,6 +28,7 @@ from picocontext import (
     Scope,
     Snapshot,
     ToolCall,
+    read_bounded,
     validate_snapshot,
 )
 from picocontext_diagnostics.errors import FixtureError
@@ -68,12 +68,9 @@ def fixtures_dir() -> Path:
 def load_json_model(model: type[Model], path: Path, max_bytes: int = 1_000_000) -> Model:
     """Read ``path`` (at most ``max_bytes``) and validate it as ``model``; errors name the file."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise FixtureError(f"{path}: {size} bytes is larger than the {max_bytes}-byte limit")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise FixtureError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raw = read_bounded(path, max_bytes)
+    except PicoContextError as exc:  # missing, not a regular file, over the limit
+        raise FixtureError(f"cannot read {exc.message}") from None
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
@@ -404,11 +401,6 @@ def _validated(snapshot: Snapshot, source: str) -> Snapshot:
     except PicoContextError as exc:
         raise FixtureError(f"{source}: the records do not form a valid snapshot: {exc}") from None
     return snapshot
-
-
-def records_text(records: Sequence[Record]) -> str:
-    """All bodies joined by newlines (handy for substring checks in tests and reports)."""
-    return "\n".join(r.body for r in records)
 
 
 def dumps_sorted(value: object) -> str:

@@ -17,8 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from picocontext import CancelToken, ContextSession, RunBudget, RunMode, RunReport
-from picocontext.backend import ModelBackend
+from picocontext import CancelToken, ContextSession, ModelBackend, RunBudget, RunMode, RunReport
 from picocontext.policies import ContextPolicy, PolicyError, PolicySpec, policy_registry
 from picocontext_diagnostics.errors import InvalidConfiguration
 

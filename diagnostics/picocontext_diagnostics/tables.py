@@ -1,5 +1,6 @@
 """Markdown tables from evaluation reports, so a README or results page quotes exactly what
-the JSON says (``python -m picocontext_diagnostics.tables REPORT.json ...``).
+the JSON says (``picocontext tables REPORT.json ...``, or
+``python -m picocontext_diagnostics.tables REPORT.json ...``).
 
 One row per (task, policy): episodes passed and answer steps passed with their Wilson 95 %
 intervals, total input tokens dispatched, prefill tokens actually computed, generated tokens,
@@ -9,12 +10,15 @@ everywhere else; a file that is not an evaluation report is an error naming the 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from picocontext import InputFileError, read_text_bounded
+from picocontext.cli import run_command
 from picocontext_diagnostics.errors import InvalidConfiguration
 
 REPORT_KIND = "picocontext-evaluation"
@@ -29,15 +33,13 @@ HEADER = (
 def load_report(path: Path) -> dict[str, Any]:
     """The parsed report, or a clear error (missing, too large, not JSON, wrong kind)."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InvalidConfiguration(f"cannot read {path}: {exc.strerror}") from exc
-    if size > MAX_REPORT_BYTES:
-        raise InvalidConfiguration(f"{path} is larger than {MAX_REPORT_BYTES:,} bytes")
+        text = read_text_bounded(path, MAX_REPORT_BYTES)
+    except InputFileError as exc:  # missing, not a regular file, too large, not UTF-8
+        raise InvalidConfiguration(f"cannot read {exc.message}") from None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidConfiguration(f"{path} is not a JSON evaluation report: {exc}") from exc
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidConfiguration(f"{path} is not a JSON evaluation report: {exc}") from None
     if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
         raise InvalidConfiguration(f"{path} is not a picocontext evaluation report")
     return data
@@ -84,18 +86,44 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or any(a in ("-h", "--help") for a in args):
-        print("usage: python -m picocontext_diagnostics.tables REPORT.json [REPORT.json ...]")
-        return 0 if args else 2
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """``picocontext tables``: one markdown table from evaluation reports."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "tables",
+        help="a markdown table of evaluation reports (what README/results pages quote)",
+        description="One row per (task, policy) of each evaluation report, as markdown.",
+    )
+    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
-        reports = [load_report(Path(a)) for a in args]
+        reports = [load_report(path) for path in args.reports]
+        for path, report in zip(args.reports, reports, strict=True):
+            _check_rows(path, report)
     except InvalidConfiguration as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(markdown_table(reports))
     return 0
+
+
+def _check_rows(path: Path, report: dict[str, Any]) -> None:
+    """A report of an older schema lacks fields the table quotes: say which, and where."""
+    try:
+        rows(report)
+    except (KeyError, TypeError) as exc:
+        raise InvalidConfiguration(
+            f"{path} lacks {exc} that the table quotes (a report of an older schema?)"
+        ) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m picocontext_diagnostics.tables``: ``picocontext tables`` under its module
+    name."""
+    return run_command("tables", argv, prog="picocontext tables", registrar=register)
 
 
 if __name__ == "__main__":

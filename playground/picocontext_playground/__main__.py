@@ -1,4 +1,4 @@
-"""Entry point of ``picocontext``."""
+"""``python -m picocontext_playground``: ``picocontext app`` under the name ``picocontext``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Command line of ``picocontext``: the window by default, or a headless smoke run.
+"""``picocontext app`` (and ``picocontext`` with no command): the window, or a headless smoke.
 
     picocontext                                   open the playground window
     picocontext --smoke                           order lookup, headless
@@ -19,7 +19,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from picocontext.cli import add_switch, run_command, standalone_parser
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
@@ -32,26 +34,34 @@ REPORT_ENV = "PICOCONTEXT_SMOKE_REPORT"
 IMAGE_ENV = "PICOCONTEXT_SMOKE_IMAGE"
 MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
 EXIT_SETUP = 2
+PROG = "picocontext"
 
+MODEL_NAMES = tuple(c.value for c in ModelChoice if c is not ModelChoice.DIRECTORY)
 _EPISODES = {"retention": Task.RETENTION, "state-updates": Task.STATE_UPDATES}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but errors become :class:`SetupError` so ``run`` owns the exit code."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SetupError(f"{message} (see picocontext --help)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="picocontext",
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """``picocontext app``, also what ``picocontext`` runs when no command is named."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "app",
+        help="the playground window, or a headless comparison (--smoke, --episode-smoke)",
         description=(
             "PicoContext playground: run context policies side by side on one local model. "
             "Without --smoke/--episode-smoke it opens the window."
         ),
         allow_abbrev=False,
     )
+    add_arguments(parser)
+    parser.set_defaults(func=_run_args)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The app's options as a parser of its own, named ``picocontext``."""
+    return standalone_parser(register, PROG)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--smoke", action="store_true", help="headless order-lookup comparison, then exit"
@@ -71,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--model",
-        choices=[c.value for c in ModelChoice if c is not ModelChoice.DIRECTORY],
-        help="model to use (default: embedded SmolLM2 on Linux, Qwen3 on Apple silicon)",
+        metavar="NAME_OR_DIR",
+        help=f"a model name ({', '.join(MODEL_NAMES)}) or a local MLX model directory "
+        "(default: embedded SmolLM2 on Linux, Qwen3 on Apple silicon)",
     )
     parser.add_argument(
         "--model-dir",
@@ -90,11 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="constrained: grammar-enforced decisions, tool calls and JSON answers (default "
         "for embedded models); free: the model writes them unaided",
     )
-    parser.add_argument(
-        "--constrained", action="store_true", help="deprecated spelling of --decoding constrained"
+    add_switch(parser, "--constrained", "deprecated spelling of --decoding constrained|free")
+    add_switch(
+        parser, "--prefix-cache", "reuse the KV cache of the common prompt prefix (default on)"
     )
     parser.add_argument(
-        "--no-prefix-cache", action="store_true", help="recompute every prompt from scratch"
+        "--no-prefix-cache", action="store_true", help="the same as --prefix-cache off"
     )
     parser.add_argument(
         "--report",
@@ -106,7 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help=f"window PNG path (${IMAGE_ENV}; default out/smoke-<task>.png)",
     )
-    return parser
 
 
 DECODINGS = ("free", "constrained")
@@ -115,13 +126,14 @@ DECODINGS = ("free", "constrained")
 def _constrained(args: argparse.Namespace, choice: ModelChoice) -> bool:
     """``--decoding`` (or the deprecated ``--constrained``); by default constrained exactly
     for the embedded models."""
-    if args.decoding is not None and args.constrained and args.decoding != "constrained":
-        raise SetupError("--constrained contradicts --decoding free; use --decoding only")
+    given = args.decoding is not None and args.constrained is not None
+    if given and (args.decoding == "constrained") != bool(args.constrained):
+        raise SetupError(f"--constrained contradicts --decoding {args.decoding}")
     if args.decoding is not None:
         return bool(args.decoding == "constrained")
-    if args.constrained:
-        return True
-    from picocontext.models.registry import MODELS
+    if args.constrained is not None:
+        return bool(args.constrained)
+    from picocontext.models import MODELS
 
     spec = MODELS.get(choice.value)
     return spec is not None and spec.source == "embedded"
@@ -130,6 +142,22 @@ def _constrained(args: argparse.Namespace, choice: ModelChoice) -> bool:
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name, "").strip()
     return Path(value) if value else None
+
+
+def _model_arguments(args: argparse.Namespace) -> tuple[str | None, Path | None]:
+    """(model name, model directory) from ``--model NAME_OR_DIR`` / ``--model-dir DIR``."""
+    if args.backend == "scripted" and (args.model not in (None, "scripted") or args.model_dir):
+        raise SetupError("--backend scripted uses no model; drop --model/--model-dir")
+    if args.model is not None and args.model_dir is not None:
+        raise SetupError("give either --model or --model-dir, not both")
+    if args.model is None or args.model in MODEL_NAMES:
+        return args.model, args.model_dir
+    if not Path(args.model).expanduser().is_dir():
+        raise SetupError(
+            f"--model {args.model!r} is neither a known model ({', '.join(MODEL_NAMES)}) "
+            "nor a model directory"
+        )
+    return None, Path(args.model)
 
 
 def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
@@ -146,15 +174,14 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         task = Task.RETENTION
     if args.pressure and not task.sequential:
         raise SetupError("--pressure applies to --episode-smoke only")
-    model_dir: Path | None = args.model_dir or _env_path(MODEL_DIR_ENV)
-    if args.backend == "scripted" and (args.model not in (None, "scripted") or args.model_dir):
-        raise SetupError("--backend scripted uses no model; drop --model/--model-dir")
-    if args.model is not None and args.model_dir is not None:
-        raise SetupError("give either --model or --model-dir, not both")
-    if args.backend == "scripted" or args.model == ModelChoice.SCRIPTED.value:
+    name, explicit_dir = _model_arguments(args)
+    model_dir: Path | None = explicit_dir or _env_path(MODEL_DIR_ENV)
+    if args.no_prefix_cache and args.prefix_cache:
+        raise SetupError("--no-prefix-cache contradicts --prefix-cache on")
+    if args.backend == "scripted" or name == ModelChoice.SCRIPTED.value:
         choice, model_dir = ModelChoice.SCRIPTED, None
-    elif args.model is not None:
-        choice, model_dir = ModelChoice(args.model), None
+    elif name is not None:
+        choice, model_dir = ModelChoice(name), None
     elif model_dir is not None:
         choice = ModelChoice.DIRECTORY
     else:
@@ -163,6 +190,8 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         choice = default_model()
     if model_dir is not None:
         model_dir = model_dir.expanduser()
+        if model_dir.exists() and not model_dir.is_dir():
+            raise SetupError(f"model directory {model_dir} is a file, not a directory")
         if not model_dir.is_dir():
             raise SetupError(f"model directory {model_dir} does not exist")
     policies = tuple(p.strip() for p in str(args.policies).split(",") if p.strip())
@@ -174,7 +203,7 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
             model=choice,
             model_dir=model_dir,
             constrained=_constrained(args, choice),
-            prefix_cache=not args.no_prefix_cache,
+            prefix_cache=not args.no_prefix_cache and args.prefix_cache is not False,
         )
     except ValueError as exc:
         raise SetupError(_first_error(exc)) from None
@@ -199,8 +228,12 @@ def _first_error(exc: ValueError) -> str:
 
 def run(argv: Sequence[str]) -> int:
     """Parse ``argv`` and run; returns the process exit code."""
+    return run_command("app", argv, prog=PROG, registrar=register)
+
+
+def _run_args(args: argparse.Namespace) -> int:
+    """Run parsed options; a setup problem is one line on stderr and exit code 2."""
     try:
-        args = build_parser().parse_args(list(argv))
         settings = settings_from_args(args)
         headless = bool(args.smoke or args.episode_smoke is not None)
         report = args.report or _env_path(REPORT_ENV)
@@ -224,10 +257,8 @@ def run(argv: Sequence[str]) -> int:
             return run_smoke(settings, report, image)
         return _window(settings)
     except SetupError as exc:
-        print(f"picocontext: {exc.message}", file=sys.stderr)
+        print(f"{PROG}: {exc.message}", file=sys.stderr)
         return EXIT_SETUP
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
 
 
 def _window(settings: ComparisonSettings) -> int:

@@ -22,8 +22,8 @@ from picocontext import (
     RunMode,
     RunReport,
     Snapshot,
+    ToolStep,
 )
-from picocontext.report import ToolStep
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,
@@ -244,16 +244,7 @@ def step_line(policy: str, step: StepView) -> str:
 
 def scaled(budget: RunBudget, factor: int) -> RunBudget:
     """``budget`` with every token amount multiplied (attempt count unchanged)."""
-    if factor == 1:
-        return budget
-    return budget.model_copy(
-        update={
-            "context_window": budget.context_window * factor,
-            "total_tokens": budget.total_tokens * factor,
-            "edit_output_tokens": budget.edit_output_tokens * factor,
-            "completion_output_tokens": budget.completion_output_tokens * factor,
-        }
-    )
+    return budget.scaled(factor)
 
 
 RESULT_CLIP = 600

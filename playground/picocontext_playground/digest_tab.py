@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from picocontext import PicoContextError
 from picocontext.distill import (
     ROOT_ID,
     DigestNode,
@@ -36,9 +37,8 @@ from picocontext.distill import (
     DigestTools,
     MapResult,
     ResolveResult,
+    label_of,
 )
-from picocontext.distill.models import label_of
-from picocontext.errors import PicoContextError
 from picocontext_playground.qtenv import monospace_font
 
 COLUMNS = ("Node", "Level", "Kind", "Tokens", "ContentHash", "SemHash")

@@ -34,14 +34,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from picocontext.backend import ChatModel
-from picocontext.errors import PicoContextError
-from picocontext.manifest.eval import EvalReport, load_cases, run_eval
-from picocontext.manifest.model import Manifest
-from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator, Navigator
-from picocontext.manifest.runtime import LeafResolver, ViewLevel, dict_resolver
-from picocontext.manifest.session import ModeConfig, NavSession
-from picocontext.manifest.validate import load_manifest
+from picocontext import ChatModel, PicoContextError
+from picocontext.manifest import (
+    EvalReport,
+    KeywordNavigator,
+    LeafResolver,
+    LLMNavigator,
+    Manifest,
+    ModeConfig,
+    Navigator,
+    NavSession,
+    ViewLevel,
+    dict_resolver,
+    load_cases,
+    load_manifest,
+    run_eval,
+)
 from picocontext_playground import gcguard
 
 ChatModelFactory = Callable[[], ChatModel]

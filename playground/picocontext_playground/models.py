@@ -1,6 +1,7 @@
 """The one place the playground obtains a model.
 
-:func:`load_model` turns a :class:`ModelChoice` into a token counter and a backend. The
+:func:`load_model` turns a :class:`ModelChoice` into a :class:`picocontext.models.ModelHandle`
+(a token counter, a backend and what reports say about them). The
 ``scripted`` choice is the deterministic stand-in (instant, byte counts); every real choice is
 delegated to :mod:`picocontext.models` (imported lazily, so the app starts without MLX). The
 window, the smoke mode and the tests all go through here, and tests can inject their own
@@ -11,56 +12,30 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from picocontext import Cancelled, CancelToken, ModelBackend, PicoContextError, TokenCounter
+from picocontext import Cancelled, CancelToken, ModelError, PicoContextError
+from picocontext.models import BYTE_UNIT, TOKEN_UNIT, ModelHandle, handle_for
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import ComparisonSettings, ModelChoice
 
 # label, fraction done in 0..1 (``None`` when the amount of work is unknown)
 Progress = Callable[[str, float | None], None]
 
-BYTE_UNIT = "UTF-8 bytes (not model tokens)"
-TOKEN_UNIT = "model tokens"
+# The playground's name for the core's one model handle.
+LoadedModel = ModelHandle
 
-
-def _no_close() -> None:
-    return None
-
-
-@dataclass(slots=True)
-class LoadedModel:
-    """A ready counter/backend pair and what reports must say about it.
-
-    ``budget_scale`` multiplies every token budget: byte-counting stand-ins see about four
-    bytes per model token, so their budgets are scaled to keep the same pressure.
-    """
-
-    counter: TokenCounter
-    backend: ModelBackend
-    model_id: str
-    label: str
-    token_unit: str
-    budget_scale: int = 1
-    details: tuple[str, ...] = ()
-    close: Callable[[], None] = field(default=_no_close)
-    raw: Any = None
-
-    def apply_options(self, settings: ComparisonSettings) -> None:
-        """Push decoding options (constrained decisions, prefix cache) into a real model."""
-        for name, value in (
-            ("constrained", settings.constrained),
-            ("prefix_cache", settings.prefix_cache),
-        ):
-            target = self.raw
-            if target is not None and hasattr(target, name):
-                setattr(target, name, value)
-
-    def caption(self) -> str:
-        return f"{self.label} · {self.token_unit}"
-
+__all__ = [
+    "BYTE_UNIT",
+    "TOKEN_UNIT",
+    "LoadedModel",
+    "ModelCache",
+    "ModelLoader",
+    "Progress",
+    "load_model",
+    "scripted_model",
+    "wrap_model",
+]
 
 ModelLoader = Callable[[ComparisonSettings, Progress, CancelToken], LoadedModel]
 
@@ -76,11 +51,13 @@ def scripted_model(delay: float = 0.0) -> LoadedModel:
     from picocontext_playground.scripted import SCRIPTED_MODEL_ID, ScriptedPlaygroundBackend
 
     backend = ScriptedPlaygroundBackend(order_lookup(), delay=delay)
-    return LoadedModel(
+    return ModelHandle(
         counter=ByteCounter(),
         backend=backend,
         model_id=SCRIPTED_MODEL_ID,
         label="Scripted deterministic model (rules, no weights)",
+        kind="scripted",
+        sampling="deterministic rules, no sampling",
         token_unit=BYTE_UNIT,
         budget_scale=4,
         details=(
@@ -99,8 +76,7 @@ def _real_model(
     The choice made in the window is explicit, so it is honoured as chosen (no fallback to
     another model, and ``PICOCONTEXT_MODEL_DIR`` only matters for the directory choice)."""
     try:
-        from picocontext.models import registry
-        from picocontext.models.mlx_backend import MLXModel
+        from picocontext.models import MODELS, MLXModel, fetch_hub_model
     except ImportError as exc:
         raise SetupError(
             f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
@@ -124,16 +100,17 @@ def _real_model(
                 )
             model_id = path.name
         else:
-            spec = registry.MODELS[settings.model.value]
+            spec = MODELS[settings.model.value]
             if spec.source == "embedded":
-                from picocontext.models.embedded import MODEL_NAME, ensure_embedded_model
+                from picocontext.models import EMBEDDED_MODEL_NAME as MODEL_NAME
+                from picocontext.models import ensure_embedded_model
 
                 progress(f"Preparing the embedded {MODEL_NAME}…", None)
                 path = ensure_embedded_model(log=log)
                 model_id = MODEL_NAME
             else:
                 progress(f"Looking for {spec.repo_id} (about {spec.approx_mb} MB)…", None)
-                path = registry.fetch_hub_model(spec, progress=fraction)
+                path = fetch_hub_model(spec, progress=fraction)
                 model_id = spec.repo_id or spec.name
                 revision = spec.revision
         cancel.check()
@@ -163,36 +140,13 @@ def _real_model(
     return wrap_model(loaded)
 
 
-def wrap_model(loaded: Any) -> LoadedModel:
-    """Describe a loaded real model (anything that is both counter and backend)."""
-    if not isinstance(loaded, TokenCounter) or not isinstance(loaded, ModelBackend):
-        raise SetupError(f"{type(loaded).__name__} is not a token counter and backend")
-    model_id = str(getattr(loaded, "model_id", type(loaded).__name__))
-    revision = getattr(loaded, "revision", None)
-    label = model_id + (f" @ {str(revision)[:12]}" if revision else "")
-    details: list[str] = ["greedy sampling (temperature 0)"]
-    seconds = getattr(loaded, "load_seconds", None)
-    if isinstance(seconds, float):
-        details.append(f"load time {seconds:.2f} s (excluded from run times)")
-    describe = getattr(loaded, "describe", None)
-    if callable(describe):
-        info = describe()
-        if isinstance(info, dict):
-            skip = {"backend", "model", "modelRevision", "loadSeconds", "sampling"}
-            details.extend(f"{k}: {v}" for k, v in info.items() if k not in skip and v != "")
-    details.extend(str(note) for note in getattr(loaded, "notes", ()) or ())
-    closer = getattr(loaded, "close", None)
-    return LoadedModel(
-        counter=loaded,
-        backend=loaded,
-        model_id=model_id,
-        label=label,
-        token_unit=TOKEN_UNIT,
-        budget_scale=1,
-        details=tuple(details),
-        close=closer if callable(closer) else _no_close,
-        raw=loaded,
-    )
+def wrap_model(loaded: object) -> ModelHandle:
+    """The handle of a loaded real model (anything that is both counter and backend and
+    describes itself)."""
+    try:
+        return handle_for(loaded)
+    except ModelError as exc:
+        raise SetupError(exc.message) from None
 
 
 def load_model(
@@ -227,7 +181,7 @@ class ModelCache:
         key = (settings.model, settings.model_dir)
         with self._lock:
             if self._model is not None and self._key == key:
-                self._model.apply_options(settings)
+                self._model.apply_options(settings.prefix_cache, settings.constrained)
                 return self._model
             self._close_locked()
             model = self.loader(settings, progress, cancel)

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from picocontext import RunReport, Snapshot
+from picocontext import Record, RunReport, Snapshot
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
@@ -143,17 +143,25 @@ def step_block(step: StepView) -> list[str]:
     return lines
 
 
+def record_header(record: Record, *, role_first: bool = False) -> str:
+    """``id · role · protected · result for X · calls f(id)``: how a record is labelled in
+    the report and in the window (which puts the role first)."""
+    first = [record.role.value, record.id] if role_first else [record.id, record.role.value]
+    parts = list(first)
+    if record.protected:
+        parts.append("protected")
+    if record.tool_call_id:
+        parts.append(f"result for {record.tool_call_id}")
+    if record.tool_calls:
+        parts.append("calls " + ", ".join(f"{c.name}({c.id})" for c in record.tool_calls))
+    return " · ".join(parts)
+
+
 def context_lines(title: str, snapshot: Snapshot) -> list[str]:
     lines = [f"{title} · revision {snapshot.revision} · {len(snapshot.records)} records"]
     for record in snapshot.records:
-        head = f"[{record.id} · {record.role.value}"
-        if record.protected:
-            head += " · protected"
-        if record.tool_call_id:
-            head += f" · result for {record.tool_call_id}"
-        if record.tool_calls:
-            head += " · calls " + ", ".join(f"{c.name}({c.id})" for c in record.tool_calls)
-        lines += [head + "]", record.body if record.body else "(empty body)"]
+        body = record.body if record.body else "(empty body)"
+        lines += [f"[{record_header(record)}]", body]
     return lines
 
 

@@ -31,6 +31,7 @@ from picocontext_playground.comparison import (
     tool_calls_text,
 )
 from picocontext_playground.qtenv import monospace_font
+from picocontext_playground.textreport import record_header
 
 PASS = "\u2713"
 FAIL = "\u2717"
@@ -488,13 +489,7 @@ class ContextView(QTextBrowser):
         self.setHtml("".join(parts))
 
     def _record_html(self, record: Record, state: str) -> str:
-        head = f"{record.role.value} · {record.id}"
-        if record.protected:
-            head += " · protected"
-        if record.tool_call_id:
-            head += f" · result for {record.tool_call_id}"
-        if record.tool_calls:
-            head += " · calls " + ", ".join(f"{c.name}({c.id})" for c in record.tool_calls)
+        head = record_header(record, role_first=True)
         style = "margin: 0;"
         tag = ""
         if state == "deleted":

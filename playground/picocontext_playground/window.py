@@ -8,8 +8,8 @@ always belongs to the settings shown.
 
 from __future__ import annotations
 
-import importlib
 import platform
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QThread, Signal, Slot
@@ -72,11 +72,26 @@ MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
 COLUMN_MIN_WIDTH = 440
 
-# Optional tabs built by other parts of the project: (module, label). Imported lazily and
-# skipped when missing, so the comparison works on its own.
-EXTRA_TABS = (
-    ("picocontext_playground.manifest_tab", "Manifest"),
-    ("picocontext_playground.digest_tab", "Digest"),
+# The tabs next to the comparison, each built by a factory (its module is imported lazily).
+TabFactory = Callable[[QWidget], QWidget]
+
+
+def _manifest_tab(parent: QWidget) -> QWidget:
+    from picocontext_playground.manifest_tab import create_tab
+
+    return create_tab(parent)
+
+
+def _digest_tab(parent: QWidget) -> QWidget:
+    from picocontext_playground.digest_tab import DigestTab
+
+    return DigestTab()
+
+
+# label -> factory; a tab that fails to build is replaced by a page that says why.
+EXTRA_TABS: tuple[tuple[str, TabFactory], ...] = (
+    ("Manifest", _manifest_tab),
+    ("Digest", _digest_tab),
 )
 
 
@@ -359,17 +374,17 @@ class MainWindow(QMainWindow):
         return box
 
     def _add_extra_tabs(self) -> list[str]:
-        added: list[str] = []
-        for module_name, label in EXTRA_TABS:
+        """Every extra tab, in order. One that fails to build becomes a page naming the
+        error (and :attr:`tab_errors` records it), so it never silently disappears."""
+        self.tab_errors: dict[str, str] = {}
+        for label, factory in EXTRA_TABS:
             try:
-                module = importlib.import_module(module_name)
-            except ImportError:
-                continue
-            widget = _make_tab(module, self)
-            if widget is not None:
-                self.tabs.addTab(widget, label)
-                added.append(label)
-        return added
+                widget = factory(self)
+            except Exception as exc:  # shown to the user as the tab's content
+                self.tab_errors[label] = f"{type(exc).__name__}: {exc}"
+                widget = _error_page(label, self.tab_errors[label])
+            self.tabs.addTab(widget, label)
+        return [label for label, _ in EXTRA_TABS]
 
     # -- settings ---------------------------------------------------------------------------
     def apply_settings(self, settings: ComparisonSettings) -> None:
@@ -687,28 +702,15 @@ class MainWindow(QMainWindow):
         event.accept()
 
 
-def _make_tab(module: object, parent: QWidget) -> QWidget | None:
-    """Build a tab from an optional module: a ``create_tab(parent)`` function or the first
-    ``*Tab`` QWidget subclass it defines. Failures leave the tab out (the comparison never
-    depends on them)."""
-    factory = getattr(module, "create_tab", None)
-    try:
-        if callable(factory):
-            widget = factory(parent)
-            return widget if isinstance(widget, QWidget) else None
-        for name in dir(module):
-            value = getattr(module, name)
-            if (
-                name.endswith("Tab")
-                and isinstance(value, type)
-                and issubclass(value, QWidget)
-                and value.__module__ == getattr(module, "__name__", None)
-            ):
-                created = value()
-                return created if isinstance(created, QWidget) else None
-    except Exception:  # an optional tab must never take the playground down
-        return None
-    return None
+def _error_page(label: str, error: str) -> QWidget:
+    page = QLabel(
+        f"The {label} tab could not be built: {error}\n\nThe comparison still works; "
+        "please report this error."
+    )
+    page.setObjectName("tabError")
+    page.setWordWrap(True)
+    page.setAlignment(Qt.AlignmentFlag.AlignCenter)
+    return page
 
 
 __all__ = ["DEFAULT_POLICIES", "MainWindow", "PolicyColumn", "default_model"]

@@ -377,3 +377,8 @@ def test_real_mlx_path_on_the_tiny_model(tmp_path: Path) -> None:
     assert calls and all(c.token_count == len(c.token_ids) > 0 for c in calls)
     assert all(r.prefill_tokens <= r.input_tokens for r in report.results)
     assert f"Saved {output}" in out
+
+
+def test_bare_decoding_switches_mean_on() -> None:
+    args = cli.parse_args(["--backend", "mlx", "--constrained", "--prefix-cache", "off"])
+    assert (args["constrained"], args["prefix-cache"]) == ("on", "off")

@@ -162,6 +162,9 @@ class FakeModel(DeterministicNotebookBackend):
     def describe(self) -> dict[str, Any]:
         return {"model": "fake", "decoding": self.decoding, "prefixCache": True}
 
+    def close(self) -> None:
+        return None
+
 
 @pytest.mark.parametrize(
     ("flags", "loader_gets", "decoding"),

@@ -55,3 +55,15 @@ def test_main_prints_the_table_and_rejects_other_files(
     with pytest.raises(InvalidConfiguration, match="cannot read"):
         load_report(tmp_path / "missing.json")
     assert main([]) == 2
+
+
+def test_a_report_missing_a_quoted_field_is_one_clear_line(
+    report_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = json.loads(report_path.read_text(encoding="utf-8"))
+    del data["summary"]["policies"][0]["total_input_tokens"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data), encoding="utf-8")
+    assert main([str(old)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "total_input_tokens" in err and "Traceback" not in err

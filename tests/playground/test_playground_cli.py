@@ -167,3 +167,19 @@ def test_settings_validation() -> None:
 
 def test_parser_is_argparse() -> None:
     assert isinstance(cli.build_parser(), argparse.ArgumentParser)
+
+
+def test_decoding_switches_and_model_are_spelled_like_every_other_command(tmp_path: Path) -> None:
+    # --constrained / --prefix-cache take on|off (bare means on), --model a name or a directory,
+    # as in `picocontext eval`.
+    assert parse("--smoke", "--constrained").constrained
+    assert not parse("--smoke", "--constrained", "off").constrained
+    assert not parse("--smoke", "--prefix-cache", "off").prefix_cache
+    assert parse("--smoke", "--prefix-cache", "on").prefix_cache
+    assert not parse("--smoke", "--no-prefix-cache").prefix_cache
+    settings = parse("--smoke", "--model", str(tmp_path))
+    assert settings.model is ModelChoice.DIRECTORY and settings.model_dir == tmp_path
+    with pytest.raises(SetupError, match="neither a known model"):
+        parse("--smoke", "--model", str(tmp_path / "nowhere"))
+    with pytest.raises(SetupError, match="contradicts"):
+        parse("--smoke", "--no-prefix-cache", "--prefix-cache", "on")

@@ -325,3 +325,39 @@ def test_navigated_column_lists_its_tool_calls(qtbot: QtBot, window: MainWindow)
     assert "Call 1" in shown and "open" in shown and "ok" in shown
     assert outcome.tool_steps[0].arguments in shown
     assert column.card.calls.text().startswith(f"Tool calls {len(outcome.tool_steps)}: open")
+
+
+def test_every_extra_tab_is_built(qt_app: QApplication, qtbot: QtBot) -> None:
+    from picocontext_playground import window as window_module
+
+    win = MainWindow(SCRIPTED)
+    qtbot.addWidget(win)
+    labels = [win.tabs.tabText(i) for i in range(win.tabs.count())]
+    assert labels == ["Comparison", *(label for label, _ in window_module.EXTRA_TABS)]
+    assert labels[1:] == ["Manifest", "Digest"]
+    assert win.tab_errors == {}
+    pages = [win.tabs.widget(i) for i in range(win.tabs.count())]
+    assert all(page is not None and page.objectName() != "tabError" for page in pages)
+
+
+def test_a_tab_that_fails_to_build_is_an_error_the_user_sees(
+    qt_app: QApplication, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from picocontext_playground import window as window_module
+
+    def broken(parent: object) -> object:
+        raise RuntimeError("no manifest for you")
+
+    tabs = (("Manifest", broken), *window_module.EXTRA_TABS[1:])
+    monkeypatch.setattr(window_module, "EXTRA_TABS", tabs)
+    win = MainWindow(SCRIPTED)
+    qtbot.addWidget(win)
+    assert [win.tabs.tabText(i) for i in range(win.tabs.count())] == [
+        "Comparison",
+        "Manifest",
+        "Digest",
+    ]
+    page = win.tabs.widget(1)
+    assert isinstance(page, QLabel) and page.objectName() == "tabError"
+    assert "RuntimeError: no manifest for you" in page.text()
+    assert win.tab_errors == {"Manifest": "RuntimeError: no manifest for you"}

@@ -7,7 +7,9 @@ contrast and repair; shaping fits the tree to each budget and proves every leaf 
 emit writes one validated manifest per budget, a leaf store and ``llms.txt``.
 """
 
-from picocontext.build.compiler import BuildOptions, BuildResult, compile_source
+from picocontext.build.adapters import load_source
+from picocontext.build.compiler import BuildOptions, BuildResult, compile_source, compile_tree
+from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import (
     BuildError,
     ConfigError,
@@ -16,7 +18,7 @@ from picocontext.build.errors import (
     SelfCheckFailed,
     SourceError,
 )
-from picocontext.build.ir import SourceNode, SourceTree
+from picocontext.build.ir import SourceNode, SourceTree, path_id
 
 __all__ = [
     "BuildError",
@@ -25,9 +27,13 @@ __all__ = [
     "ConfigError",
     "EngineError",
     "GateFailed",
+    "OfflineEngine",
     "SelfCheckFailed",
     "SourceError",
     "SourceNode",
     "SourceTree",
     "compile_source",
+    "compile_tree",
+    "load_source",
+    "path_id",
 ]

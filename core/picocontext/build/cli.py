@@ -1,9 +1,10 @@
 """``pcx build``: compile a source into budgeted pcx manifests.
 
-Registered into the ``pcx`` CLI through :func:`register`; also runnable alone as
-``python -m picocontext.build``. Exit codes: 0 ok, 2 bad input or configuration, 3 a quality
-gate failed, 4 a variant failed its self-check (schema, structure, baseline or oracle
-reachability). Nothing is written unless every variant passed.
+Registered into ``picocontext pcx`` through :func:`register` (entry-point group
+``picocontext.pcx_commands``); also runnable alone as ``python -m picocontext.build``. Exit
+codes: 0 ok, 2 bad input or configuration, 3 a quality gate failed, 4 a variant failed its
+self-check (schema, structure, baseline or oracle reachability). Nothing is written unless
+every variant passed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from picocontext.build.engines.base import DescriptorEngine
 from picocontext.build.engines.llm import LLMEngine
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import ConfigError, GateFailed, SelfCheckFailed
+from picocontext.cli import run_command
 from picocontext.errors import PicoContextError
 
 _BUDGET = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
@@ -311,6 +313,5 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pcx build", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m picocontext.build``: ``pcx build`` on its own."""
+    return run_command("build", argv, prog="pcx build", registrar=register)

@@ -1,4 +1,6 @@
-"""Errors of :mod:`picocontext.build`, all under :class:`BuildError`.
+"""Errors of :mod:`picocontext.build`: :class:`BuildError` and its subclasses, plus the
+core's :class:`~picocontext.errors.ConfigError` and :class:`~picocontext.errors.SourceError`
+(shared with distillation) for bad options and unreadable sources.
 
 Each carries a message a user can act on; the CLI maps the classes to exit codes (2 for bad
 input or configuration, 3 for a failed quality gate, 4 for a manifest that failed its own
@@ -9,19 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from picocontext.errors import PicoContextError
+from picocontext.errors import ConfigError, PicoContextError, SourceError
 
 
 class BuildError(PicoContextError):
     """Base of every error raised by :mod:`picocontext.build`."""
-
-
-class SourceError(BuildError):
-    """The source cannot be read or does not have the shape its adapter expects."""
-
-
-class ConfigError(BuildError):
-    """A bad option: budgets, preset, engine settings."""
 
 
 class EngineError(BuildError):
@@ -42,3 +36,13 @@ class SelfCheckFailed(BuildError):
         shown = "\n  ".join(self.problems[:15])
         more = f"\n  ... and {len(self.problems) - 15} more" if len(self.problems) > 15 else ""
         super().__init__(f"the {budget}-token variant failed its self-check:\n  {shown}{more}")
+
+
+__all__ = [
+    "BuildError",
+    "ConfigError",
+    "EngineError",
+    "GateFailed",
+    "SelfCheckFailed",
+    "SourceError",
+]

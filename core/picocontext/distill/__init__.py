@@ -18,13 +18,8 @@ from picocontext.distill.agent import (
 )
 from picocontext.distill.cas import BlobStore, GCReport, address_of
 from picocontext.distill.clusterer import SimHashClusterer
-from picocontext.distill.distiller import (
-    METRIC_NAMES,
-    Counters,
-    DistillConfig,
-    Distiller,
-    whitespace_tokens,
-)
+from picocontext.distill.config import METRIC_NAMES, Counters, DistillConfig, whitespace_tokens
+from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import (
     Embedder,
     HiddenStateModel,
@@ -81,6 +76,7 @@ from picocontext.distill.models import (
     SweepReport,
     SyncReport,
     Unit,
+    label_of,
 )
 from picocontext.distill.semhash import (
     cluster_prefix,
@@ -97,6 +93,7 @@ from picocontext.distill.sources import (
 )
 from picocontext.distill.store import NodeStore
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
+from picocontext.distill.testing import FakeSummarizer, ancestors, depth_to
 from picocontext.distill.worker import DistillWorker, next_fire_delay
 
 __all__ = [
@@ -124,6 +121,7 @@ __all__ = [
     "DocumentFolderSource",
     "Embedder",
     "EmbedderError",
+    "FakeSummarizer",
     "GCReport",
     "Guard",
     "GuardInput",
@@ -161,14 +159,17 @@ __all__ = [
     "ToolCallError",
     "Unit",
     "address_of",
+    "ancestors",
     "apply_guard",
     "canonical_value",
     "cluster_prefix",
+    "depth_to",
     "digest_tool_schema",
     "distill_tool_schemas",
     "format_sem_hash",
     "hamming",
     "l0_content_hash",
+    "label_of",
     "map_tool_schema",
     "membership_hash",
     "next_fire_delay",

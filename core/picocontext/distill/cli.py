@@ -1,4 +1,4 @@
-"""``picocontext-distill``: build, sync and query a digest tree from the command line.
+"""``picocontext distill`` (alias ``picocontext-distill``): build, sync and query a digest tree.
 
 A corpus is a directory (default: the platform data dir ``picocontext/distill/default``). The
 first ``sync`` records its sources and settings there, so later commands need no options.
@@ -15,20 +15,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from picocontext.cli import run_command
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
-from picocontext.distill.distiller import DistillConfig, Distiller, whitespace_tokens
+from picocontext.distill.config import DistillConfig, whitespace_tokens
+from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import Embedder, LexicalEmbedder
-from picocontext.distill.errors import ConfigError, DistillError, SourceError
+from picocontext.distill.errors import ConfigError, NoCorpus, SourceError
 from picocontext.distill.guard import Guard, RegexGuard
 from picocontext.distill.models import Altitude
 from picocontext.distill.sources import ConversationSource, DocumentFolderSource, SourceAdapter
 from picocontext.distill.store import NodeStore
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.errors import PicoContextError
+from picocontext.files import InputFileError, read_text_bounded
 
 CONFIG_KEY = "cli_config"
 
@@ -49,13 +52,23 @@ def _positive(text: str) -> int:
     return value
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="picocontext-distill",
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """``picocontext distill``: the parser, one subparser per subcommand, each with its
+    ``func``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "distill",
+        help="distil documents and conversations into a Merkle tree of summaries",
         description="Distil documents and conversations into a Merkle tree of summaries.",
     )
     parser.add_argument("--corpus", type=Path, default=None, help="corpus directory")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="distill_command", metavar="COMMAND", required=True)
+    _add_commands(sub)
+    for child in set(sub.choices.values()):
+        child.set_defaults(func=_guarded(child.get_default("func")))
+    return parser
+
+
+def _add_commands(sub: Any) -> None:
 
     sync = sub.add_parser("sync", help="build or update the tree from its sources")
     sync.add_argument("--docs", action="append", default=[], help="a document folder")
@@ -84,20 +97,24 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sync.add_argument("--recipe", default=None, help="explicit recipe salt")
     sync.add_argument("--json", action="store_true")
+    sync.set_defaults(func=_sync)
 
     m = sub.add_parser("map", help="outline of the tree, optionally diffed")
     m.add_argument("--scope", default="")
     m.add_argument("--known", type=Path, default=None, help="JSON file from `snapshot`")
     m.add_argument("--prune-unchanged", action="store_true")
     m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_map)
 
     d = sub.add_parser("digest", help="a node's summary and its children")
     d.add_argument("node_id")
     d.add_argument("--json", action="store_true")
+    d.set_defaults(func=_digest)
 
     r = sub.add_parser("resolve", help="find nodes by ContentHash or SemHash")
     r.add_argument("hash")
     r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_resolve)
 
     rc = sub.add_parser("recall", help="altitude-aware recall under a token budget")
     rc.add_argument("query")
@@ -105,27 +122,58 @@ def _build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--altitude", choices=[a.name.lower() for a in Altitude], default="auto")
     rc.add_argument("--scope", default="")
     rc.add_argument("--json", action="store_true")
+    rc.set_defaults(func=_recall)
 
-    sub.add_parser("snapshot", help="print nodeId -> contentHash (remember it for map --known)")
+    snap = sub.add_parser(
+        "snapshot", help="print nodeId -> contentHash (remember it for map --known)"
+    )
+    snap.set_defaults(func=_snapshot)
     g = sub.add_parser("gc", help="remove unreferenced summary blobs")
     g.add_argument("--grace", type=float, default=3600.0, help="seconds (default 3600)")
+    g.set_defaults(func=_gc)
     st = sub.add_parser("stats", help="node counts, pending marks, recipes")
     st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_stats)
     w = sub.add_parser("watch", help="poll the sources and sweep with the debounced worker")
     w.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
     w.add_argument("--debounce", type=float, default=1.0)
     w.add_argument("--iterations", type=int, default=0, help="stop after N polls (0: never)")
-    sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
-    sub.add_parser("repair", help="drop nodes whose blobs are corrupt or missing, then sync")
-    sub.add_parser(
+    w.set_defaults(func=_watch)
+    tools = sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
+    tools.set_defaults(func=_tools)
+    repair = sub.add_parser(
+        "repair", help="drop nodes whose blobs are corrupt or missing, then sync"
+    )
+    repair.set_defaults(func=_repair)
+    complete = sub.add_parser(
         "complete",
         help="write every pending view summary now (views are otherwise summarised when "
         "digest or recall first needs them)",
     )
+    complete.set_defaults(func=_complete)
     c = sub.add_parser("call", help="run one tool call as a model would")
     c.add_argument("name")
     c.add_argument("arguments", nargs="?", default="{}")
-    return parser
+    c.set_defaults(func=_call)
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _guarded(func: Command) -> Command:
+    """``distill``'s exit codes for errors of the project: 2 no corpus, else 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except NoCorpus as exc:
+            print(exc.message, file=sys.stderr)
+            return 2
+        except PicoContextError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def _load_config(store: NodeStore) -> dict[str, Any]:
@@ -239,47 +287,73 @@ def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def run(argv: Sequence[str]) -> int:
-    args = _build_parser().parse_args(list(argv))
-    corpus: Path = args.corpus or default_corpus()
-    if args.command == "tools":
-        _print(distill_tool_schemas())
-        return 0
-    if args.command == "sync":
-        return _sync(corpus, args)
-    if args.command == "repair":
-        return _repair(corpus)
-    if args.command == "watch":
-        return _watch(corpus, args)
-    if not (corpus / "nodes.sqlite").exists():
-        print(
-            f"No corpus at {corpus}; run `picocontext-distill sync --docs DIR` first.",
-            file=sys.stderr,
-        )
-        return 2
-    store = NodeStore(corpus / "nodes.sqlite")
+def _corpus(args: argparse.Namespace) -> Path:
+    return Path(args.corpus) if args.corpus else default_corpus()
+
+
+def _stored_config(corpus: Path, must_exist: bool = True) -> dict[str, Any]:
+    """The settings the first ``sync`` recorded in the corpus; a missing corpus is an error
+    when ``must_exist`` (the commands that read one), otherwise an empty configuration."""
+    path = corpus / "nodes.sqlite"
+    if not path.exists():
+        if must_exist:
+            raise NoCorpus(str(corpus))
+        return {}
+    probe = NodeStore(path)
     try:
+        return _load_config(probe)
+    finally:
+        probe.close()
+
+
+def _tools(args: argparse.Namespace) -> int:
+    _print(distill_tool_schemas())
+    return 0
+
+
+class _Query:
+    """An open corpus for the query commands: the store, the agent tools, and one model slot
+    shared by the query embedder and the pending-view completer (the model loads at most
+    once, and only if a query or a completion needs it)."""
+
+    def __init__(self, corpus: Path) -> None:
         from picocontext.distill.cas import BlobStore
 
-        config = _load_config(store)
-        # One model slot for the query embedder and the pending-view completer: the model
-        # loads at most once, and only if a query or a completion needs it.
-        models = _ModelSlot(config)
-        completer = _Completer(corpus, config, models)
-        tools = DigestTools(
-            store,
-            BlobStore(corpus / "cas"),
-            whitespace_tokens,
-            _embedder(config, models),
-            complete=completer,
-        )
+        self.corpus = corpus
+        self.config = _stored_config(corpus)
+        self.store = NodeStore(corpus / "nodes.sqlite")
+        self.models = _ModelSlot(self.config)
+        self.completer = _Completer(corpus, self.config, self.models)
         try:
-            return _query(args, store, tools, corpus, config)
+            self.tools = DigestTools(
+                self.store,
+                BlobStore(corpus / "cas"),
+                whitespace_tokens,
+                _embedder(self.config, self.models),
+                complete=self.completer,
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.completer.close()
+        self.models.close()
+        self.store.close()
+
+
+QueryCommand = Callable[[argparse.Namespace, _Query], int]
+
+
+def _on_corpus(command: QueryCommand) -> Command:
+    def run(args: argparse.Namespace) -> int:
+        query = _Query(_corpus(args))
+        try:
+            return command(args, query)
         finally:
-            completer.close()
-            models.close()
-    finally:
-        store.close()
+            query.close()
+
+    return run
 
 
 class _Completer:
@@ -303,13 +377,10 @@ class _Completer:
             self._distiller = None
 
 
-def _sync(corpus: Path, args: argparse.Namespace) -> int:
+def _sync(args: argparse.Namespace) -> int:
+    corpus = _corpus(args)
     corpus.mkdir(parents=True, exist_ok=True)
-    probe = NodeStore(corpus / "nodes.sqlite")
-    try:
-        config = _load_config(probe)
-    finally:
-        probe.close()
+    config = _stored_config(corpus, must_exist=False)
     if args.docs:
         config["docs"] = [str(Path(p).resolve()) for p in args.docs]
     if args.sessions:
@@ -356,7 +427,7 @@ def _sync(corpus: Path, args: argparse.Namespace) -> int:
         models.close()
 
 
-def _watch(corpus: Path, args: argparse.Namespace) -> int:
+def _watch(args: argparse.Namespace) -> int:
     """Poll every source; changed units are marked and the worker sweeps once the marks go
     quiet (debounce) or at the latest after 10x the debounce."""
     import time
@@ -364,14 +435,8 @@ def _watch(corpus: Path, args: argparse.Namespace) -> int:
     from picocontext.distill.models import SweepReport
     from picocontext.distill.worker import DistillWorker
 
-    if not (corpus / "nodes.sqlite").exists():
-        print(f"No corpus at {corpus}; run `sync --docs DIR` first.", file=sys.stderr)
-        return 2
-    probe = NodeStore(corpus / "nodes.sqlite")
-    try:
-        config = _load_config(probe)
-    finally:
-        probe.close()
+    corpus = _corpus(args)
+    config = _stored_config(corpus)
     distiller, adapters, models = _open_distiller(corpus, config)
 
     def report(r: SweepReport) -> None:
@@ -405,15 +470,9 @@ def _watch(corpus: Path, args: argparse.Namespace) -> int:
     return 0
 
 
-def _repair(corpus: Path) -> int:
-    if not (corpus / "nodes.sqlite").exists():
-        print(f"No corpus at {corpus}.", file=sys.stderr)
-        return 2
-    probe = NodeStore(corpus / "nodes.sqlite")
-    try:
-        config = _load_config(probe)
-    finally:
-        probe.close()
+def _repair(args: argparse.Namespace) -> int:
+    corpus = _corpus(args)
+    config = _stored_config(corpus)
     distiller, adapters, models = _open_distiller(corpus, config)
     try:
         dropped = distiller.repair()
@@ -429,98 +488,129 @@ def _repair(corpus: Path) -> int:
         models.close()
 
 
-def _query(
-    args: argparse.Namespace,
-    store: NodeStore,
-    tools: DigestTools,
-    corpus: Path,
-    config: dict[str, Any],
-) -> int:
-    if args.command == "map":
-        known = json.loads(args.known.read_text(encoding="utf-8")) if args.known else None
-        result = tools.map(args.scope or None, known, args.prune_unchanged)
-        if args.json:
-            _print(result.wire())
-        else:
-            print(render_outline(result, {n.id: n for n in store.nodes()}))
-        return 0
-    if args.command == "digest":
-        view = tools.digest(args.node_id)
-        if args.json:
-            _print(view.wire())
-        else:
-            print(f"{view.node.id} [{view.node.kind}] {view.tokens} tokens")
-            print(view.summary)
-            for child in view.children:
-                print(f"  - {child.id}: {child.summary[:100]}")
-        return 0
-    if args.command == "resolve":
-        res = tools.resolve(args.hash)
-        if args.json:
-            _print(res.wire())
-        else:
-            print(f"exact: {res.exact.id if res.exact else '-'}")
-            for match in res.near:
-                print(f"near: {match.node.id} ({match.hamming_bits} bits)")
-        return 0
-    if args.command == "recall":
-        pack = tools.recall(args.query, args.budget, Altitude[args.altitude.upper()], args.scope)
-        if args.json:
-            _print(pack.wire())
-        else:
-            print(
-                f"altitude={pack.altitude.name.lower()} tokens={pack.tokens}/{pack.budget} "
-                f"omitted={pack.omitted}"
-            )
-            for item in pack.items:
-                print(f"--- {item.node_id} ({item.tokens} tokens)\n{item.text}")
-        return 0
-    if args.command == "snapshot":
-        _print({n.id: n.content_hash for n in store.nodes()})
-        return 0
-    if args.command == "gc":
-        from picocontext.distill.cas import BlobStore
+KNOWN_LIMIT = 64 * 1024 * 1024
 
-        report = BlobStore(corpus / "cas").gc(store.live_blob_addresses(), args.grace)
-        _print(report.model_dump(mode="json"))
-        return 0
-    if args.command == "stats":
-        nodes = store.nodes()
-        stats = {
-            "corpus": str(corpus),
-            "nodes": len(nodes),
-            "by_level": {str(lv): sum(1 for n in nodes if n.level == lv) for lv in (0, 1, 2)},
-            "pending": store.pending_count(),
-            "pending_views": sum(1 for n in nodes if n.is_pending),
-            "blocked": store.blocked_count(),
-            "recipe": store.meta_get("recipe"),
-            "semantic_recipe": store.meta_get("semantic_recipe"),
-            "config": config,
-        }
-        if args.json:
-            _print(stats)
-        else:
-            for key, value in stats.items():
-                print(f"{key}: {value}")
-        return 0
-    if args.command == "call":
-        _print(tools.call(args.name, args.arguments))
-        return 0
-    if args.command == "complete":
-        written = tools.complete(None) if tools.complete is not None else 0
-        print(f"wrote {written} pending view summaries")
-        return 0
-    raise DistillError(f"Unknown command {args.command!r}.")  # pragma: no cover
+
+def _known(path: Path) -> dict[str, str]:
+    """The ``snapshot`` output a ``map --known`` diffs against: ``{nodeId: contentHash}``."""
+    try:
+        data = json.loads(read_text_bounded(path, KNOWN_LIMIT))
+    except InputFileError as exc:
+        raise ConfigError(f"--known {exc.message}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"--known {path} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(
+            f"--known {path} must be a JSON object of node id -> content hash "
+            "(the output of `picocontext distill snapshot`)"
+        )
+    return data
+
+
+@_on_corpus
+def _map(args: argparse.Namespace, q: _Query) -> int:
+    known = _known(args.known) if args.known else None
+    result = q.tools.map(args.scope or None, known, args.prune_unchanged)
+    if args.json:
+        _print(result.wire())
+    else:
+        print(render_outline(result, {n.id: n for n in q.store.nodes()}))
+    return 0
+
+
+@_on_corpus
+def _digest(args: argparse.Namespace, q: _Query) -> int:
+    view = q.tools.digest(args.node_id)
+    if args.json:
+        _print(view.wire())
+    else:
+        print(f"{view.node.id} [{view.node.kind}] {view.tokens} tokens")
+        print(view.summary)
+        for child in view.children:
+            print(f"  - {child.id}: {child.summary[:100]}")
+    return 0
+
+
+@_on_corpus
+def _resolve(args: argparse.Namespace, q: _Query) -> int:
+    res = q.tools.resolve(args.hash)
+    if args.json:
+        _print(res.wire())
+    else:
+        print(f"exact: {res.exact.id if res.exact else '-'}")
+        for match in res.near:
+            print(f"near: {match.node.id} ({match.hamming_bits} bits)")
+    return 0
+
+
+@_on_corpus
+def _recall(args: argparse.Namespace, q: _Query) -> int:
+    pack = q.tools.recall(args.query, args.budget, Altitude[args.altitude.upper()], args.scope)
+    if args.json:
+        _print(pack.wire())
+    else:
+        print(
+            f"altitude={pack.altitude.name.lower()} tokens={pack.tokens}/{pack.budget} "
+            f"omitted={pack.omitted}"
+        )
+        for item in pack.items:
+            print(f"--- {item.node_id} ({item.tokens} tokens)\n{item.text}")
+    return 0
+
+
+@_on_corpus
+def _snapshot(args: argparse.Namespace, q: _Query) -> int:
+    _print({n.id: n.content_hash for n in q.store.nodes()})
+    return 0
+
+
+@_on_corpus
+def _gc(args: argparse.Namespace, q: _Query) -> int:
+    from picocontext.distill.cas import BlobStore
+
+    report = BlobStore(q.corpus / "cas").gc(q.store.live_blob_addresses(), args.grace)
+    _print(report.model_dump(mode="json"))
+    return 0
+
+
+@_on_corpus
+def _stats(args: argparse.Namespace, q: _Query) -> int:
+    nodes = q.store.nodes()
+    stats = {
+        "corpus": str(q.corpus),
+        "nodes": len(nodes),
+        "by_level": {str(lv): sum(1 for n in nodes if n.level == lv) for lv in (0, 1, 2)},
+        "pending": q.store.pending_count(),
+        "pending_views": sum(1 for n in nodes if n.is_pending),
+        "blocked": q.store.blocked_count(),
+        "recipe": q.store.meta_get("recipe"),
+        "semantic_recipe": q.store.meta_get("semantic_recipe"),
+        "config": q.config,
+    }
+    if args.json:
+        _print(stats)
+    else:
+        for key, value in stats.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+@_on_corpus
+def _call(args: argparse.Namespace, q: _Query) -> int:
+    _print(q.tools.call(args.name, args.arguments))
+    return 0
+
+
+@_on_corpus
+def _complete(args: argparse.Namespace, q: _Query) -> int:
+    written = q.tools.complete(None) if q.tools.complete is not None else 0
+    print(f"wrote {written} pending view summaries")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except PicoContextError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # e.g. piped into `head`
-        return 0
+    """``python -m picocontext.distill.cli``: the ``distill`` command under its old name."""
+    return run_command("distill", argv, prog="picocontext-distill", registrar=register)
 
 
 if __name__ == "__main__":

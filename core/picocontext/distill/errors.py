@@ -1,19 +1,25 @@
 """Errors of :mod:`picocontext.distill`, all under :class:`picocontext.errors.PicoContextError`.
 
-Messages name the node, hash or file involved and what to do about it.
+Messages name the node, hash or file involved and what to do about it. Bad settings and
+unreadable sources raise the core's :class:`~picocontext.errors.ConfigError` and
+:class:`~picocontext.errors.SourceError` (shared with the pcx compiler).
 """
 
 from __future__ import annotations
 
-from picocontext.errors import PicoContextError
+from picocontext.errors import ConfigError, PicoContextError, SourceError
 
 
 class DistillError(PicoContextError):
     """Base of every distillation error."""
 
 
-class ConfigError(DistillError):
-    """A distillation setting is invalid (the message names the setting and the valid range)."""
+class NoCorpus(DistillError):
+    """A command that reads a corpus was pointed at a directory without one."""
+
+    def __init__(self, corpus: str) -> None:
+        super().__init__(f"No corpus at {corpus}; run `picocontext distill sync --docs DIR` first.")
+        self.corpus = corpus
 
 
 class CorruptBlob(DistillError):
@@ -52,10 +58,6 @@ class InvalidId(DistillError):
     """A digest node id does not have the expected shape."""
 
 
-class SourceError(DistillError):
-    """A source adapter could not read its source (file, session store)."""
-
-
 class SummarizerError(DistillError):
     """The summarizer failed or produced nothing usable for one node."""
 
@@ -70,3 +72,20 @@ class ToolCallError(DistillError):
 
 class StoreError(DistillError):
     """The node store could not be opened, read or written."""
+
+
+__all__ = [
+    "ConfigError",
+    "CorruptBlob",
+    "DistillError",
+    "EmbedderError",
+    "InvalidHash",
+    "InvalidId",
+    "MissingBlob",
+    "NoCorpus",
+    "NodeNotFound",
+    "SourceError",
+    "StoreError",
+    "SummarizerError",
+    "ToolCallError",
+]

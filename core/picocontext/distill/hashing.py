@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
-DEFAULT_RECIPE_VERSION = "v1"
 SERIALIZER_VERSION = "canon-1"
 # Our deliberate divergences from the reference (spec §8.3); part of every computed recipe
 # because each changes hashes or tree shape.

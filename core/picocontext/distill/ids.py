@@ -98,7 +98,3 @@ def is_intermediate(node_id: str) -> bool:
 
 def is_scope_id(node_id: str) -> bool:
     return node_id.startswith(SCOPE_PREFIX) and "#" not in node_id
-
-
-def is_cluster_id(node_id: str) -> bool:
-    return node_id.startswith(CLUSTER_PREFIX) and "#" not in node_id

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from picocontext.distill.distiller import DistillConfig, Distiller
+from picocontext.distill.config import DistillConfig
+from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import Embedder
 from picocontext.distill.errors import SummarizerError
 from picocontext.distill.guard import Guard

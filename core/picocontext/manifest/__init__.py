@@ -42,6 +42,7 @@ from picocontext.manifest.runtime import (
     LedgerEntry,
     Runtime,
     SearchBackend,
+    ViewLevel,
     dict_resolver,
     render_line,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "UnknownNode",
     "ValidationReport",
     "Variant",
+    "ViewLevel",
     "annotate_costs",
     "check_structure",
     "dict_resolver",

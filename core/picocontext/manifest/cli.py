@@ -1,12 +1,11 @@
-"""``pcx``: the manifest command line.
+"""``picocontext pcx`` (alias ``pcx``): the manifest command line.
 
-Subcommands are plug-ins, in one of two shapes: a module-level ``COMMANDS`` sequence of objects
-with ``name``, ``help``, ``configure(parser)`` and ``run(args) -> int`` (:class:`Subcommand`),
-or an argparse-style ``register(subparsers)`` function that adds its parser and sets a
-``func`` default (``func(args) -> int``). ``pcx`` collects them from :data:`COMMAND_MODULES`
-(the built-ins here and the compiler's ``picocontext.build`` modules -- a missing module is
-skipped) and from the ``picocontext.pcx_commands`` entry-point group, so ``pcx build`` plugs
-in without editing this file.
+Each ``pcx`` subcommand is a function ``register(subparsers)`` that adds its parser and sets
+``func(args) -> int``: the protocol of every command of :mod:`picocontext.cli`. They come from
+the entry-point group ``picocontext.pcx_commands``, where the built-ins (``validate``,
+``eval``, ``show``, ``schema`` here, ``build`` from :mod:`picocontext.build.cli`) are
+registered like any third-party subcommand, and, for a checkout that was never installed, from
+:data:`BUILTIN_PCX_COMMANDS`. A plug-in that fails to import is reported and skipped.
 
 Exit codes: 0 ok, 1 the input is invalid (validate), 2 usage or input errors, 3 a gate failed.
 """
@@ -14,34 +13,34 @@ Exit codes: 0 ok, 1 the input is invalid (validate), 2 usage or input errors, 3 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from picocontext.cli import Registrar, find_commands, run_command
 from picocontext.errors import PicoContextError
+from picocontext.files import InputFileError, read_bounded, read_text_bounded
 from picocontext.manifest.errors import ManifestError, ManifestInvalid
 from picocontext.manifest.schema import generate_schema, schema_errors, schema_text
 from picocontext.manifest.validate import DEFAULT_LIMITS, Limits, load_manifest, validate_manifest
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "picocontext.manifest.cli",
-    "picocontext.build.pcx_command",
-    "picocontext.build.cli",
-)
 ENTRY_POINT_GROUP = "picocontext.pcx_commands"
+BUILTIN_PCX_COMMANDS: dict[str, str] = {
+    "build": "picocontext.build.cli:register",
+    "eval": "picocontext.manifest.cli:register_eval",
+    "schema": "picocontext.manifest.cli:register_schema",
+    "show": "picocontext.manifest.cli:register_show",
+    "validate": "picocontext.manifest.cli:register_validate",
+}
+SCHEMA_LIMIT = 1024 * 1024
+LEAF_LIMIT = 16 * 1024 * 1024
+EXIT_INVALID = 1
+EXIT_ERROR = 2
 
-
-class Subcommand(Protocol):
-    name: str
-    help: str
-
-    def configure(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def run(self, args: argparse.Namespace) -> int: ...
+Command = Callable[[argparse.Namespace], int]
 
 
 def _out(text: str) -> None:
@@ -52,103 +51,121 @@ def _err(text: str) -> None:
     sys.stderr.write(text + "\n")
 
 
-def _read_json(path: str) -> Any:
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0."""
     try:
-        return json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise ManifestError(f"Cannot read {path}: {exc.strerror or exc}") from exc
-    except (ValueError, RecursionError) as exc:
-        raise ManifestInvalid([f"<document>: not JSON: {exc}"], path) from exc
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return value
+
+
+def _finite(text: str) -> float:
+    """argparse type: a finite number (``nan`` would make every comparison false)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
+    return value
 
 
 def _limits(args: argparse.Namespace) -> Limits:
     return Limits(max_depth=args.max_depth, max_nodes=args.max_nodes)
 
 
-class ValidateCommand:
-    name = "validate"
+def register_validate(subparsers: Any) -> argparse.ArgumentParser:
+    """``pcx validate``."""
     help = "check a manifest: schema, structure (ids, parents, cycles, orphans, links), limits"
-
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("manifest", help="path to a .pcx.json file")
-        parser.add_argument(
-            "--schema",
-            action="store_true",
-            help="also check the raw JSON against the JSON Schema (needs jsonschema)",
-        )
-        parser.add_argument("--json", action="store_true", help="machine-readable report")
-        parser.add_argument("--max-depth", type=int, default=DEFAULT_LIMITS.max_depth)
-        parser.add_argument("--max-nodes", type=int, default=DEFAULT_LIMITS.max_nodes)
-
-    def run(self, args: argparse.Namespace) -> int:
-        limits = _limits(args)
-        path = Path(args.manifest)
-        try:
-            size = path.stat().st_size
-        except OSError as exc:
-            _err(f"error: cannot read {path}: {exc.strerror or exc}")
-            return 2
-        errors: list[str] = []
-        warnings: list[str] = []
-        if size > limits.max_bytes:
-            errors.append(f"<document>: {size} bytes exceed the limit of {limits.max_bytes}")
-        else:
-            raw = path.read_bytes()
-            report = validate_manifest(raw, limits)
-            errors.extend(report.errors)
-            warnings.extend(report.warnings)
-            if args.schema:
-                try:
-                    document = json.loads(raw)
-                except (ValueError, RecursionError):
-                    document = None
-                if document is not None:
-                    try:
-                        extra = schema_errors(document)
-                    except RuntimeError as exc:
-                        _err(f"error: {exc}")
-                        return 2
-                    errors.extend(f"schema: {e}" for e in extra if f"schema: {e}" not in errors)
-        if args.json:
-            _out(
-                json.dumps(
-                    {"path": str(path), "ok": not errors, "errors": errors, "warnings": warnings},
-                    indent=2,
-                )
-            )
-        elif errors:
-            _err(f"INVALID: {path}: {len(errors)} error(s)")
-            for e in errors:
-                _err(f"  - {e}")
-        else:
-            _out(f"OK: {path} is a valid pcx 0.2 manifest")
-        if warnings and not args.json:
-            for w in warnings:
-                _err(f"warn: {w}")
-        return 1 if errors else 0
+    parser: argparse.ArgumentParser = subparsers.add_parser("validate", help=help, description=help)
+    parser.add_argument("manifest", help="path to a .pcx.json file")
+    parser.add_argument(
+        "--schema",
+        action="store_true",
+        help="also check the raw JSON against the JSON Schema (needs jsonschema)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+    parser.add_argument("--max-depth", type=_count, default=DEFAULT_LIMITS.max_depth)
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_LIMITS.max_nodes)
+    parser.set_defaults(func=run_validate)
+    return parser
 
 
-class SchemaCommand:
-    name = "schema"
-    help = "print the pcx 0.2 JSON Schema generated from the models (or --check a file)"
-
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--check", metavar="FILE", help="fail if FILE differs from it")
-
-    def run(self, args: argparse.Namespace) -> int:
-        if args.check:
+def run_validate(args: argparse.Namespace) -> int:
+    limits = _limits(args)
+    path = Path(args.manifest)
+    errors: list[str] = []
+    warnings: list[str] = []
+    try:
+        raw = read_bounded(path, limits.max_bytes)
+    except InputFileError as exc:
+        if not path.is_file():  # missing, a directory, a device: not a manifest at all
+            raise InputFileError(f"cannot read {exc.message}") from None
+        errors.append(f"<document>: {exc.message}")
+    else:
+        report = validate_manifest(raw, limits)
+        errors.extend(report.errors)
+        warnings.extend(report.warnings)
+        if args.schema:
             try:
-                shipped = json.loads(Path(args.check).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                _err(f"error: cannot read {args.check}: {exc}")
-                return 2
-            if shipped != generate_schema():
-                _err(f"{args.check} is out of date; regenerate it with `pcx schema > FILE`")
-                return 1
-            _out(f"OK: {args.check} matches the models")
-            return 0
-        sys.stdout.write(schema_text())
+                document = json.loads(raw)
+            except (ValueError, RecursionError):
+                document = None
+            if document is not None:
+                try:
+                    extra = schema_errors(document)
+                except RuntimeError as exc:
+                    _err(f"error: {exc}")
+                    return 2
+                errors.extend(f"schema: {e}" for e in extra if f"schema: {e}" not in errors)
+    if args.json:
+        _out(
+            json.dumps(
+                {"path": str(path), "ok": not errors, "errors": errors, "warnings": warnings},
+                indent=2,
+            )
+        )
+    elif errors:
+        _err(f"INVALID: {path}: {len(errors)} error(s)")
+        for e in errors:
+            _err(f"  - {e}")
+    else:
+        _out(f"OK: {path} is a valid pcx 0.2 manifest")
+    if warnings and not args.json:
+        for w in warnings:
+            _err(f"warn: {w}")
+    return 1 if errors else 0
+
+
+def register_schema(subparsers: Any) -> argparse.ArgumentParser:
+    """``pcx schema``."""
+    help = "print the pcx 0.2 JSON Schema generated from the models (or --check a file)"
+    parser: argparse.ArgumentParser = subparsers.add_parser("schema", help=help, description=help)
+    parser.add_argument("--check", metavar="FILE", help="fail if FILE differs from it")
+    parser.set_defaults(func=run_schema)
+    return parser
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    if args.check:
+        try:
+            shipped = json.loads(read_text_bounded(args.check, SCHEMA_LIMIT))
+        except InputFileError as exc:
+            _err(f"error: {exc.message}")
+            return 2
+        except (ValueError, RecursionError) as exc:
+            _err(f"error: cannot read {args.check}: {exc}")
+            return 2
+        if shipped != generate_schema():
+            _err(f"{args.check} is out of date; regenerate it with `pcx schema > FILE`")
+            return 1
+        _out(f"OK: {args.check} matches the models")
         return 0
+    sys.stdout.write(schema_text())
+    return 0
 
 
 def _load_leaves(directory: str | None) -> Any:
@@ -160,7 +177,9 @@ def _load_leaves(directory: str | None) -> Any:
     base = Path(directory)
     if not base.is_dir():
         raise ManifestError(f"--leaves {directory}: not a directory")
-    leaves = {p.stem: p.read_text(encoding="utf-8") for p in base.iterdir() if p.is_file()}
+    leaves = {
+        p.stem: read_text_bounded(p, LEAF_LIMIT) for p in sorted(base.iterdir()) if p.is_file()
+    }
     return dict_resolver(leaves)
 
 
@@ -170,195 +189,167 @@ def _navigator(args: argparse.Namespace) -> Any:
     if args.navigator == "keyword":
         return KeywordNavigator()
     if not args.model:
-        raise ManifestError("--navigator llm needs --model DIR (an MLX model directory)")
-    from picocontext.models.mlx_backend import MLXModel
+        raise ManifestError(
+            "--navigator llm needs --model NAME_OR_DIR (a known model or an MLX model directory)"
+        )
+    from picocontext.models.registry import load_model
 
-    return LLMNavigator(MLXModel.load(args.model))
+    if Path(args.model).expanduser().is_dir():
+        return LLMNavigator(load_model(model_dir=args.model))
+    return LLMNavigator(load_model(args.model))
 
 
-class EvalCommand:
-    name = "eval"
+def register_eval(subparsers: Any) -> argparse.ArgumentParser:
+    """``pcx eval``."""
     help = "navigation-success @ budget with oracle and flat-list references"
-
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("manifest")
-        parser.add_argument("cases", help="JSON array of {query, target[, note, facet]}")
-        parser.add_argument("--budget", type=int, default=None, help="default: variant.budget")
-        parser.add_argument("--reserve", type=int, default=0)
-        parser.add_argument("--max-hops", type=int, default=8)
-        parser.add_argument("--view-level", choices=("title", "brief", "full"), default="full")
-        parser.add_argument("--navigator", choices=("keyword", "llm"), default="keyword")
-        parser.add_argument("--model", help="MLX model directory for --navigator llm")
-        parser.add_argument("--leaves", help="directory of leaf files named <id>.<ext>")
-        parser.add_argument("--use-facets", action="store_true")
-        parser.add_argument("--use-related", action="store_true")
-        parser.add_argument(
-            "--no-protocol",
-            action="store_true",
-            help="do not charge the protocol text (peer-comparable numbers)",
-        )
-        parser.add_argument(
-            "--min-success",
-            type=float,
-            default=None,
-            help="exit 3 when navigation_success is below this",
-        )
-        parser.add_argument("--json", action="store_true")
-        parser.add_argument("-v", "--verbose", action="store_true")
-        parser.add_argument("--max-depth", type=int, default=DEFAULT_LIMITS.max_depth)
-        parser.add_argument("--max-nodes", type=int, default=DEFAULT_LIMITS.max_nodes)
-
-    def run(self, args: argparse.Namespace) -> int:
-        from picocontext.manifest.eval import load_cases, run_eval
-        from picocontext.manifest.session import DEFAULT_PROTOCOL
-
-        manifest = load_manifest(Path(args.manifest), _limits(args))
-        cases = load_cases(args.cases)
-        report = run_eval(
-            manifest,
-            cases,
-            _navigator(args),
-            budget=args.budget,
-            reserve=args.reserve,
-            max_hops=args.max_hops,
-            view_level=args.view_level,
-            resolver=_load_leaves(args.leaves),
-            protocol=None if args.no_protocol else DEFAULT_PROTOCOL,
-            use_facets=args.use_facets,
-            use_related=args.use_related,
-        )
-        if args.json:
-            _out(json.dumps(report.to_dict(), indent=2))
-        else:
-            _out(report.summary(verbose=args.verbose))
-        if args.min_success is not None and report.navigation_success < args.min_success:
-            _err(f"gate: navigation_success {report.navigation_success:.3f} < {args.min_success}")
-            return 3
-        return 0
-
-
-class ShowCommand:
-    name = "show"
-    help = "print the first view a model gets (the index) and its token cost"
-
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("manifest")
-        parser.add_argument("--mode", choices=("local", "remote"), default="local")
-        parser.add_argument("--budget", type=int, default=None)
-        parser.add_argument("--reserve", type=int, default=0)
-        parser.add_argument(
-            "--open",
-            action="append",
-            default=[],
-            metavar="ID",
-            help="open these nodes in order first",
-        )
-        parser.add_argument("--max-depth", type=int, default=DEFAULT_LIMITS.max_depth)
-        parser.add_argument("--max-nodes", type=int, default=DEFAULT_LIMITS.max_nodes)
-
-    def run(self, args: argparse.Namespace) -> int:
-        from picocontext.manifest.session import NavSession
-
-        manifest = load_manifest(Path(args.manifest), _limits(args))
-        session = NavSession(manifest, args.mode, budget=args.budget, reserve=args.reserve)
-        for nid in args.open:
-            session.open(nid)
-        _out(session.index())
-        _out(
-            f"-- spent {session.spent} / {session.runtime.effective_budget} tokens "
-            f"({session.runtime.counter.name}); shown {session.shown_tokens}"
-        )
-        return 0
-
-
-COMMANDS: tuple[Subcommand, ...] = (
-    ValidateCommand(),
-    EvalCommand(),
-    ShowCommand(),
-    SchemaCommand(),
-)
-
-
-Registrar = Callable[[Any], object]
-
-
-def load_plugins(
-    modules: Sequence[str] = COMMAND_MODULES,
-) -> tuple[dict[str, Subcommand], list[Registrar]]:
-    """Subcommands by name, plus argparse-style ``register(subparsers)`` functions from modules
-    that export no ``COMMANDS``. A module that does not exist (yet) is skipped quietly; one that
-    exists but fails to import is reported on stderr and skipped, so a broken plug-in never
-    takes ``pcx validate`` down with it."""
-    found: dict[str, Subcommand] = {}
-    registrars: list[Registrar] = []
-    for name in modules:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue
-            _err(f"warning: pcx plug-in {name} failed to import ({exc}); its commands are off")
-            continue
-        except Exception as exc:  # a plug-in's own bug: report, keep the CLI usable
-            _err(f"warning: pcx plug-in {name} failed to import ({exc}); its commands are off")
-            continue
-        commands = getattr(module, "COMMANDS", None)
-        if commands is not None:
-            for cmd in commands:
-                found.setdefault(cmd.name, cmd)
-            continue
-        register = getattr(module, "register", None)
-        if callable(register) and register not in registrars:
-            registrars.append(register)
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cmd = ep.load()
-        found.setdefault(cmd.name, cmd)
-    return found, registrars
-
-
-def load_commands(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, Subcommand]:
-    return load_plugins(modules)[0]
-
-
-def build_parser(
-    commands: dict[str, Subcommand], registrars: Sequence[Registrar] = ()
-) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pcx", description="Progressive-context (pcx 0.2) manifests: validate, inspect, eval."
+    parser: argparse.ArgumentParser = subparsers.add_parser("eval", help=help, description=help)
+    parser.add_argument("manifest")
+    parser.add_argument("cases", help="JSON array of {query, target[, note, facet]}")
+    parser.add_argument("--budget", type=_count, default=None, help="default: variant.budget")
+    parser.add_argument("--reserve", type=_count, default=0)
+    parser.add_argument("--max-hops", type=_count, default=8)
+    parser.add_argument("--view-level", choices=("title", "brief", "full"), default="full")
+    parser.add_argument("--navigator", choices=("keyword", "llm"), default="keyword")
+    parser.add_argument(
+        "--model",
+        metavar="NAME_OR_DIR",
+        help="a known model name or an MLX model directory, for --navigator llm",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for name in sorted(commands):
-        cmd = commands[name]
-        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
-        cmd.configure(p)
-        p.set_defaults(_command=cmd)
-    for register in registrars:
-        try:
-            register(sub)  # sets its own ``func`` default
-        except argparse.ArgumentError as exc:
-            _err(f"warning: a pcx plug-in could not register: {exc}")
+    parser.add_argument("--leaves", help="directory of leaf files named <id>.<ext>")
+    parser.add_argument("--use-facets", action="store_true")
+    parser.add_argument("--use-related", action="store_true")
+    parser.add_argument(
+        "--no-protocol",
+        action="store_true",
+        help="do not charge the protocol text (peer-comparable numbers)",
+    )
+    parser.add_argument(
+        "--min-success",
+        type=_finite,
+        default=None,
+        help="exit 3 when navigation_success is below this",
+    )
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--max-depth", type=_count, default=DEFAULT_LIMITS.max_depth)
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_LIMITS.max_nodes)
+    parser.set_defaults(func=run_eval)
     return parser
 
 
-def main(argv: Sequence[str] | None = None, modules: Sequence[str] | None = None) -> int:
-    commands, registrars = load_plugins(COMMAND_MODULES if modules is None else modules)
-    parser = build_parser(commands, registrars)
-    args = parser.parse_args(argv)
-    cmd: Subcommand | None = getattr(args, "_command", None)
-    try:
-        if cmd is not None:
-            return cmd.run(args)
-        result = args.func(args)
+def run_eval(args: argparse.Namespace) -> int:
+    from picocontext.manifest.eval import load_cases, run_eval
+    from picocontext.manifest.session import DEFAULT_PROTOCOL
+
+    manifest = load_manifest(Path(args.manifest), _limits(args))
+    cases = load_cases(args.cases)
+    report = run_eval(
+        manifest,
+        cases,
+        _navigator(args),
+        budget=args.budget,
+        reserve=args.reserve,
+        max_hops=args.max_hops,
+        view_level=args.view_level,
+        resolver=_load_leaves(args.leaves),
+        protocol=None if args.no_protocol else DEFAULT_PROTOCOL,
+        use_facets=args.use_facets,
+        use_related=args.use_related,
+    )
+    if args.json:
+        _out(json.dumps(report.to_dict(), indent=2))
+    else:
+        _out(report.summary(verbose=args.verbose))
+    if args.min_success is not None and report.navigation_success < args.min_success:
+        _err(f"gate: navigation_success {report.navigation_success:.3f} < {args.min_success}")
+        return 3
+    return 0
+
+
+def register_show(subparsers: Any) -> argparse.ArgumentParser:
+    """``pcx show``."""
+    help = "print the first view a model gets (the index) and its token cost"
+    parser: argparse.ArgumentParser = subparsers.add_parser("show", help=help, description=help)
+    parser.add_argument("manifest")
+    parser.add_argument("--mode", choices=("local", "remote"), default="local")
+    parser.add_argument("--budget", type=_count, default=None)
+    parser.add_argument("--reserve", type=_count, default=0)
+    parser.add_argument(
+        "--open",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="open these nodes in order first",
+    )
+    parser.add_argument("--max-depth", type=_count, default=DEFAULT_LIMITS.max_depth)
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_LIMITS.max_nodes)
+    parser.set_defaults(func=run_show)
+    return parser
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from picocontext.manifest.session import NavSession
+
+    manifest = load_manifest(Path(args.manifest), _limits(args))
+    session = NavSession(manifest, args.mode, budget=args.budget, reserve=args.reserve)
+    for nid in args.open:
+        session.open(nid)
+    _out(session.index())
+    _out(
+        f"-- spent {session.spent} / {session.runtime.effective_budget} tokens "
+        f"({session.runtime.counter.name}); shown {session.shown_tokens}"
+    )
+    return 0
+
+
+def pcx_commands(builtins: dict[str, str] | None = None) -> dict[str, Registrar]:
+    """The registrars of every ``pcx`` subcommand (entry points, then the built-in list)."""
+    return find_commands(ENTRY_POINT_GROUP, BUILTIN_PCX_COMMANDS if builtins is None else builtins)
+
+
+def register(
+    subparsers: Any, commands: dict[str, Registrar] | None = None
+) -> argparse.ArgumentParser:
+    """``picocontext pcx``: adds the ``pcx`` parser and one subparser per subcommand."""
+    description = "Progressive-context (pcx 0.2) manifests: validate, inspect, eval, build."
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "pcx",
+        help="pcx 0.2 manifests: validate, show, eval, schema, build",
+        description=description,
+    )
+    sub = parser.add_subparsers(dest="pcx_command", metavar="COMMAND", required=True)
+    for name, registrar in sorted((pcx_commands() if commands is None else commands).items()):
+        try:
+            registrar(sub)
+        except argparse.ArgumentError as exc:
+            _err(f"warning: the pcx plug-in {name} could not register: {exc}")
+    for child in set(sub.choices.values()):
+        func = child.get_default("func")
+        if func is not None:
+            child.set_defaults(func=_guarded(func))
+    return parser
+
+
+def _guarded(func: Command) -> Command:
+    """``pcx``'s exit codes: an invalid manifest 1, any other error of the project 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            result = func(args)
+        except ManifestInvalid as exc:
+            _err(f"INVALID: {exc.message}")
+            return EXIT_INVALID
+        except PicoContextError as exc:
+            _err(f"error: {exc.message}")
+            return EXIT_ERROR
         return result if isinstance(result, int) else 0
-    except ManifestInvalid as exc:
-        _err(f"INVALID: {exc.message}")
-        return 1
-    except PicoContextError as exc:
-        _err(f"error: {exc.message}")
-        return 2
-    except KeyboardInterrupt:
-        return 130
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m picocontext.manifest.cli``: the ``pcx`` command under its old name."""
+    return run_command("pcx", argv, prog="pcx", registrar=register)
 
 
 if __name__ == "__main__":

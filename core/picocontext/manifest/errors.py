@@ -20,6 +20,9 @@ class ManifestInvalid(ManifestError):
 
     def __init__(self, errors: Sequence[str], source: str = "manifest") -> None:
         self.errors: tuple[str, ...] = tuple(errors)
+        if len(self.errors) == 1:  # one problem, one line
+            super().__init__(f"{source} is not a valid pcx 0.2 manifest: {self.errors[0]}")
+            return
         shown = "\n  ".join(self.errors[:20])
         more = f"\n  ... and {len(self.errors) - 20} more" if len(self.errors) > 20 else ""
         super().__init__(f"{source} is not a valid pcx 0.2 manifest:\n  {shown}{more}")

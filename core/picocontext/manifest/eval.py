@@ -122,11 +122,18 @@ class EvalReport(BaseModel):
         return "\n".join(lines)
 
 
+MAX_CASES_BYTES = 16 * 1024 * 1024
+
+
 def load_cases(path: Path | str) -> list[NavCase]:
+    from picocontext.files import InputFileError, read_text_bounded
+
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise EvalError(f"Cannot read cases from {path}: {exc}") from exc
+        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES))
+    except InputFileError as exc:
+        raise EvalError(f"Cannot read cases: {exc.message}") from None
+    except (ValueError, RecursionError) as exc:
+        raise EvalError(f"Cannot read cases from {path}: {exc}") from None
     if not isinstance(raw, list):
         raise EvalError(f"{path}: cases must be a JSON array of {{query, target}} objects")
     try:

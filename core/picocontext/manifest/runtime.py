@@ -317,7 +317,9 @@ class Runtime:
             )
         return self.manifest.get(node_id)
 
-    def _require_visible(self, node_id: str) -> Node:
+    def require_visible(self, node_id: str) -> Node:
+        """The node, if it is on the frontier (visible); otherwise :class:`NotOnFrontier`
+        with a hint of what to open first (or :class:`ManifestError` for the root)."""
         if self._pending:
             self._flush()
         node = self._require_known(node_id)
@@ -591,7 +593,7 @@ class Runtime:
         changes: dict[str, tuple[str, int]] = {}  # node -> its new line and that line's cost
         for nid in ids:
             if nid not in visible:
-                self._require_visible(nid)  # raises the precise error (root, unknown, hint)
+                self.require_visible(nid)  # raises the precise error (root, unknown, hint)
             if rank <= _RANK[levels[nid]]:
                 continue
             text = self._line(nid, level)
@@ -616,7 +618,7 @@ class Runtime:
     def expand(self, node_id: str, level: str = "full") -> str:
         """Open a visible node. A branch puts its children on the frontier and returns their
         lines; a leaf is spliced verbatim and its text (envelope included) returned."""
-        node = self._require_visible(node_id)  # flushes closed reveals first
+        node = self.require_visible(node_id)  # flushes closed reveals first
         if node.is_leaf:
             held = self._spliced.get(node_id)
             if held is not None and held.level == level:

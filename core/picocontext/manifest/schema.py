@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 from typing import Any
 
 from picocontext.manifest.model import Manifest
@@ -62,16 +61,6 @@ def generate_schema() -> dict[str, Any]:
 
 def schema_text() -> str:
     return json.dumps(generate_schema(), indent=2, sort_keys=False) + "\n"
-
-
-def shipped_schema_path() -> Path | None:
-    """The checked-in schema next to the sources (a source checkout), if present."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "resources" / "schemas" / SCHEMA_FILENAME
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def schema_errors(document: Any) -> list[str]:

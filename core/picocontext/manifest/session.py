@@ -138,7 +138,7 @@ class NavSession:
 
     def related(self, node_id: str) -> str:
         """Follow see-also links: the targets become visible (charged) with their reasons."""
-        self.runtime._require_visible(node_id)
+        self.runtime.require_visible(node_id)
         pairs = self.runtime.related(node_id)
         if not pairs:
             return self._show(f"(no see-also links from {node_id})")

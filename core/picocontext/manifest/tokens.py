@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from picocontext.backend import ChatModel
-
 HEURISTIC_NAME = "heuristic:4chars"
 
 
@@ -37,18 +35,30 @@ class HeuristicCounter:
         return max(1, -(-len(text) // 4))
 
 
+@runtime_checkable
+class Tokenizes(Protocol):
+    """Anything that counts a text's tokens with a real tokenizer (a chat model, a counter)."""
+
+    def count_tokens(self, text: str) -> int: ...
+
+
 class ChatModelCounter:
     """Counts with the tokenizer of the model in use (its ``count_tokens``), memoized because
-    the runtime re-counts the same descriptor strings often."""
+    the runtime re-counts the same descriptor strings often. Non-empty text costs at least 1.
 
-    def __init__(self, model: ChatModel, cache_size: int = 65536) -> None:
+    The one tokenizer-backed text counter: anything with ``count_tokens`` will do; ``name``
+    defaults to ``model:<model_id>`` (the object's ``model_id`` when it has one)."""
+
+    def __init__(self, model: Tokenizes, cache_size: int = 65536, name: str | None = None) -> None:
         self._model = model
         self._cache: dict[str, int] = {}
         self._cache_size = cache_size
+        ident = getattr(model, "model_id", None)
+        self._name = name or f"model:{ident if isinstance(ident, str) else type(model).__name__}"
 
     @property
     def name(self) -> str:
-        return f"model:{self._model.model_id}"
+        return self._name
 
     def count(self, text: str) -> int:
         if not text:
@@ -56,13 +66,8 @@ class ChatModelCounter:
         hit = self._cache.get(text)
         if hit is not None:
             return hit
-        n = self._model.count_tokens(text)
+        n = max(1, int(self._model.count_tokens(text)))
         if len(self._cache) >= self._cache_size:
             self._cache.clear()
         self._cache[text] = n
         return n
-
-
-def estimate_tokens(text: str) -> int:
-    """The heuristic count, for callers that have no counter at hand."""
-    return HeuristicCounter().count(text)

@@ -406,6 +406,16 @@ def validate_manifest(
     return ValidationReport(errors=errors, warnings=warns, manifest=manifest)
 
 
+def _read_manifest_file(path: Path, limits: Limits) -> bytes:
+    """The file's bytes through a bounded read of regular files only."""
+    from picocontext.files import InputFileError, read_bounded
+
+    try:
+        return read_bounded(path, limits.max_bytes)
+    except InputFileError as exc:
+        raise ManifestInvalid([f"cannot read {exc.message}"], str(path)) from None
+
+
 def load_manifest(
     data: bytes | str | Mapping[str, Any] | Path, limits: Limits = DEFAULT_LIMITS
 ) -> Manifest:
@@ -416,13 +426,7 @@ def load_manifest(
     source = "manifest"
     if isinstance(data, Path):
         source = str(data)
-        try:
-            size = data.stat().st_size
-        except OSError as exc:
-            raise ManifestInvalid([f"cannot read {data}: {exc.strerror or exc}"], source) from exc
-        if size > limits.max_bytes:
-            raise ManifestInvalid([f"<document>: {size} bytes exceed {limits.max_bytes}"], source)
-        data = data.read_bytes()
+        data = _read_manifest_file(data, limits)
     report = validate_manifest(data, limits, warnings=False)  # warnings are pcx validate's
     if not report.ok or report.manifest is None:
         raise ManifestInvalid(report.errors, source)

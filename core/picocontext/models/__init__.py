@@ -7,18 +7,29 @@ adapts any tokenizer's own chat template; ``ByteCounter``/``ScriptedBackend`` ar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
 
+from picocontext.models.handle import (
+    BYTE_UNIT,
+    TOKEN_UNIT,
+    ModelDescription,
+    ModelHandle,
+    handle_for,
+)
 from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_call
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
+    from picocontext.models.constrained import DecisionGrammar, decision_lark, decision_schema
+    from picocontext.models.embedded import MODEL_NAME as EMBEDDED_MODEL_NAME
+    from picocontext.models.embedded import ensure_embedded_model
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
     from picocontext.models.registry import (
         MODELS,
         ModelSpec,
         ResolvedModel,
         default_model_name,
+        fetch_hub_model,
         load_model,
         resolve_model,
     )
@@ -34,31 +45,50 @@ _LAZY = {
     "ModelSpec": "picocontext.models.registry",
     "ResolvedModel": "picocontext.models.registry",
     "default_model_name": "picocontext.models.registry",
+    "fetch_hub_model": "picocontext.models.registry",
     "load_model": "picocontext.models.registry",
     "resolve_model": "picocontext.models.registry",
+    "DecisionGrammar": "picocontext.models.constrained",
+    "decision_lark": "picocontext.models.constrained",
+    "decision_schema": "picocontext.models.constrained",
+    "EMBEDDED_MODEL_NAME": "picocontext.models.embedded",
+    "ensure_embedded_model": "picocontext.models.embedded",
 }
+# Names this facade spells differently from their module.
+_RENAMED = {"EMBEDDED_MODEL_NAME": "MODEL_NAME"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'picocontext.models' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), _RENAMED.get(name, name))
 
 
 __all__ = [
+    "BYTE_UNIT",
+    "EMBEDDED_MODEL_NAME",
     "MODELS",
+    "TOKEN_UNIT",
     "ByteCounter",
     "ChatFormat",
+    "DecisionGrammar",
     "HFChatTokenizer",
     "MLXModel",
+    "ModelDescription",
+    "ModelHandle",
     "ModelSpec",
     "ResolvedModel",
     "ScriptedBackend",
+    "decision_lark",
+    "decision_schema",
     "default_model_name",
+    "ensure_embedded_model",
+    "fetch_hub_model",
     "forced_tokens",
+    "handle_for",
     "load_model",
     "resolve_model",
     "scripted_call",

@@ -52,7 +52,6 @@ _TOP_NAMES = {
 _QUANT_TYPES = {2: (4, 32), 3: (4, 32), 7: (8, 32)}
 
 # Pre-tokenizer regexes by GGUF ``tokenizer.ggml.pre`` name (llama.cpp's table, same facts).
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -39,6 +39,7 @@ from picocontext.cancel import CancelToken
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL
 from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
 from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
+from picocontext.models.handle import ModelDescription
 from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
 
 T = TypeVar("T")
@@ -353,7 +354,7 @@ class MLXModel:
     def _update_notes(self) -> None:
         self._format.set_settings_notes(self.settings_notes())
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ModelDescription:
         """Provenance for reports."""
         from picocontext.models.blas import blas_status
 

@@ -14,11 +14,14 @@ import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from picocontext.errors import ModelError
+
+if TYPE_CHECKING:
+    from picocontext.models.mlx_backend import MLXModel
 
 MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
 MODEL_ENV = "PICOCONTEXT_MODEL"
@@ -214,10 +217,11 @@ def load_model(
     prefix_cache: bool = True,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
-) -> Any:
-    """Resolve and load: returns an :class:`picocontext.models.mlx_backend.MLXModel` whose
-    ``notes`` attribute carries any fallback message. ``constrained=None`` picks the default
-    decoding: constrained for embedded models (small models need it), free otherwise."""
+) -> MLXModel:
+    """Resolve and load the model; its ``notes`` (and ``describe()["notes"]``) carry any
+    fallback message. :func:`picocontext.models.handle_for` turns it into a report handle.
+    ``constrained=None`` picks the default decoding: constrained for embedded models (small
+    models need it), free otherwise."""
     from picocontext.models.mlx_backend import MLXModel
 
     resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log)

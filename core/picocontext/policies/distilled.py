@@ -245,27 +245,33 @@ def _extract(text: str, words: int) -> str:
 
 
 class _TurnSummarizer:
-    """Wraps the policy's summarizer for one turn: checks cancellation before every call,
-    counts summaries by level, extracts leaf summaries when asked to, and (if allowed) falls
-    back to an extract when the model returns nothing usable, so a flaky small model never
-    loses a leaf."""
+    """The summarizer a scope's distiller is opened with, for its whole life (so the distiller
+    is never rewired). During a turn's sweep (:meth:`begin` .. :meth:`end`, under the scope's
+    sweep lock) it checks that turn's cancellation before every call, counts summaries by
+    level, extracts leaf summaries when asked to, and (if allowed) falls back to an extract when
+    the model returns nothing usable, so a flaky small model never loses a leaf. Outside a
+    turn (pending views written by a digest call) it is the policy's summarizer unchanged."""
 
-    def __init__(
-        self,
-        inner: Summarizer,
-        cancel: CancelToken | None,
-        fallback: bool,
-        extract_leaves: bool,
-    ) -> None:
+    def __init__(self, inner: Summarizer, fallback: bool, extract_leaves: bool) -> None:
         self.inner = inner
-        self.cancel = cancel
         self.fallback = fallback
         self.extract_leaves = extract_leaves
+        self.begin(None)
+        self.end()
+
+    def begin(self, cancel: CancelToken | None) -> None:
+        """Start a turn's sweep: its cancel token, counts from zero."""
+        self.cancel = cancel
+        self.active = True
         self.leaf_summaries = 0
         self.digest_summaries = 0
         self.calls = 0
         self.extracted = 0
         self.fallbacks = 0
+
+    def end(self) -> None:
+        self.active = False
+        self.cancel = None
 
     @property
     def summarizer_id(self) -> str:
@@ -276,6 +282,8 @@ class _TurnSummarizer:
         return self.inner.prompt_digest
 
     def summarize(self, request: SummaryInput) -> str:
+        if not self.active:
+            return self.inner.summarize(request)
         check(self.cancel)
         if request.level == LEVEL_ENTITY:
             self.leaf_summaries += 1
@@ -293,6 +301,27 @@ class _TurnSummarizer:
             self.fallbacks += 1
             source = request.raw or " ".join(c.summary for c in request.children)
             return _extract(source, request.budget) or "(empty)"
+
+
+@dataclass(frozen=True)
+class _SummaryCounts:
+    """What one turn's sweep asked of the summarizer (read under the sweep lock)."""
+
+    calls: int
+    leaf_summaries: int
+    digest_summaries: int
+    extracted: int
+    fallbacks: int
+
+    @classmethod
+    def of(cls, wrapper: _TurnSummarizer) -> _SummaryCounts:
+        return cls(
+            wrapper.calls,
+            wrapper.leaf_summaries,
+            wrapper.digest_summaries,
+            wrapper.extracted,
+            wrapper.fallbacks,
+        )
 
 
 class _TurnCancelChat:
@@ -361,6 +390,7 @@ class DistilledPolicy:
         self._lock = threading.Lock()
         self._distillers: dict[Scope, Distiller] = {}
         self._sweeping: dict[Scope, threading.Lock] = {}
+        self._summarizers: dict[Scope, _TurnSummarizer] = {}
         self._turns: dict[Scope, list[DistilledTurn]] = {}
         self._closed = False
         self._local = threading.local()
@@ -397,6 +427,7 @@ class DistilledPolicy:
             for distiller in self._distillers.values():
                 distiller.close()
             self._distillers.clear()
+            self._summarizers.clear()
         if self._cleanup is not None:
             self._cleanup()
 
@@ -424,9 +455,12 @@ class DistilledPolicy:
                     json.dumps(scope.model_dump(), sort_keys=True), encoding="utf-8"
                 )
                 config = DistillConfig(budget=self.config.digest_summary_words, corpus=SOURCE_KIND)
+                summarizer = _TurnSummarizer(
+                    self.summarizer, self.config.fallback_summaries, self.config.extract_leaves
+                )
                 found = Distiller.open(
                     path,
-                    self.summarizer,
+                    summarizer,
                     self.embedder,
                     guard=self.guard,
                     config=config,
@@ -438,6 +472,7 @@ class DistilledPolicy:
                     ),
                 )
                 self._distillers[scope] = found
+                self._summarizers[scope] = summarizer
                 self._sweeping[scope] = threading.Lock()
             return found
 
@@ -505,17 +540,16 @@ class DistilledPolicy:
         distiller = self.distiller(snapshot.scope)
         started = time.perf_counter()
         units, leaves = self._units(part.archive)
-        wrapper = _TurnSummarizer(
-            self.summarizer, cancel, cfg.fallback_summaries, cfg.extract_leaves
-        )
-        with self._sweeping[snapshot.scope]:  # the per-turn summarizer belongs to one sweep
-            distiller.summarizer = wrapper
+        wrapper = self._summarizers[snapshot.scope]
+        with self._sweeping[snapshot.scope]:  # one turn's sweep at a time per scope
+            wrapper.begin(cancel)
             self._local.cancel = cancel
             try:
                 sync = distiller.reconcile(SOURCE_KIND, units)
             finally:
                 self._local.cancel = None
-                distiller.summarizer = self.summarizer
+                wrapper.end()
+            counts = _SummaryCounts.of(wrapper)
         if sync.sweep.failures:
             raise DistillError(
                 f"Distilling older history failed ({sync.sweep.failures} failures): "
@@ -554,11 +588,11 @@ class DistilledPolicy:
             leaves=len(units),
             new_leaves=sync.marked,
             deleted_leaves=sync.deletes,
-            summarizer_calls=wrapper.calls,
-            leaf_summaries=wrapper.leaf_summaries,
-            digest_summaries=wrapper.digest_summaries,
-            extracted_leaves=wrapper.extracted,
-            fallback_summaries=wrapper.fallbacks,
+            summarizer_calls=counts.calls,
+            leaf_summaries=counts.leaf_summaries,
+            digest_summaries=counts.digest_summaries,
+            extracted_leaves=counts.extracted,
+            fallback_summaries=counts.fallbacks,
             distill_seconds=distill_seconds,
             view_tokens=view_tokens,
             map_tokens=first - view_tokens,

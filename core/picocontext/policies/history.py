@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from picocontext.backend import ModelInput, Phase, TokenCounter
-from picocontext.manifest.tokens import HeuristicCounter, TextCounter
+from picocontext.manifest.tokens import (
+    ChatModelCounter,
+    HeuristicCounter,
+    TextCounter,
+    Tokenizes,
+)
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.session import ToolResult, object_text
 
@@ -140,32 +145,26 @@ def split_history(
 
 
 class TextMeter:
-    """The cost of a piece of text in the window's units, memoized.
+    """The cost of a piece of text in the window's units, memoized: rendered through
+    ``counter`` as the body of one protected user record, minus the empty rendering, which is
+    exact for byte counters and within a token or two of the tokenizer's count for chat
+    templates. Non-empty text costs at least 1. A counter with a tokenizer is counted directly
+    by :meth:`tokenizer` (the manifest runtime's :class:`ChatModelCounter`, same rule)."""
 
-    With ``tokenize`` (a tokenizer's ``count_tokens``) the text is counted directly;
-    otherwise it is rendered through ``counter`` as the body of one protected user record and
-    the empty rendering is subtracted, which is exact for byte counters and within a token or
-    two of the tokenizer's count for chat templates. Non-empty text costs at least 1."""
-
-    def __init__(
-        self,
-        counter: TokenCounter,
-        tokenize: Callable[[str], int] | None = None,
-        name: str | None = None,
-    ) -> None:
+    def __init__(self, counter: TokenCounter, name: str | None = None) -> None:
         self._counter = counter
-        self._tokenize = tokenize
-        source = "tokenizer" if tokenize is not None else "rendered"
-        self._name = name or f"{source}:{type(counter).__name__}"
+        self._name = name or f"rendered:{type(counter).__name__}"
         self._cache: dict[str, int] = {}
-        self._base = 0 if tokenize is not None else self._render("")
+        self._base = self._render("")
 
-    @classmethod
-    def tokenizer(cls, counter: TokenCounter) -> TextMeter:
+    @staticmethod
+    def tokenizer(counter: TokenCounter) -> TextCounter:
         """Count with ``counter.count_tokens`` (named after its ``model_id`` when it has one)."""
+        if not isinstance(counter, Tokenizes):
+            raise ValueError(f"{type(counter).__name__} has no count_tokens; use 'rendered'")
         ident = getattr(counter, "model_id", None)
         label = ident if isinstance(ident, str) else type(counter).__name__
-        return cls(counter, counter.count_tokens, f"tokenizer:{label}")  # type: ignore[attr-defined]
+        return ChatModelCounter(counter, METER_CACHE, name=f"tokenizer:{label}")
 
     @property
     def name(self) -> str:
@@ -181,17 +180,12 @@ class TextMeter:
         )
         return self._counter.prepare(model_input).token_count
 
-    def _raw(self, text: str) -> int:
-        if self._tokenize is not None:
-            return int(self._tokenize(text))
-        return self._render(text) - self._base
-
     def count(self, text: str) -> int:
         if not text:
             return 0
         hit = self._cache.get(text)
         if hit is None:
-            hit = max(1, self._raw(text))
+            hit = max(1, self._render(text) - self._base)
             if len(self._cache) >= METER_CACHE:
                 self._cache.clear()
             self._cache[text] = hit

@@ -25,9 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.build.adapters import load_source
-from picocontext.build.compiler import BuildOptions, compile_tree
-from picocontext.build.engines.offline import OfflineEngine
+from picocontext.build import BuildOptions, OfflineEngine, compile_tree, load_source
 from picocontext_diagnostics.bench.navigation import ROOT, ensure_reference
 from picocontext_diagnostics.bench.stdlib_docs import BUILD_EXTRA, NAV_MODULES, write_corpus
 

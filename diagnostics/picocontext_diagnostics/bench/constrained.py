@@ -36,7 +36,7 @@ from picocontext import (
     decode_edit_payload,
     decode_keep_payload,
 )
-from picocontext.models.constrained import decision_lark, decision_schema
+from picocontext.models import decision_lark, decision_schema
 from picocontext_diagnostics.bench.generate import environment, load
 from picocontext_diagnostics.episodes import generated_episode
 from picocontext_diagnostics.fixtures import Scenario
@@ -90,7 +90,7 @@ def invalid_calls(snapshot: Snapshot) -> list[str]:
 
 # -- part 1: libraries ------------------------------------------------------------------------
 def measure_llguidance(tokenizer: Any, vocab: int, snapshots: list[Snapshot]) -> dict[str, Any]:
-    from picocontext.models.constrained import DecisionGrammar
+    from picocontext.models import DecisionGrammar
 
     grammar = DecisionGrammar(tokenizer, vocab, tokenizer.eos_token_id)
     compile_s: list[float] = []

@@ -34,10 +34,12 @@ from typing import Any
 from picocontext.distill import (
     DistillConfig,
     Distiller,
+    FakeSummarizer,
     LexicalEmbedder,
     Unit,
+    ancestors,
+    depth_to,
 )
-from picocontext.distill.testing import FakeSummarizer, ancestors, depth_to
 
 TOPICS = {
     "kiln": "relay element thermocouple cone firing schedule controller shelf",

@@ -32,12 +32,12 @@ PROMPTS = (
 
 
 def load(args: argparse.Namespace, *, prefix_cache: bool = False) -> Any:
-    from picocontext.models.registry import load_model
+    from picocontext.models import load_model
 
     if getattr(args, "tiny", False):
         import tempfile
 
-        from picocontext.models.tiny import write_tiny_model
+        from picocontext.models import write_tiny_model
 
         args.model_dir = write_tiny_model(tempfile.mkdtemp(prefix="pcx-tiny-"))
     return load_model(args.model, model_dir=args.model_dir, prefix_cache=prefix_cache, log=print)

@@ -33,11 +33,16 @@ from typing import Any
 import platformdirs
 from pydantic import ValidationError
 
-from picocontext.build.cli import main as build_main
-from picocontext.build.ir import path_id
-from picocontext.manifest.eval import EvalReport, NavCase, load_cases, run_eval
-from picocontext.manifest.model import Manifest
-from picocontext.manifest.navigator import KeywordNavigator
+from picocontext.build import path_id
+from picocontext.cli import run_command
+from picocontext.manifest import (
+    EvalReport,
+    KeywordNavigator,
+    Manifest,
+    NavCase,
+    load_cases,
+    run_eval,
+)
 from picocontext_diagnostics.bench.stdlib_docs import NAV_MODULES, write_corpus
 
 REFERENCE = "askfaro-progressive-context==0.5.1"
@@ -169,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.perf_counter()
         argv_build = [str(corpus), "--kind", "docs", "--budgets", "4k,32k"]
         argv_build += ["--out", str(ours_out), "--source-id", "stdlib", "--quiet", "--json"]
-        rc = build_main(argv_build)
+        rc = run_command("pcx", ["build", *argv_build], prog="pcx")
         results["ours_build_seconds"] = round(time.perf_counter() - t0, 2)
         if rc != 0:
             raise SystemExit(f"our build failed with exit code {rc}")

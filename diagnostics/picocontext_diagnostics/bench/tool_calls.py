@@ -40,8 +40,8 @@ from picocontext import (
     ToolSpec,
     decode_edit_payload,
     decode_keep_payload,
+    tools_json,
 )
-from picocontext.backend import tools_json
 from picocontext_diagnostics.fixtures import load_fixture
 
 PROBES_FILE = "tool_call_probes.json"
@@ -258,7 +258,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from picocontext.models.registry import load_model
+    from picocontext.models import load_model
 
     args = parse_args(argv)
     probes = load_probes()

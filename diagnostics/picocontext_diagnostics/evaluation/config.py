@@ -7,9 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from picocontext import (
-    RunBudget,
-)
+from picocontext import RunBudget, scale_tokens
 from picocontext_diagnostics.episodes import MAX_STEPS
 from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.fixtures import (
@@ -47,12 +45,8 @@ class EvaluationLimits(BaseModel):
         clearly."""
         if factor < 1:
             raise InvalidConfiguration("the scale factor must be a positive integer")
-        data = self.model_dump()
-        for key in data:
-            if key != "decision_attempts":
-                data[key] *= factor
         try:
-            return EvaluationLimits.model_validate(data)
+            return scale_tokens(self, factor, keep=("decision_attempts",))
         except ValidationError as exc:
             raise InvalidConfiguration(
                 f"limits × {factor}: {describe_validation_error(exc)}"

@@ -13,12 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from picocontext import (
+    EditAttempt,
     EditStyle,
     Phase,
     Record,
     Snapshot,
+    ToolStep,
 )
-from picocontext.report import EditAttempt, ToolStep
 from picocontext_diagnostics.evaluation.config import EvaluationConfig
 from picocontext_diagnostics.policies import (
     Policy,

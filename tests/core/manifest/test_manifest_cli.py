@@ -13,7 +13,7 @@ from picocontext.manifest import cli
 
 
 def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv), modules=("picocontext.manifest.cli",))
+    rc = cli.main(list(argv))
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -102,33 +102,31 @@ def test_eval_unknown_target_and_small_budget(capsys: Any, b: Any, tmp_path: Any
     assert rc == 2 and "--model" in err
 
 
-class _Hello:
-    name = "hello"
-    help = "say hello"
+def _hello_register(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser("hello", help="say hello")
+    p.add_argument("who")
+    p.set_defaults(func=lambda args: print(f"hello {args.who}") or 4)
+    return p
 
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("who")
 
-    def run(self, args: argparse.Namespace) -> int:
-        print(f"hello {args.who}")
-        return 0
+def _with_builtins(monkeypatch: Any, **extra: str) -> None:
+    monkeypatch.setattr(cli, "BUILTIN_PCX_COMMANDS", {**cli.BUILTIN_PCX_COMMANDS, **extra})
 
 
 def test_plugin_modules_add_subcommands(capsys: Any, monkeypatch: Any) -> None:
     mod = types.ModuleType("pcx_test_plugin")
-    mod.COMMANDS = (_Hello(),)  # type: ignore[attr-defined]
+    mod.register = _hello_register  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pcx_test_plugin", mod)
-    monkeypatch.setattr(
-        cli,
-        "COMMAND_MODULES",
-        (*cli.COMMAND_MODULES, "pcx_test_plugin", "pcx_not_installed_anywhere"),
+    _with_builtins(
+        monkeypatch,
+        hello="pcx_test_plugin:register",
+        gone="pcx_not_installed_anywhere:register",
     )
-    commands = cli.load_commands(cli.COMMAND_MODULES)
-    assert {"validate", "eval", "show", "schema", "hello"} <= set(commands)
-    parser = cli.build_parser(commands)
-    args = parser.parse_args(["hello", "world"])
-    assert args._command.run(args) == 0
-    assert capsys.readouterr().out == "hello world\n"
+    commands = cli.pcx_commands()
+    assert {"validate", "eval", "show", "schema", "build", "hello"} <= set(commands)
+    assert "gone" not in commands and capsys.readouterr().err == ""
+    rc = cli.main(["hello", "world"])
+    assert rc == 4 and capsys.readouterr().out == "hello world\n"
 
 
 def test_broken_plugin_is_reported_not_fatal(monkeypatch: Any, capsys: Any) -> None:
@@ -142,27 +140,20 @@ def test_broken_plugin_is_reported_not_fatal(monkeypatch: Any, capsys: Any) -> N
         return real(name)
 
     monkeypatch.setattr(importlib, "import_module", fake)
-    commands = cli.load_commands(
-        ("picocontext.manifest.cli", "pcx_broken_plugin", "pcx_crashing_plugin")
+    _with_builtins(
+        monkeypatch,
+        broken="pcx_broken_plugin:register",
+        crashing="pcx_crashing_plugin:register",
     )
-    assert "validate" in commands
+    commands = cli.pcx_commands()
+    assert "validate" in commands and not {"broken", "crashing"} & set(commands)
     err = capsys.readouterr().err
-    assert "pcx_broken_plugin failed to import" in err and "bad plugin" in err
+    assert "pcx_broken_plugin:register failed to import" in err and "bad plugin" in err
 
 
-def test_register_style_plugins_plug_in(capsys: Any, monkeypatch: Any) -> None:
-    mod = types.ModuleType("pcx_register_plugin")
+def test_the_pcx_tree_is_the_picocontext_pcx_command(capsys: Any, tmp_path: Any) -> None:
+    from picocontext import cli as top
 
-    def register(subparsers: Any) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = subparsers.add_parser("greet", help="greet someone")
-        p.add_argument("who")
-        p.set_defaults(func=lambda args: print(f"hi {args.who}") or 4)
-        return p
-
-    mod.register = register  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pcx_register_plugin", mod)
-    rc = cli.main(["greet", "you"], modules=("picocontext.manifest.cli", "pcx_register_plugin"))
-    assert rc == 4 and capsys.readouterr().out == "hi you\n"
-    # a COMMANDS module that also defines register is used through COMMANDS only
-    commands, registrars = cli.load_plugins(("picocontext.manifest.cli",))
-    assert "validate" in commands and registrars == []
+    rc = top.main(["pcx", "validate", str(tmp_path / "none.json")])
+    assert rc == 2 and "cannot read" in capsys.readouterr().err
+    assert top.main(["pcx", "schema"]) == 0 and '"$schema"' in capsys.readouterr().out

@@ -713,3 +713,22 @@ def test_concurrent_turns_of_different_scopes_share_one_policy(tmp_path: Path) -
     assert reports == {f"b{i}": None for i in range(4)}
     assert all(len(policy.turns(s)) == 1 and policy.turns(s)[0].leaves == 6 for s in scopes)
     policy.close()
+
+
+def test_the_distiller_keeps_one_summarizer_for_its_whole_life(tmp_path: Path) -> None:
+    # The turn's summarizer settings (cancel, counts, fallback) are switched on for its sweep,
+    # never by rewiring the distiller, which another thread may be reading at that moment.
+    seen: list[object] = []
+
+    class Watching(FakeSummarizer):
+        def summarize(self, request: SummaryInput) -> str:
+            seen.append(policy.distiller(SCOPE).summarizer)  # what the distiller holds now
+            return super().summarize(request)
+
+    policy = policy_at(tmp_path, summarizer=Watching())
+    distiller = policy.distiller(SCOPE)
+    before = distiller.summarizer
+    policy.turn(session_for(script()), BUDGET)
+    assert seen and all(s is before for s in seen)
+    assert distiller.summarizer is before and policy.turns(SCOPE)[-1].summarizer_calls > 0
+    policy.close()
