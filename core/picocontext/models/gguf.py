@@ -54,7 +54,7 @@ SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 Progress = Callable[[str, float], None]
 
 # GGUF tensor base names → Hugging Face module names (both architectures).
-_LAYER_NAMES = {
+LAYER_NAMES = {
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
@@ -257,8 +257,8 @@ def _mlx_name(source: GGUFSource, gguf_name: str) -> tuple[str, str]:
     """(HF module name, GGUF base kind) for one GGUF tensor name."""
     base, _, suffix = gguf_name.rpartition(".")
     parts = base.split(".")
-    if parts[0] == "blk" and len(parts) == 3 and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{suffix}", parts[2]
+    if parts[0] == "blk" and len(parts) == 3 and parts[2] in LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{LAYER_NAMES[parts[2]]}.{suffix}", parts[2]
     if base in _TOP_NAMES and suffix == "weight":
         return f"{_TOP_NAMES[base]}.{suffix}", base
     raise source.fail(f"unexpected tensor {gguf_name} for this architecture")
@@ -435,7 +435,10 @@ def build_tokenizer(source: GGUFSource) -> Any:
     tokens: list[str] = list(source.scalar("tokenizer.ggml.tokens"))
     merges = [tuple(m.split(" ", 1)) for m in source.meta.get("tokenizer.ggml.merges", [])]
     vocab = {token: i for i, token in enumerate(tokens)}
-    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    try:
+        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    except Exception as exc:  # tokenizers raises a bare Exception for inconsistent merges
+        raise source.fail(f"the GGUF vocabulary and merges do not fit together ({exc})") from exc
     tokenizer = Tokenizer(bpe)
     normalizer, pre = _pre_tokenizer(str(source.scalar("tokenizer.ggml.pre", "default")), source)
     if normalizer is not None:
