@@ -125,6 +125,11 @@ def fetch_hub_model(
 
     if offline if offline is not None else constants.HF_HUB_OFFLINE:
         raise ModelError(_hub_help(spec, "offline mode is on"))
+    from picocontext.models.netprobe import hub_unreachable_reason
+
+    unreachable = hub_unreachable_reason()  # seconds, not huggingface_hub's retries
+    if unreachable:
+        raise ModelError(_hub_help(spec, unreachable))
     try:
         path = snapshot_download(
             spec.repo_id,
