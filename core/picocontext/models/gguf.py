@@ -302,6 +302,15 @@ def _requant_bits(tensor: Any) -> int | None:
     return bits if bits in (2, 3, 4, 5, 6, 8) else 8
 
 
+def _check_decodable(source: GGUFSource, name: str, tensor: Any) -> None:
+    """Refuse, before writing anything, a tensor type the ``gguf`` package cannot decode."""
+    try:
+        dequantize_rows(tensor, 0, 1)
+    except (NotImplementedError, ValueError) as exc:
+        kind = tensor.tensor_type.name
+        raise source.fail(f"tensor {name} ({kind}) cannot be decoded: {exc}") from exc
+
+
 def plan_tensors(source: GGUFSource, config: dict[str, Any], dense: bool) -> list[Planned]:
     """Every output tensor in file order, with its final name, shape and treatment."""
     chosen = _embedding_sources(source, config)
@@ -313,6 +322,7 @@ def plan_tensors(source: GGUFSource, config: dict[str, Any], dense: bool) -> lis
                 continue
             tensor = chosen[gguf_name]
         name, kind = _mlx_name(source, gguf_name)
+        _check_decodable(source, gguf_name, tensor)
         shape = tuple(int(x) for x in reversed([int(d) for d in tensor.shape]))
         rope = heads.get(kind) if config["model_type"] == "llama" else None
         bits = None if dense else _requant_bits(tensor)

@@ -368,3 +368,16 @@ def test_truncated_and_foreign_files_are_refused(
     with pytest.raises(ModelError, match=r"zip\.gguf is not a GGUF file"):
         read_gguf(foreign)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tensor_type_that_cannot_be_decoded_is_refused_before_writing() -> None:
+    from types import SimpleNamespace
+
+    from gguf import GGMLQuantizationType
+
+    from picocontext.models.gguf import _check_decodable
+
+    source = GGUFSource(path=Path("odd.gguf"), meta={}, tensors={})
+    tensor = SimpleNamespace(data=np.zeros((2, 4), np.int32), tensor_type=GGMLQuantizationType.I32)
+    with pytest.raises(ModelError, match=r"odd\.gguf: tensor blk\.0\.x \(I32\) cannot be decoded"):
+        _check_decodable(source, "blk.0.x", tensor)
