@@ -3,7 +3,8 @@
 ``huggingface_hub`` retries a failed connection for half a minute, logging each attempt; a
 name lookup alone can take six seconds to fail here. Before any download we try one TCP
 connection to the hub (or to the HTTPS proxy, when one is configured) on a daemon thread and
-wait at most :data:`PROBE_SECONDS`, name lookup included. A failed probe becomes one clear
+wait at most :data:`PROBE_SECONDS` (1.5 s), name lookup included: long enough for a slow
+link, short enough that a whole command fails in about 3 s. A failed probe becomes one clear
 error line; a successful one lets the download go ahead as usual.
 """
 
@@ -14,7 +15,7 @@ import socket
 import threading
 from urllib.parse import urlsplit
 
-PROBE_SECONDS = 2.0
+PROBE_SECONDS = 1.5
 
 
 def probe_target(endpoint: str) -> tuple[str, int]:
