@@ -102,12 +102,18 @@ def _real_model(
         else:
             spec = MODELS[settings.model.value]
             if spec.source == "embedded":
-                from picocontext.models import EMBEDDED_MODEL_NAME as MODEL_NAME
-                from picocontext.models import ensure_embedded_model
+                from picocontext.models import embedded_spec, ensure_embedded_model
 
-                progress(f"Preparing the embedded {MODEL_NAME}…", None)
-                path = ensure_embedded_model(log=log)
-                model_id = MODEL_NAME
+                title = embedded_spec(spec.name).title
+                progress(f"Preparing the embedded {title}…", None)
+                path = ensure_embedded_model(
+                    spec.name,
+                    log=log,
+                    progress=lambda stage, done: progress(
+                        f"{stage.capitalize()}: {done:.0%}", done
+                    ),
+                )
+                model_id = title
             else:
                 progress(f"Looking for {spec.repo_id} (about {spec.approx_mb} MB)…", None)
                 path = fetch_hub_model(spec, progress=fraction)

@@ -22,7 +22,8 @@ if typing.TYPE_CHECKING:
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
     from picocontext.models.constrained import DecisionGrammar, decision_lark, decision_schema
     from picocontext.models.embedded import MODEL_NAME as EMBEDDED_MODEL_NAME
-    from picocontext.models.embedded import ensure_embedded_model
+    from picocontext.models.embedded import ensure_embedded, ensure_embedded_model
+    from picocontext.models.embedded import get_spec as embedded_spec
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
     from picocontext.models.registry import (
         MODELS,
@@ -53,9 +54,11 @@ _LAZY = {
     "decision_schema": "picocontext.models.constrained",
     "EMBEDDED_MODEL_NAME": "picocontext.models.embedded",
     "ensure_embedded_model": "picocontext.models.embedded",
+    "embedded_spec": "picocontext.models.embedded",
+    "ensure_embedded": "picocontext.models.embedded",
 }
 # Names this facade spells differently from their module.
-_RENAMED = {"EMBEDDED_MODEL_NAME": "MODEL_NAME"}
+_RENAMED = {"EMBEDDED_MODEL_NAME": "MODEL_NAME", "embedded_spec": "get_spec"}
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -85,6 +88,8 @@ __all__ = [
     "decision_lark",
     "decision_schema",
     "default_model_name",
+    "embedded_spec",
+    "ensure_embedded",
     "ensure_embedded_model",
     "fetch_hub_model",
     "forced_tokens",

@@ -203,7 +203,9 @@ def probe_template(tokenizer: ChatTokenizer) -> TemplateSupport:
         tool_calls=f"{_PROBE}_call" in calls_text,
         tool_role=f"{_PROBE}_result" in calls_text and "<tool_response>" in calls_text,
         developer=f"{_PROBE}_dev" in developer_text,
-        qwen_family="<|im_start|>" in template and "enable_thinking" in template,
+        # Qwen3 templates switch thinking; Qwen2.5 ones (ours included) carry <tool_call>.
+        qwen_family="<|im_start|>" in template
+        and ("enable_thinking" in template or "<tool_call>" in template),
     )
 
 

@@ -1,38 +1,60 @@
-"""GGUF → standard MLX model directory (the embedded SmolLM2 default needs no hub).
+"""GGUF → standard MLX model directory, for the ``llama`` and ``qwen2`` architectures.
 
-What the conversion has to undo or rebuild:
+The embedded models ship as GGUF files (llama.cpp's format). ``mlx_lm`` loads Hugging Face
+style directories, so this module rebuilds one:
 
-* llama.cpp permutes the rows of ``attn_q``/``attn_k`` so its RoPE can rotate adjacent pairs;
-  MLX's Llama uses the Hugging Face layout (rotate halves), so the permutation is inverted per
-  head. Quantized tensors are permuted row-wise too (rows are independent of the column-wise
-  quantization groups).
-* The tokenizer lives in GGUF metadata (vocab, merges, token types, pre-tokenizer name); we
-  rebuild a byte-level BPE ``tokenizer.json`` with ``tokenizers`` and a
-  ``tokenizer_config.json`` carrying the GGUF's chat template.
-* MLX reads Q4_0/Q4_1 as 4-bit affine with group size 32. On the CPU backend the 4-bit kernels
-  are very slow, so weights are written dense float32 there; on Metal they stay 4-bit.
+* **Reading.** llama.cpp's own ``gguf`` package reads every field and tensor and dequantizes
+  every quant type bit-exactly (``mlx.core.load`` refuses Q5_0 and decodes Q4_K wrongly).
+  Tensors are memory-mapped and converted one at a time, in row chunks, and streamed into the
+  safetensors file, so memory stays bounded by a chunk, not by the model.
+* **Layout.** A dequantized GGUF matrix is already (out, in). llama.cpp permutes the rows of
+  ``attn_q``/``attn_k`` for the ``llama`` architecture only (its RoPE rotates adjacent pairs;
+  MLX's rotates halves), so those are un-permuted per head there; ``qwen2`` files are not
+  permuted and carry q/k/v biases.
+* **Tied embeddings.** A file may carry ``token_embd`` and ``output`` as the same matrix at two
+  quant types; the higher-precision copy becomes the (tied) embedding. Two different matrices
+  stay untied.
+* **Weights.** Dense float32 on the CPU (MLX's CPU matmul is fast only in float32 through
+  OpenBLAS). On Metal, each quantized matrix is re-quantized to MLX's affine format at the bit
+  width of its source type. Only the Metal path imports MLX.
+* **Tokenizer.** ``tokenizer.json`` is rebuilt with ``tokenizers`` from the GGUF vocabulary,
+  merges and token types, with the pre-tokenizer the file names; control tokens are special,
+  user-defined ones (such as ``<tool_call>``) are added tokens. The result must round-trip a set
+  of texts and keep every special token whole, or the import is refused.
+* **Chat template.** Never the file's: the caller passes a reviewed one (see
+  :mod:`picocontext.models.chattemplates`).
 
-Re-running is a no-op: the output carries a stamp with the source's content hash and the
-converter version.
+The output is written to a staging directory, renamed into place, and stamped last with the
+source's sha256, the converter version and the template's hash; re-running with the same stamp
+is a no-op, and a directory without a matching stamp is never trusted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from picocontext.errors import ModelError
 
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 STAMP_FILE = "picocontext-import.json"
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 
-# GGUF tensor names → mlx_lm Llama parameter names.
-_LAYER_NAMES = {
+# (what is happening, fraction done in [0, 1]); shared with the embedded-model fetcher.
+Progress = Callable[[str, float], None]
+
+# GGUF tensor base names → Hugging Face module names (both architectures).
+LAYER_NAMES = {
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
@@ -43,22 +65,37 @@ _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
-_TOP_NAMES = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
-}
-# GGUF file types MLX loads as quantized arrays: (bits, group size).
-_QUANT_TYPES = {2: (4, 32), 3: (4, 32), 7: (8, 32)}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
-# Pre-tokenizer regexes by GGUF ``tokenizer.ggml.pre`` name (llama.cpp's table, same facts).
+# Pre-tokenizer split regexes by ``tokenizer.ggml.pre`` (the same facts as llama.cpp's table).
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen2 differs from Llama 3 in one place: every digit is its own piece.
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _DIGITS_THEN_GPT2 = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
 _PLAIN_GPT2 = ("gpt2", "default", "gpt-2", "mpt", "olmo", "jais")
-_LLAMA3_LIKE = ("llama3", "llama-bpe", "qwen2", "smaug-bpe", "dbrx")
+_LLAMA3_LIKE = ("llama3", "llama-bpe", "smaug-bpe", "dbrx")
+
+# GGUF token types.
+_CONTROL, _USER_DEFINED = 3, 4
+# Always special in ChatML-family vocabularies, whatever type the file gives them.
+_CHATML_SPECIAL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+
+_ROUND_TRIP_SAMPLES = (
+    "plain ascii text, with punctuation!",
+    "Grüße aus Zürich — naïve café, «quotes» 東京 서울 Ωμέγα 🙂👍🏽",
+    "tabs\tand\nnewlines\n\n  indented   spaces",
+    "digits 0123456789 and 3.14159, ids LM-204 and TQ-4819-X",
+    'code: def f(x):\n    return {"key": [1, 2]}  # ok',
+)
+
+_ROWS_PER_CHUNK = 8192
+_SAME_MATRIX_TOLERANCE = 0.25  # relative difference of two quantized copies of one matrix
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -70,10 +107,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def unpermute_rows(w: Any, n_head: int) -> Any:
-    """Invert llama.cpp's Q/K row permutation for one (possibly quantized) 2-D tensor.
+    """Invert llama.cpp's Q/K row permutation for one 2-D (or 1-D bias) tensor.
 
     llama.cpp reorders each head's rows from [first half, second half] to interleaved pairs;
-    this restores [first half, second half]. Works on numpy and MLX arrays alike."""
+    this restores [first half, second half]."""
     rows = w.shape[0]
     if rows % (2 * n_head):
         raise ModelError(f"cannot undo the RoPE permutation: {rows} rows, {n_head} heads")
@@ -90,159 +127,403 @@ def permute_rows(w: Any, n_head: int) -> Any:
     return w.reshape(n_head, 2, half, *rest).swapaxes(1, 2).reshape(rows, *rest)
 
 
-def _scalar(meta: dict[str, Any], key: str, default: Any = None) -> Any:
-    if key not in meta:
+# -- reading ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GGUFSource:
+    """A parsed GGUF file: plain-Python metadata and memory-mapped tensors by name."""
+
+    path: Path
+    meta: dict[str, Any]
+    tensors: dict[str, Any]
+
+    def fail(self, reason: str) -> ModelError:
+        return ModelError(f"{self.path.name}: {reason}")
+
+    def scalar(self, key: str, default: Any = None) -> Any:
+        if key in self.meta:
+            return self.meta[key]
         if default is None:
-            raise ModelError(f"GGUF metadata lacks {key}")
+            raise self.fail(f"the GGUF metadata lacks {key}")
         return default
-    value = meta[key]
-    return value.item() if hasattr(value, "item") else value
 
 
-def build_tokenizer_json(meta: dict[str, Any]) -> str:
-    """A byte-level BPE ``tokenizer.json`` from GGUF vocab, merges and token types."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+def read_gguf(path: Path) -> GGUFSource:
+    """Parse ``path`` with the ``gguf`` package; any malformed or truncated file is refused."""
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        raise ModelError("GGUF import needs the gguf package: install picocontext[mlx]") from exc
+    with path.open("rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise ModelError(f"{path.name} is not a GGUF file (no GGUF magic at its start)")
+    try:
+        reader = GGUFReader(path, "r")
+        meta = {
+            name: field.contents()
+            for name, field in reader.fields.items()
+            if not name.startswith("GGUF.")
+        }
+    except (ValueError, OSError, IndexError, KeyError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path.name} is not a readable GGUF file ({exc})") from exc
+    size = path.stat().st_size
+    tensors = {}
+    for tensor in reader.tensors:
+        if tensor.data_offset + tensor.n_bytes > size:
+            raise ModelError(f"{path.name} is truncated: tensor {tensor.name} ends past the file")
+        tensors[tensor.name] = tensor
+    return GGUFSource(path=path, meta=meta, tensors=tensors)
 
-    if _scalar(meta, "tokenizer.ggml.model") != "gpt2":
-        raise ModelError(
-            "only byte-level BPE (tokenizer.ggml.model = gpt2) GGUF vocabularies are supported"
+
+def bits_per_weight(tensor: Any) -> float:
+    from gguf.constants import GGML_QUANT_SIZES
+
+    block, size = GGML_QUANT_SIZES[tensor.tensor_type]
+    return size * 8 / block
+
+
+def _is_quantized(tensor: Any) -> bool:
+    return bits_per_weight(tensor) < 16
+
+
+def dequantize_rows(tensor: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a 2-D tensor (or the whole 1-D tensor) as float32 (out, in)."""
+    from gguf.quants import dequantize
+
+    data = tensor.data if len(tensor.data.shape) == 1 else tensor.data[start:stop]
+    return np.ascontiguousarray(dequantize(np.asarray(data), tensor.tensor_type), np.float32)
+
+
+# -- config ---------------------------------------------------------------------------------
+
+
+def model_config(source: GGUFSource) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` for a supported architecture (refuses any other)."""
+    arch = source.meta.get("general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise source.fail(
+            f"architecture {arch!r} is not supported (supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)})"
         )
-    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
-    merges_raw: list[str] = list(meta.get("tokenizer.ggml.merges", []))
-    types_raw: Any = meta.get("tokenizer.ggml.token_type", [])
-    types = [int(t) for t in (types_raw.tolist() if hasattr(types_raw, "tolist") else types_raw)]
-    vocab = {token: i for i, token in enumerate(tokens)}
-    merges: list[tuple[str, str]] = []
-    for merge in merges_raw:
-        left, _, right = merge.partition(" ")
-        merges.append((left, right))
-    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
-    tokenizer = Tokenizer(bpe)
-    pre = str(_scalar(meta, "tokenizer.ggml.pre", "default"))
+    p = f"{arch}."
+    hidden = int(source.scalar(p + "embedding_length"))
+    heads = int(source.scalar(p + "attention.head_count"))
+    config: dict[str, Any] = {
+        "model_type": arch,
+        "architectures": ["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": int(source.scalar(p + "block_count")),
+        "intermediate_size": int(source.scalar(p + "feed_forward_length")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(source.scalar(p + "attention.head_count_kv", heads)),
+        "rms_norm_eps": float(source.scalar(p + "attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(source.scalar(p + "rope.freq_base", 10000.0)),
+        "max_position_embeddings": int(source.scalar(p + "context_length", 2048)),
+        "vocab_size": len(source.scalar("tokenizer.ggml.tokens")),
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    }
+    if arch == "llama":
+        config["head_dim"] = int(source.scalar(p + "rope.dimension_count", hidden // heads))
+    return config
+
+
+# -- tensor plan ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One output tensor: its name, dtype, shape and where its values come from."""
+
+    name: str
+    dtype: str  # safetensors dtype: F32 or U32
+    shape: tuple[int, ...]
+    source: Any
+    part: str = "weight"  # weight | scales | biases (the last two only when re-quantized)
+    heads: int | None = None  # un-permute rows per head (llama q/k)
+    bits: int | None = None  # re-quantize to this many bits (Metal)
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * int(np.prod(self.shape))
+
+
+_GROUP = 32  # MLX affine group size for re-quantized weights
+
+
+def _mlx_name(source: GGUFSource, gguf_name: str) -> tuple[str, str]:
+    """(HF module name, GGUF base kind) for one GGUF tensor name."""
+    base, _, suffix = gguf_name.rpartition(".")
+    parts = base.split(".")
+    if parts[0] == "blk" and len(parts) == 3 and parts[2] in LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{LAYER_NAMES[parts[2]]}.{suffix}", parts[2]
+    if base in _TOP_NAMES and suffix == "weight":
+        return f"{_TOP_NAMES[base]}.{suffix}", base
+    raise source.fail(f"unexpected tensor {gguf_name} for this architecture")
+
+
+def _same_matrix(a: Any, b: Any) -> bool:
+    """Whether two tensors are quantized copies of one matrix (checked on sampled rows)."""
+    if [int(x) for x in a.shape] != [int(x) for x in b.shape]:
+        return False
+    rows = int(a.shape[-1])
+    for index in np.linspace(0, rows - 1, num=min(rows, 32), dtype=int):
+        x = dequantize_rows(a, int(index), int(index) + 1)
+        y = dequantize_rows(b, int(index), int(index) + 1)
+        scale = float(np.linalg.norm(x)) or 1.0
+        if float(np.linalg.norm(x - y)) / scale > _SAME_MATRIX_TOLERANCE:
+            return False
+    return True
+
+
+def _embedding_sources(source: GGUFSource, config: dict[str, Any]) -> dict[str, Any]:
+    """GGUF tensors to write for the embedding and head; sets ``tie_word_embeddings``."""
+    embed = source.tensors.get("token_embd.weight")
+    if embed is None:
+        raise source.fail("the file has no token_embd.weight tensor")
+    head = source.tensors.get("output.weight")
+    if head is None:
+        return {"token_embd.weight": embed}
+    if _same_matrix(embed, head):
+        best = max((embed, head), key=bits_per_weight)
+        return {"token_embd.weight": best}
+    config["tie_word_embeddings"] = False
+    return {"token_embd.weight": embed, "output.weight": head}
+
+
+def _requant_bits(tensor: Any) -> int | None:
+    """MLX bit width for re-quantizing a quantized GGUF matrix (None: keep it dense)."""
+    if len(tensor.shape) != 2 or not _is_quantized(tensor) or int(tensor.shape[0]) % _GROUP:
+        return None
+    match = re.match(r"I?Q(\d)", tensor.tensor_type.name)
+    bits = int(match.group(1)) if match else 8
+    return bits if bits in (2, 3, 4, 5, 6, 8) else 8
+
+
+def _check_decodable(source: GGUFSource, name: str, tensor: Any) -> None:
+    """Refuse, before writing anything, a tensor type the ``gguf`` package cannot decode."""
+    try:
+        dequantize_rows(tensor, 0, 1)
+    except (NotImplementedError, ValueError) as exc:
+        kind = tensor.tensor_type.name
+        raise source.fail(f"tensor {name} ({kind}) cannot be decoded: {exc}") from exc
+
+
+def plan_tensors(source: GGUFSource, config: dict[str, Any], dense: bool) -> list[Planned]:
+    """Every output tensor in file order, with its final name, shape and treatment."""
+    chosen = _embedding_sources(source, config)
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    plan: list[Planned] = []
+    for gguf_name, tensor in source.tensors.items():
+        if gguf_name in ("token_embd.weight", "output.weight"):
+            if gguf_name not in chosen:
+                continue
+            tensor = chosen[gguf_name]
+        name, kind = _mlx_name(source, gguf_name)
+        _check_decodable(source, gguf_name, tensor)
+        shape = tuple(int(x) for x in reversed([int(d) for d in tensor.shape]))
+        rope = heads.get(kind) if config["model_type"] == "llama" else None
+        bits = None if dense else _requant_bits(tensor)
+        if bits is None:
+            plan.append(Planned(name, "F32", shape, tensor, heads=rope))
+            continue
+        rows, cols = shape
+        module = name.rsplit(".", 1)[0]
+        groups = (rows, cols // _GROUP)
+        plan += [
+            Planned(name, "U32", (rows, cols * bits // 32), tensor, "weight", rope, bits),
+            Planned(f"{module}.scales", "F32", groups, tensor, "scales", rope, bits),
+            Planned(f"{module}.biases", "F32", groups, tensor, "biases", rope, bits),
+        ]
+    return plan
+
+
+def quantization_config(plan: list[Planned]) -> dict[str, Any] | None:
+    """mlx_lm's per-layer ``quantization`` entry for a re-quantized plan (None when dense)."""
+    layers = {
+        p.name.rsplit(".", 1)[0]: {"group_size": _GROUP, "bits": p.bits}
+        for p in plan
+        if p.bits is not None and p.part == "weight"
+    }
+    if not layers:
+        return None
+    return {"group_size": _GROUP, "bits": 4, **layers}
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _chunks(item: Planned) -> Iterator[Any]:
+    """The planned tensor's values, a bounded number of rows at a time."""
+    tensor = item.source
+    rows = item.shape[0]
+    step = rows if item.heads is not None or len(item.shape) == 1 else _ROWS_PER_CHUNK
+    for start in range(0, rows, step):
+        values = dequantize_rows(tensor, start, min(rows, start + step))
+        if item.heads is not None:
+            values = np.ascontiguousarray(unpermute_rows(values, item.heads))
+        if item.bits is not None:
+            values = _requantize(values, item.bits, item.part)
+        yield values
+
+
+def _requantize(values: Any, bits: int, part: str) -> Any:
+    import mlx.core as mx
+
+    packed, scales, biases = mx.quantize(mx.array(values), group_size=_GROUP, bits=bits)
+    chosen = {"weight": packed, "scales": scales, "biases": biases}[part]
+    dtype = np.uint32 if part == "weight" else np.float32
+    return np.asarray(chosen.astype(mx.uint32 if part == "weight" else mx.float32), dtype=dtype)
+
+
+def write_safetensors(path: Path, plan: list[Planned], progress: Progress | None = None) -> None:
+    """Stream ``plan`` into one safetensors file: header from the plan, then chunk by chunk."""
+    header: dict[str, Any] = {"__metadata__": {"format": "mlx"}}
+    offset = 0
+    for item in plan:
+        header[item.name] = {
+            "dtype": item.dtype,
+            "shape": list(item.shape),
+            "data_offsets": [offset, offset + item.nbytes],
+        }
+        offset += item.nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)
+    done = 0
+    with path.open("wb") as fh:
+        fh.write(len(encoded).to_bytes(8, "little"))
+        fh.write(encoded)
+        for item in plan:
+            written = 0
+            for values in _chunks(item):
+                fh.write(np.ascontiguousarray(values).data.cast("B"))
+                written += values.nbytes
+            if written != item.nbytes:
+                raise ModelError(f"internal error: {item.name} wrote {written} of {item.nbytes}")
+            done += item.nbytes
+            if progress:
+                progress("writing weights", done / max(offset, 1))
+
+
+# -- tokenizer ------------------------------------------------------------------------------
+
+
+def _pre_tokenizer(pre: str, source: GGUFSource) -> tuple[Any, Any]:
+    """(normalizer or None, pre-tokenizer) for a ``tokenizer.ggml.pre`` name."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     if pre in _DIGITS_THEN_GPT2:
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Digits(individual_digits=True),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-            ]
-        )
-    elif pre in _PLAIN_GPT2:
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    elif pre in _LLAMA3_LIKE:
-        from tokenizers import Regex
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        return None, pre_tokenizers.Sequence([digits, gpt2])
+    if pre in _PLAIN_GPT2:
+        return None, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    split = {"qwen2": _QWEN2_SPLIT, **dict.fromkeys(_LLAMA3_LIKE, _LLAMA3_SPLIT)}.get(pre)
+    if split is None:
+        raise source.fail(f"unsupported GGUF pre-tokenizer {pre!r}")
+    splitter = pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False)
+    normalizer = normalizers.NFC() if pre == "qwen2" else None
+    return normalizer, pre_tokenizers.Sequence([splitter, byte_level])
 
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"), byte_level]
+
+def _token_types(source: GGUFSource, count: int) -> list[int]:
+    types = [int(t) for t in source.meta.get("tokenizer.ggml.token_type", [])]
+    return types if len(types) == count else [1] * count
+
+
+def build_tokenizer(source: GGUFSource) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` rebuilt from the GGUF vocabulary."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
+    if source.scalar("tokenizer.ggml.model") != "gpt2":
+        raise source.fail(
+            "only byte-level BPE (tokenizer.ggml.model = gpt2) GGUF vocabularies are supported"
         )
-    else:
-        raise ModelError(f"unsupported GGUF pre-tokenizer {pre!r}")
+    tokens: list[str] = list(source.scalar("tokenizer.ggml.tokens"))
+    merges = [tuple(m.split(" ", 1)) for m in source.meta.get("tokenizer.ggml.merges", [])]
+    vocab = {token: i for i, token in enumerate(tokens)}
+    try:
+        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    except Exception as exc:  # tokenizers raises a bare Exception for inconsistent merges
+        raise source.fail(f"the GGUF vocabulary and merges do not fit together ({exc})") from exc
+    tokenizer = Tokenizer(bpe)
+    normalizer, pre = _pre_tokenizer(str(source.scalar("tokenizer.ggml.pre", "default")), source)
+    if normalizer is not None:
+        tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    # Control (3) and user-defined (4) tokens are matched whole, never split by BPE.
-    special = [
-        AddedToken(tokens[i], special=(t == 3), normalized=False)
-        for i, t in enumerate(types)
-        if t in (3, 4)
-    ]
-    tokenizer.add_special_tokens([t for t in special if t.special])
-    tokenizer.add_tokens([t for t in special if not t.special])
-    return str(tokenizer.to_str())
+    types = _token_types(source, len(tokens))
+    special = [t for i, t in enumerate(tokens) if types[i] == _CONTROL or t in _CHATML_SPECIAL]
+    added = [t for i, t in enumerate(tokens) if types[i] == _USER_DEFINED and t not in special]
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    for text in (*special, *added):
+        if tokenizer.token_to_id(text) != vocab[text]:
+            raise source.fail(f"the added token {text!r} did not keep its vocabulary id")
+    return tokenizer
 
 
-def _token(meta: dict[str, Any], key: str) -> str | None:
-    if key not in meta:
+def build_tokenizer_json(source: GGUFSource) -> str:
+    return str(build_tokenizer(source).to_str())
+
+
+def check_tokenizer(tokenizer: Any, source: GGUFSource, required: tuple[str, ...] = ()) -> None:
+    """Refuse a tokenizer that does not round-trip text or would split a special token."""
+    for text in _ROUND_TRIP_SAMPLES:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        back = tokenizer.decode(ids, skip_special_tokens=False)
+        if back != text:
+            raise source.fail(
+                f"the rebuilt tokenizer does not round-trip text ({text[:24]!r}… came back as "
+                f"{back[:24]!r}…); refusing to import it"
+            )
+    for token in required:
+        token_id = tokenizer.token_to_id(token)
+        if token_id is None:
+            raise source.fail(f"the chat format needs {token!r}, which is not in the vocabulary")
+        if tokenizer.encode(token, add_special_tokens=False).ids != [token_id]:
+            raise source.fail(f"the rebuilt tokenizer splits {token!r}; refusing to import it")
+
+
+def _special_token(source: GGUFSource, key: str) -> str | None:
+    if key not in source.meta:
         return None
-    index = int(_scalar(meta, key))
-    tokens = meta["tokenizer.ggml.tokens"]
-    return str(tokens[index]) if 0 <= index < len(tokens) else None
+    index = int(source.meta[key])
+    tokens = source.scalar("tokenizer.ggml.tokens")
+    if not 0 <= index < len(tokens):
+        raise source.fail(f"{key} = {index} is outside the {len(tokens)}-token vocabulary")
+    return str(tokens[index])
 
 
-def llama_config(meta: dict[str, Any]) -> dict[str, Any]:
-    arch = _scalar(meta, "general.architecture")
-    if arch != "llama":
-        raise ModelError(f"only llama-architecture GGUF files are supported (this one is {arch!r})")
-    p = "llama."
-    hidden = int(_scalar(meta, p + "embedding_length"))
-    heads = int(_scalar(meta, p + "attention.head_count"))
-    vocab = len(meta["tokenizer.ggml.tokens"])
+def tokenizer_config(source: GGUFSource, chat_template: str, max_length: int) -> dict[str, Any]:
+    eos = _special_token(source, "tokenizer.ggml.eos_token_id")
+    if eos is None:
+        raise source.fail("the GGUF metadata names no end-of-sequence token")
     return {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": int(_scalar(meta, p + "block_count")),
-        "intermediate_size": int(_scalar(meta, p + "feed_forward_length")),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(_scalar(meta, p + "attention.head_count_kv", heads)),
-        "head_dim": int(_scalar(meta, p + "rope.dimension_count", hidden // heads)),
-        "rms_norm_eps": float(_scalar(meta, p + "attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(_scalar(meta, p + "rope.freq_base", 10000.0)),
-        "max_position_embeddings": int(_scalar(meta, p + "context_length", 2048)),
-        "vocab_size": vocab,
-        "tie_word_embeddings": True,
-        "bos_token_id": int(_scalar(meta, "tokenizer.ggml.bos_token_id", -1)),
-        "eos_token_id": int(_scalar(meta, "tokenizer.ggml.eos_token_id")),
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_length,
+        "bos_token": _special_token(source, "tokenizer.ggml.bos_token_id"),
+        "eos_token": eos,
+        "pad_token": _special_token(source, "tokenizer.ggml.padding_token_id"),
+        "unk_token": _special_token(source, "tokenizer.ggml.unknown_token_id"),
+        "add_bos_token": bool(source.meta.get("tokenizer.ggml.add_bos_token", False)),
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": chat_template,
     }
 
 
-def tensor_bits(w: Any, scales: Any, group: int) -> int:
-    """Bits per weight of a packed uint32 tensor (a Q4_1 file keeps its embedding at 8 bits)."""
-    bits = int(w.shape[-1]) * 32 // (int(scales.shape[-1]) * group)
-    if bits not in (2, 3, 4, 5, 6, 8):
-        raise ModelError(
-            f"unsupported quantized tensor layout {tuple(w.shape)}/{tuple(scales.shape)}"
-        )
-    return bits
+def _stop_ids(source: GGUFSource, tokenizer: Any) -> list[int]:
+    """The end-of-turn id, plus ``<|endoftext|>`` where the vocabulary has both."""
+    ids = [int(source.scalar("tokenizer.ggml.eos_token_id"))]
+    end = tokenizer.token_to_id("<|endoftext|>")
+    return ids + ([end] if end is not None and end not in ids else [])
 
 
-def _convert_weights(
-    weights: dict[str, Any], config: dict[str, Any], group: int, dense: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Renamed, un-permuted weights plus per-layer quantization settings (empty if dense)."""
-    import mlx.core as mx
-
-    out: dict[str, Any] = {}
-    layers: dict[str, Any] = {}
-    bases = sorted({k.rsplit(".", 1)[0] for k in weights})
-    for base in bases:
-        parts = base.split(".")
-        if parts[0] == "blk":
-            name = f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
-            kind = parts[2]
-        elif base in _TOP_NAMES:
-            name = _TOP_NAMES[base]
-            kind = base
-        else:
-            raise ModelError(f"unexpected GGUF tensor {base}")
-        w = weights[f"{base}.weight"]
-        scales = weights.get(f"{base}.scales")
-        biases = weights.get(f"{base}.biases")
-        heads = {
-            "attn_q": config["num_attention_heads"],
-            "attn_k": config["num_key_value_heads"],
-        }.get(kind)
-        if scales is not None:
-            bits = tensor_bits(w, scales, group)
-            if dense:
-                w = mx.dequantize(w, scales, biases, group_size=group, bits=bits)
-                w = w.astype(mx.float32)
-                scales = biases = None
-            else:
-                layers[name] = {"group_size": group, "bits": bits}
-        if heads is not None:
-            w = unpermute_rows(w, heads)
-            if scales is not None:
-                scales = unpermute_rows(scales, heads)
-                biases = unpermute_rows(biases, heads)
-        out[f"{name}.weight"] = (
-            w if scales is not None or w.dtype == mx.float32 else w.astype(mx.float32)
-        )
-        if scales is not None:
-            out[f"{name}.scales"] = scales
-            out[f"{name}.biases"] = biases
-    if "lm_head.weight" in out:
-        config["tie_word_embeddings"] = False
-    return out, layers
+# -- stamp and conversion -----------------------------------------------------------------
 
 
 def read_stamp(directory: Path) -> dict[str, Any] | None:
@@ -259,10 +540,75 @@ def is_current(directory: Path, stamp: dict[str, Any]) -> bool:
     return (
         found is not None
         and all(found.get(k) == v for k, v in stamp.items())
-        and (directory / "config.json").is_file()
-        and (directory / "model.safetensors").is_file()
-        and (directory / "tokenizer.json").is_file()
+        and all(
+            (directory / name).is_file()
+            for name in ("config.json", "model.safetensors", "tokenizer.json")
+        )
     )
+
+
+def refresh_template(directory: Path, stamp: dict[str, Any], chat_template: str) -> bool:
+    """Swap in a new chat template when only the template differs from ``stamp``.
+
+    Templates change more often than weights; rewriting ``tokenizer_config.json`` (atomically,
+    then the stamp) spares a conversion. Returns whether ``directory`` is now current."""
+    weights_only = {k: v for k, v in stamp.items() if k != "template_sha256"}
+    if not is_current(directory, weights_only):
+        return False
+    path = directory / "tokenizer_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    config["chat_template"] = chat_template
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    os.replace(partial, path)
+    (directory / STAMP_FILE).write_text(json.dumps(stamp, indent=2), encoding="utf-8")
+    return True
+
+
+def template_sha256(template: str) -> str:
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
+def import_stamp(
+    source_sha256: str, dense: bool, chat_template: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "converter": CONVERTER_VERSION,
+        "source_sha256": source_sha256,
+        "weights": "dense-float32" if dense else "quantized",
+        "template_sha256": template_sha256(chat_template),
+        **(extra or {}),
+    }
+
+
+def _write_directory(
+    source: GGUFSource,
+    staging: Path,
+    *,
+    dense: bool,
+    chat_template: str,
+    required_tokens: tuple[str, ...],
+    progress: Progress | None,
+) -> None:
+    config = model_config(source)
+    tokenizer = build_tokenizer(source)
+    check_tokenizer(tokenizer, source, required_tokens)
+    config["eos_token_id"] = _stop_ids(source, tokenizer)
+    bos = source.meta.get("tokenizer.ggml.bos_token_id")
+    if bos is not None:
+        config["bos_token_id"] = int(bos)
+    special = tokenizer_config(source, chat_template, config["max_position_embeddings"])
+    plan = plan_tensors(source, config, dense)
+    quantization = quantization_config(plan)
+    if quantization:
+        config["quantization"] = quantization
+    write_safetensors(staging / "model.safetensors", plan, progress)
+    tokenizer.save(str(staging / "tokenizer.json"))
+    (staging / "tokenizer_config.json").write_text(json.dumps(special, indent=2), "utf-8")
+    (staging / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
 
 
 def convert_gguf(
@@ -270,77 +616,49 @@ def convert_gguf(
     out_dir: Path,
     *,
     dense: bool,
+    chat_template: str,
+    required_tokens: tuple[str, ...] = (),
     source_sha256: str | None = None,
     extra_stamp: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Write an MLX directory for ``gguf`` at ``out_dir``; a no-op if its stamp matches.
 
-    Runs on a private MLX worker thread (see :mod:`picocontext.models.mlx_backend`)."""
-    from picocontext.models.mlx_backend import MLXWorker
-
-    digest = source_sha256 or sha256_file(gguf)
-    stamp = {
-        "converter": CONVERTER_VERSION,
-        "source_sha256": digest,
-        "weights": "dense-float32" if dense else "quantized",
-        **(extra_stamp or {}),
-    }
-    if is_current(out_dir, stamp):
+    ``required_tokens`` are tokens the chat template relies on (each must be one vocabulary
+    entry). Dense conversion needs only numpy; re-quantizing for Metal imports MLX (after
+    preloading BLAS)."""
+    stamp = import_stamp(source_sha256 or sha256_file(gguf), dense, chat_template, extra_stamp)
+    if is_current(out_dir, stamp) or refresh_template(out_dir, stamp, chat_template):
         return out_dir
     say = log or (lambda _m: None)
     say(f"converting {gguf.name} → {out_dir} ({stamp['weights']})")
+    if progress:
+        progress("reading GGUF", 0.0)
+    source = read_gguf(gguf)
+    if not dense:
+        from picocontext.models.blas import preload_openblas
+
+        preload_openblas()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".import-", dir=out_dir.parent))
-    worker = MLXWorker("picocontext-gguf")
+    staging = Path(tempfile.mkdtemp(prefix=f".import-{out_dir.name}-", dir=out_dir.parent))
     try:
-
-        def work() -> None:
-            import mlx.core as mx
-
-            loaded: Any = mx.load(str(gguf), return_metadata=True)
-            weights: dict[str, Any] = loaded[0]
-            meta: dict[str, Any] = loaded[1]
-            config = llama_config(meta)
-            file_type = int(_scalar(meta, "general.file_type", 0))
-            quant = _QUANT_TYPES.get(file_type)
-            has_quantized = any(k.endswith(".scales") for k in weights)
-            if has_quantized and quant is None:
-                raise ModelError(f"unsupported GGUF file type {file_type}")
-            bits, group = quant or (4, 32)
-            converted, layers = _convert_weights(weights, config, group, dense)
-            if layers:
-                config["quantization"] = {"group_size": group, "bits": bits, **layers}
-            mx.eval(converted)
-            mx.save_safetensors(str(staging / "model.safetensors"), converted, {"format": "mlx"})
-            (staging / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-            (staging / "tokenizer.json").write_text(build_tokenizer_json(meta), encoding="utf-8")
-            template = meta.get("tokenizer.chat_template")
-            tokenizer_config = {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "model_max_length": config["max_position_embeddings"],
-                "bos_token": _token(meta, "tokenizer.ggml.bos_token_id"),
-                "eos_token": _token(meta, "tokenizer.ggml.eos_token_id"),
-                "pad_token": _token(meta, "tokenizer.ggml.padding_token_id"),
-                "unk_token": _token(meta, "tokenizer.ggml.unknown_token_id"),
-                "add_bos_token": bool(_scalar(meta, "tokenizer.ggml.add_bos_token", False)),
-                "add_eos_token": False,
-                "clean_up_tokenization_spaces": False,
-            }
-            if isinstance(template, str) and template.strip():
-                tokenizer_config["chat_template"] = template
-            (staging / "tokenizer_config.json").write_text(
-                json.dumps(tokenizer_config, indent=2), encoding="utf-8"
-            )
-            (staging / STAMP_FILE).write_text(json.dumps(stamp, indent=2), encoding="utf-8")
-
-        worker.call(work)
+        _write_directory(
+            source,
+            staging,
+            dense=dense,
+            chat_template=chat_template,
+            required_tokens=required_tokens,
+            progress=progress,
+        )
+        staging.chmod(0o755)  # mkdtemp made it private; a model cache is ordinary data
         if out_dir.exists():
             shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-        out_dir.chmod(0o755)  # mkdtemp made it private; a model cache is ordinary data
+        os.replace(staging, out_dir)
+        # Stamped last: a directory interrupted before this line is never trusted.
+        (out_dir / STAMP_FILE).write_text(json.dumps(stamp, indent=2), encoding="utf-8")
     finally:
-        worker.close()
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+    say(f"converted {gguf.name}")
     return out_dir

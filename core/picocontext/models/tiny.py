@@ -8,11 +8,14 @@ byte-level BPE trained here with ``tokenizers``; the chat template is our own Qw
 template with tools, tool calls, tool results and a thinking switch.
 
 Needs ``numpy``, ``tokenizers`` and ``safetensors`` (all come with the ``mlx`` extra).
+:func:`write_tiny_gguf` writes the same kind of model as a GGUF file, with quantized tensors,
+for the GGUF importer's tests (it needs the ``gguf`` package, also in the ``mlx`` extra).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +207,222 @@ def write_tiny_model(
     )
     save_file(_weights(config, seed), str(path / "model.safetensors"), metadata={"format": "mlx"})
     return path
+
+
+# -- tiny GGUF files (for the importer's tests) ----------------------------------------------
+
+# A template a GGUF file could carry; the importer must never copy it.
+FOREIGN_GGUF_TEMPLATE = "{{ 'not our template: ' + messages[0].content }}"
+
+# GGUF type of each layer matrix in the tiny files: several quant families in one model.
+_TINY_TYPES = {
+    "attn_q": "Q8_0",
+    "attn_k": "Q4_0",
+    "attn_v": "Q5_0",
+    "attn_output": "F16",
+    "ffn_gate": "Q4_1",
+    "ffn_up": "Q8_0",
+    "ffn_down": "Q4_0",
+}
+
+
+@dataclass(frozen=True)
+class TinyGGUF:
+    """A small GGUF file and the Hugging Face-layout float32 weights it should convert to."""
+
+    path: Path
+    expected: dict[str, Any]
+    tied: bool
+
+
+def _gguf_vocab(tokenizer: Any) -> tuple[list[str], list[str], list[int]]:
+    """Tokens, merges and GGUF token types (3 control, 4 user-defined, 1 normal)."""
+    data = json.loads(tokenizer.to_str())
+    vocab: dict[str, int] = dict(data["model"]["vocab"])
+    for added in data["added_tokens"]:
+        vocab[added["content"]] = added["id"]
+    tokens = [""] * (max(vocab.values()) + 1)
+    for text, index in vocab.items():
+        tokens[index] = text
+    user_defined = ("<tool_call>", "</tool_call>")
+    types = [(4 if t in user_defined else 3) if t in TINY_SPECIAL_TOKENS else 1 for t in tokens]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    return tokens, merges, types
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    stored: Any  # what the GGUF file holds
+    qtype: Any  # GGMLQuantizationType for packed data, None for plain float arrays
+    value: Any  # the float32 values it decodes to
+
+
+def _encode(values: Any, qtype: str) -> _Encoded:
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    if qtype == "F32":
+        return _Encoded(values.astype(np.float32), None, values.astype(np.float32))
+    if qtype == "F16":
+        half = values.astype(np.float16)
+        return _Encoded(half, None, half.astype(np.float32))
+    kind = GGMLQuantizationType[qtype]
+    packed = quantize(values.astype(np.float32), kind)
+    return _Encoded(packed, kind, dequantize(packed, kind))
+
+
+def _tiny_embeddings(rng: Any, vocab: int, hidden: int, mode: str) -> dict[str, _Encoded]:
+    values = rng.normal(0.0, 1.0, size=(vocab, hidden))
+    if mode == "single":
+        return {"token_embd.weight": _encode(values, "Q8_0")}
+    if mode == "tied-copies":
+        return {
+            "token_embd.weight": _encode(values, "Q4_0"),
+            "output.weight": _encode(values, "Q8_0"),
+        }
+    other = rng.normal(0.0, 1.0, size=(vocab, hidden))
+    return {"token_embd.weight": _encode(values, "Q4_0"), "output.weight": _encode(other, "Q8_0")}
+
+
+def _tiny_layer(rng: Any, arch: str, hidden: int, heads: int, kv_heads: int) -> dict[str, Any]:
+    """One block's GGUF tensors by kind, each as (encoded, HF-layout expected value)."""
+    import numpy as np
+
+    from picocontext.models.gguf import permute_rows, unpermute_rows
+
+    head_dim = hidden // heads
+    shapes = {
+        "attn_q": (hidden, hidden),
+        "attn_k": (kv_heads * head_dim, hidden),
+        "attn_v": (kv_heads * head_dim, hidden),
+        "attn_output": (hidden, hidden),
+        "ffn_gate": (2 * hidden, hidden),
+        "ffn_up": (2 * hidden, hidden),
+        "ffn_down": (hidden, 2 * hidden),
+    }
+    rope = {"attn_q": heads, "attn_k": kv_heads} if arch == "llama" else {}
+    out: dict[str, Any] = {}
+    for kind, shape in shapes.items():
+        values = rng.normal(0.0, 0.2, size=shape)
+        if kind in rope:
+            encoded = _encode(permute_rows(values, rope[kind]), _TINY_TYPES[kind])
+            out[f"{kind}.weight"] = (encoded, unpermute_rows(encoded.value, rope[kind]))
+        else:
+            encoded = _encode(values, _TINY_TYPES[kind])
+            out[f"{kind}.weight"] = (encoded, encoded.value)
+    for kind in ("attn_norm", "ffn_norm"):
+        ones = _encode(np.ones((hidden,)), "F32")
+        out[f"{kind}.weight"] = (ones, ones.value)
+    if arch == "qwen2":
+        for kind in ("attn_q", "attn_k", "attn_v"):
+            bias = _encode(rng.normal(0.0, 0.1, size=(shapes[kind][0],)), "F32")
+            out[f"{kind}.bias"] = (bias, bias.value)
+    return out
+
+
+def _write_gguf_header(writer: Any, arch: str, hidden: int, layers: int) -> None:
+    heads = 4
+    writer.add_block_count(layers)
+    writer.add_context_length(2048)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(2 * hidden)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    if arch == "llama":
+        writer.add_rope_dimension_count(hidden // heads)
+
+
+def _write_gguf_vocab(
+    writer: Any, tokens: list[str], merges: list[str], types: list[int], pre: str, eos_id: int
+) -> None:
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types(types)
+    writer.add_eos_token_id(eos_id)
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(FOREIGN_GGUF_TEMPLATE)
+
+
+def write_tiny_gguf(
+    path: str | Path,
+    *,
+    arch: str = "qwen2",
+    embeddings: str = "tied-copies",
+    seed: int = 0,
+    vocab_size: int = 512,
+    hidden: int = 64,
+    layers: int = 2,
+    pre: str | None = None,
+    eos_id: int | None = None,
+) -> TinyGGUF:
+    """Write a GGUF of ``arch`` with quantized tensors (Q4_0/Q4_1/Q5_0/Q8_0/F16) and a tiny
+    byte-level BPE vocabulary, written with llama.cpp's own ``gguf`` writer.
+
+    ``embeddings``: ``tied-copies`` stores the embedding twice (Q4_0 ``token_embd`` and a more
+    precise Q8_0 ``output``, as Qwen2.5 files do), ``single`` once, ``untied`` with a different
+    ``output`` matrix. Llama files get llama.cpp's Q/K row permutation; qwen2 files get q/k/v
+    biases. ``expected`` maps each output tensor name to the float32 values the importer must
+    write. ``architecture`` metadata is ``arch`` verbatim, so tests can ask for unsupported ones.
+    """
+    from gguf import GGUFWriter
+
+    rng = _rng(seed)
+    tokens, merges, types = _gguf_vocab(_train_tokenizer(vocab_size))
+    writer = GGUFWriter(str(path), arch)
+    _write_gguf_header(writer, arch, hidden, layers)
+    default_pre = "qwen2" if arch == "qwen2" else "smollm"
+    eos = tokens.index("<|im_end|>") if eos_id is None else eos_id
+    _write_gguf_vocab(writer, tokens, merges, types, pre or default_pre, eos)
+    expected: dict[str, Any] = {}
+    embeds = _tiny_embeddings(rng, len(tokens), hidden, embeddings)
+    best = embeds.get("output.weight") if embeddings == "tied-copies" else None
+    for name, encoded in embeds.items():
+        _add_tensor(writer, name, encoded)
+    expected["model.embed_tokens.weight"] = (best or embeds["token_embd.weight"]).value
+    if embeddings == "untied":
+        expected["lm_head.weight"] = embeds["output.weight"].value
+    norm = _encode(_ones(hidden), "F32")
+    _add_tensor(writer, "output_norm.weight", norm)
+    expected["model.norm.weight"] = norm.value
+    for i in range(layers):
+        for name, (encoded, value) in _tiny_layer(rng, arch, hidden, 4, 2).items():
+            _add_tensor(writer, f"blk.{i}.{name}", encoded)
+            expected[_hf_name(i, name)] = value
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return TinyGGUF(path=Path(path), expected=expected, tied=embeddings != "untied")
+
+
+def _rng(seed: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng(seed)
+
+
+def _ones(n: int) -> Any:
+    import numpy as np
+
+    return np.ones((n,), dtype=np.float32)
+
+
+def _add_tensor(writer: Any, name: str, encoded: _Encoded) -> None:
+    if encoded.qtype is None:
+        writer.add_tensor(name, encoded.stored)
+    else:
+        writer.add_tensor(name, encoded.stored, raw_dtype=encoded.qtype)
+
+
+def _hf_name(layer: int, name: str) -> str:
+    from picocontext.models.gguf import LAYER_NAMES
+
+    kind, _, suffix = name.rpartition(".")
+    return f"model.layers.{layer}.{LAYER_NAMES[kind]}.{suffix}"

