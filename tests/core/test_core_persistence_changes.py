@@ -276,3 +276,56 @@ def test_every_revision_loads_exactly(tmp_path_factory: Any, plan: Any, every: i
                 assert store.tombstones(SCOPE) == deleted
         finally:
             store.close()
+
+
+WRITER = """
+import sys
+from picocontext import ContextSession, Record, Role, SQLiteStore, StorageError
+from picocontext.models import ByteCounter, ScriptedBackend
+sys.path.insert(0, sys.argv[3])
+from kettle import SCOPE, kettle_snapshot
+store = SQLiteStore(sys.argv[1])
+name, done, session = sys.argv[2], 0, None
+while done < 40:
+    try:
+        if session is None:
+            session = ContextSession.open(store, SCOPE, ByteCounter(), ScriptedBackend(),
+                                          kettle_snapshot())
+        session.append_records([Record(id=f"{name}{done}", role=Role.USER, body=name * done)])
+        done += 1
+    except StorageError:
+        session = None  # another process committed first: reopen at its revision and retry
+print("ok", flush=True)
+"""
+
+
+def test_two_processes_appending_lose_nothing_and_every_revision_loads(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "shared.db"
+    support = str(Path(__file__).resolve().parents[1] / "support")
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), name, support],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    for child in children:
+        out, err = child.communicate(timeout=240)
+        assert out.strip() == "ok", err
+    with SQLiteStore(path) as store:
+        final = store.load(SCOPE)
+        assert final is not None
+        appended = [r.id for r in final.original.records[len(kettle_snapshot().records) :]]
+        assert sorted(appended) == sorted(f"{n}{i}" for n in "ab" for i in range(40))
+        assert store.revision_numbers(SCOPE) == list(range(81))
+        previous = store.load_revision(SCOPE, 0).records
+        for revision in range(1, 81):
+            records = store.load_revision(SCOPE, revision).records
+            assert records[:-1] == previous  # each revision is the one before plus one record
+            previous = records
+        assert previous == final.snapshot.records
