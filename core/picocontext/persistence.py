@@ -643,7 +643,7 @@ class SQLiteStore:
         )
 
     # -- reads --------------------------------------------------------------------------
-    def _read(self, scope: Scope, read: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _read(self, what: object, read: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``read`` in one read transaction, so it sees a single committed state."""
         with self._lock:
             db = self._db
@@ -654,7 +654,7 @@ class SQLiteStore:
                 finally:
                     db.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise StorageError(f"Cannot load {scope}: {exc}") from exc
+                raise StorageError(f"Cannot load {what} from {self.path}: {exc}") from exc
 
     def load(self, scope: Scope) -> WorkingContext | None:
         key = _scope_key(scope)
@@ -943,10 +943,7 @@ class SQLiteStore:
                 out.append(Scope(user_id=user, conversation_id=conversation, branch_id=branch))
             return out
 
-        result: list[Scope] = self._read(
-            Scope(user_id="*", conversation_id="*", branch_id="*"), read
-        )
-        return result
+        return self._read("the session list", read)
 
 
 def _check_working_in_transcript(
