@@ -353,7 +353,13 @@ def _transcript_record(
 
 class SQLiteStore:
     """One SQLite file (WAL, synchronous=FULL). Safe to share between threads of one process;
-    concurrent writers from other processes are serialized by SQLite and detected as stale."""
+    concurrent writers from other processes are serialized by SQLite and detected as stale.
+
+    Each store object remembers, per scope, the head revision and the transcript it last
+    wrote or read. That is what lets a save be a delta and a read parse only new transcript
+    rows; both are checked against the file inside the transaction (the head's commit time,
+    the checksum of the last known transcript row), so a commit by any other writer simply
+    makes the next save a checkpoint and the next read a full one."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
