@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL, MAX_EDIT_OPERATIONS
+from picocontext.headers import header_field
+from picocontext.headers import record_header as record_header
 from picocontext.records import Snapshot
 
 if TYPE_CHECKING:
@@ -83,8 +85,9 @@ def decision_guidance(model_input: ModelInput) -> str:
     from picocontext.backend import EditStyle
 
     snapshot = model_input.context
-    editable = ", ".join(snapshot.unprotected_ids) or "none"
-    destination = destination_id(snapshot)
+    # ids are written as in record headers, so an id cannot print a header of its own
+    editable = ", ".join(header_field(i) for i in snapshot.unprotected_ids) or "none"
+    destination = header_field(destination_id(snapshot)) if snapshot.unprotected_ids else "none"
     lines = [
         "This turn is only for the context decision: call exactly one tool, then stop.",
     ]
@@ -197,12 +200,3 @@ def keep_tool_schema() -> dict[str, Any]:
 
 def decision_tools(snapshot: Snapshot) -> list[dict[str, Any]]:
     return [edit_tool_schema(snapshot), keep_tool_schema()]
-
-
-def record_header(
-    record_id: str, protected: bool, call_ids: list[str], result_for: str | None
-) -> str:
-    return (
-        f"[recordID={record_id}; protected={'true' if protected else 'false'}; "
-        f"callIDs={','.join(call_ids)}; resultFor={result_for or 'none'}]"
-    )

@@ -127,27 +127,41 @@ def test_older_schema_without_migration_fails_clearly(
 
     path = tmp_path / "s.db"
     SQLiteStore(path).close()
-    monkeypatch.setattr(persistence, "SCHEMA_VERSION", 2)
+    current = persistence.SCHEMA_VERSION
+    monkeypatch.setattr(persistence, "SCHEMA_VERSION", current + 1)
     with pytest.raises(StorageError, match="cannot migrate"):
         SQLiteStore(path)
     seen: list[int] = []
-    monkeypatch.setattr(persistence, "MIGRATIONS", {1: lambda db: seen.append(1)})
+    monkeypatch.setattr(persistence, "MIGRATIONS", {current: lambda db: seen.append(current)})
     SQLiteStore(path).close()
-    assert seen == [1]
+    assert seen == [current]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == current + 1
     db.close()
 
 
 def test_corrupted_body_is_an_error_not_served(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
-        open_session(store)
+        # a replaced body is stored by hash; unchanged ones are read from the transcript
+        open_session(store).apply(Edit(scope=SCOPE, base_revision=0, operations=GOOD_EDIT_OPS))
     db = sqlite3.connect(path)
-    db.execute("UPDATE bodies SET body = body || 'tampered'")
+    assert db.execute("UPDATE bodies SET body = body || 'tampered'").rowcount > 0
     db.commit()
     db.close()
     with SQLiteStore(path) as store, pytest.raises(StorageError, match="corrupt"):
+        store.load(SCOPE)
+
+
+def test_changed_transcript_row_is_an_error_not_served(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        open_session(store)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE transcript SET record_json = replace(record_json, 'kettle', 'teapot')")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store, pytest.raises(StorageError, match="checksum"):
         store.load(SCOPE)
 
 

@@ -30,9 +30,7 @@ from picocontext.backend import (
     function_spec,
 )
 from picocontext.errors import InvalidContext, ModelError
-from picocontext.prompts import (
-    record_header,
-)
+from picocontext.headers import record_content
 from picocontext.records import Record, Role, Snapshot
 from picocontext.textrules import require_unicode
 from picocontext.working import validate_snapshot
@@ -347,13 +345,7 @@ class ChatFormat:
             self.check_record(record)
         messages: list[dict[str, Any]] = [{"role": "system", "content": model_input.instructions}]
         for record in records:
-            header = record_header(
-                record.id, record.protected, [c.id for c in record.tool_calls], record.tool_call_id
-            )
-            message: dict[str, Any] = {
-                "role": record.role.value,
-                "content": f"{header}\n{record.body}",
-            }
+            message: dict[str, Any] = {"role": record.role.value, "content": record_content(record)}
             if record.tool_calls:
                 message["tool_calls"] = [
                     {

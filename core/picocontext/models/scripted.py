@@ -15,7 +15,7 @@ from picocontext.backend import (
     PreparedPrompt,
 )
 from picocontext.cancel import CancelToken, check
-from picocontext.prompts import record_header
+from picocontext.headers import record_content
 from picocontext.records import Snapshot
 from picocontext.working import validate_snapshot
 
@@ -35,13 +35,7 @@ class ByteCounter:
             validate_snapshot(full)
         parts = [model_input.instructions]
         for record in full.records:
-            header = record_header(
-                record.id,
-                record.protected,
-                [c.id for c in record.tool_calls],
-                record.tool_call_id,
-            )
-            parts.append(f"{record.role.value} {header}\n{record.body}")
+            parts.append(f"{record.role.value} {record_content(record)}")
         # Policy overrides are rendered too, so their bytes are charged like everything else.
         if model_input.tools_json is not None:
             parts.append(f"tools {model_input.tools_json}")
