@@ -64,6 +64,8 @@ class ModelChoice(StrEnum):
 
     SCRIPTED = "scripted"
     QWEN3 = "qwen3-1.7b-4bit"
+    QWEN25_05 = "qwen2.5-coder-0.5b"
+    QWEN25_15 = "qwen2.5-coder-1.5b"
     SMOLLM2 = "smollm2-135m"
     DIRECTORY = "directory"
 
@@ -72,6 +74,8 @@ class ModelChoice(StrEnum):
         return {
             ModelChoice.SCRIPTED: "Scripted (deterministic, no model)",
             ModelChoice.QWEN3: "Qwen3-1.7B-4bit (download, ~1 GB)",
+            ModelChoice.QWEN25_05: "Qwen2.5-Coder-0.5B (embedded, ~0.4 GB)",
+            ModelChoice.QWEN25_15: "Qwen2.5-Coder-1.5B (embedded, ~1.1 GB)",
             ModelChoice.SMOLLM2: "SmolLM2-135M (embedded)",
             ModelChoice.DIRECTORY: "Local MLX directory…",
         }[self]

@@ -8,7 +8,6 @@ always belongs to the settings shown.
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,10 +95,11 @@ EXTRA_TABS: tuple[tuple[str, TabFactory], ...] = (
 
 
 def default_model() -> ModelChoice:
-    """Apple silicon gets Qwen3 (Metal); everywhere else the embedded SmolLM2 runs on the CPU."""
-    if platform.system() == "Darwin" and platform.machine() == "arm64":
-        return ModelChoice.QWEN3
-    return ModelChoice.SMOLLM2
+    """The registry's default: Qwen3 on Apple silicon (Metal), elsewhere the embedded model
+    chosen by measurement, on the CPU."""
+    from picocontext.models import default_model_name
+
+    return ModelChoice(default_model_name())
 
 
 class PolicyColumn(QWidget):

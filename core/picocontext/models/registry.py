@@ -69,6 +69,17 @@ def _embedded_specs() -> tuple[ModelSpec, ...]:
 
 EMBEDDED = _embedded_specs()
 SMOLLM2 = next(spec for spec in EMBEDDED if spec.name == "smollm2-135m")
+
+
+def _default_embedded() -> ModelSpec:
+    from picocontext.models.embedded import DEFAULT_EMBEDDED
+
+    return next(spec for spec in EMBEDDED if spec.name == DEFAULT_EMBEDDED)
+
+
+# The embedded model chosen by measurement (docs/models.md): the Linux default and the model
+# the default falls back to when the hub cannot be reached.
+DEFAULT_EMBEDDED_SPEC = _default_embedded()
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (QWEN3, *EMBEDDED)}
 
 
@@ -89,7 +100,7 @@ def is_apple_silicon() -> bool:
 
 
 def default_model_name() -> str:
-    return QWEN3.name if is_apple_silicon() else SMOLLM2.name
+    return QWEN3.name if is_apple_silicon() else DEFAULT_EMBEDDED_SPEC.name
 
 
 def hub_cache_dir() -> Path:
@@ -103,7 +114,7 @@ def _hub_help(spec: ModelSpec, reason: str) -> str:
         f"The model {spec.name} ({spec.repo_id} at revision {spec.revision}) is not in the "
         f"Hugging Face cache at {hub_cache_dir()} and could not be downloaded ({reason}). "
         f"Connect to the hub once, or pass a local MLX model directory with --model-dir / "
-        f"{MODEL_DIR_ENV}, or use the embedded model ({SMOLLM2.name})."
+        f"{MODEL_DIR_ENV}, or use the embedded model ({DEFAULT_EMBEDDED_SPEC.name})."
     )
 
 
@@ -163,7 +174,9 @@ def _progress_class(progress: Progress) -> Any:
     return Reporter
 
 
-def _embedded(log: Callable[[str], None] | None, name: str = SMOLLM2.name) -> ResolvedModel:
+def _embedded(
+    log: Callable[[str], None] | None, name: str = DEFAULT_EMBEDDED_SPEC.name
+) -> ResolvedModel:
     from picocontext.models.embedded import ensure_embedded_model, get_spec
 
     spec = get_spec(name)
@@ -207,7 +220,7 @@ def resolve_model(
         fallback = _embedded(log)
         note = (
             f"The default model {spec.name} could not be had ({exc.message}) Using the embedded "
-            f"{SMOLLM2.name} instead."
+            f"{DEFAULT_EMBEDDED_SPEC.name} instead."
         )
         return fallback.model_copy(update={"notes": (note,)})
     return ResolvedModel(
