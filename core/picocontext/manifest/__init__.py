@@ -34,6 +34,12 @@ from picocontext.manifest.loader import (
 )
 from picocontext.manifest.model import PCX_VERSION, Link, Manifest, Node, Payload, Source, Variant
 from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator, NavAction, Navigator
+from picocontext.manifest.routing import (
+    NAVIGATORS,
+    DescriptorIndex,
+    SubtreeNavigator,
+    make_navigator,
+)
 from picocontext.manifest.runtime import (
     VIEW_LEVELS,
     FrontierEntry,
@@ -65,6 +71,7 @@ from picocontext.manifest.validate import (
 __all__ = [
     "DEFAULT_PROTOCOL",
     "LOCAL",
+    "NAVIGATORS",
     "PCX_VERSION",
     "REMOTE",
     "VIEW_LEVELS",
@@ -72,6 +79,7 @@ __all__ = [
     "BudgetTooSmall",
     "CaseResult",
     "ChatModelCounter",
+    "DescriptorIndex",
     "DisclosureRefused",
     "EvalError",
     "EvalReport",
@@ -109,6 +117,7 @@ __all__ = [
     "SearchBackend",
     "Source",
     "StoredManifest",
+    "SubtreeNavigator",
     "TextCounter",
     "UnknownNode",
     "ValidationReport",
@@ -120,6 +129,7 @@ __all__ = [
     "identity_of",
     "load_cases",
     "load_manifest",
+    "make_navigator",
     "render_line",
     "run_eval",
     "validate_manifest",
