@@ -273,7 +273,11 @@ def third_party_ids(name: str, corpus: Path) -> dict[str, str]:
 
 def run_third_party(name: str, out: Path, navigators: Sequence[str]) -> int:
     kind, ensure = THIRD_PARTY[name]
-    corpus, n_docs = ensure()
+    try:
+        corpus, n_docs = ensure()
+    except (manpages.CorpusUnavailable, pytest_docs.CorpusUnavailable) as exc:
+        print(f"{name}: the corpus is not available here: {exc}", file=sys.stderr)
+        return 2
     raw = load_cases(ROOT / "resources" / "corpora" / name / "cases.json")
     ids = third_party_ids(name, corpus)
     results: dict[str, Any] = {"corpus": name, "documents": n_docs, "cases": len(raw)}
