@@ -2,11 +2,14 @@
 
 * leaf ``what`` -- the title plus the first real sentence of the hint or content (headings,
   code blocks and signatures skipped);
-* branch ``what`` -- the title plus the names of what is inside (child titles), so a reader
-  sees the subtree's members, not "Docs under X/";
-* ``when`` and ``keywords`` -- the node's salient words by TF-IDF over the corpus; ``contrast``
-  re-ranks them by how rare they are among the siblings, so each line says what separates the
-  node from its neighbours rather than what they share.
+* branch ``what`` -- the title plus the names of what is inside (child titles; with one or
+  two members, each with its own one-line description), so a reader sees the subtree's
+  members, not "Docs under X/"; a leaf cut into pages is described like the leaf itself;
+* ``when`` and ``keywords`` -- the node's salient words by TF-IDF over the corpus (for a
+  branch, interleaved with one word per member, taken from the member's own one-line
+  description when it has one); ``contrast`` re-ranks them by how rare they are among the
+  siblings, so each line says what separates the node from its neighbours rather than what
+  they share.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from picocontext.build.ir import SourceNode
 from picocontext.build.quality import Descriptor, make_descriptor, terms
 from picocontext.build.signals import Signals, Vector
 
-VERSION = "offline-tfidf/1"
+VERSION = "offline-tfidf/2"
 
 _FENCED = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
@@ -76,6 +79,33 @@ def _interleave(first: list[str], second: list[str]) -> list[str]:
                 seen.add(seq[i])
                 out.append(seq[i])
     return out
+
+
+def _documents(node: SourceNode) -> list[SourceNode]:
+    """The source documents under ``node``: its leaves, a paged leaf counted once (as its
+    branch of pages)."""
+    out: list[SourceNode] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.is_leaf or n.facets.get("paged"):
+            out.append(n)
+        else:
+            stack.extend(reversed(n.children))
+    return out
+
+
+def _member(name: str, desc: Descriptor) -> str:
+    """``name (its description)``: a member's own line, short."""
+    text = desc.what.split(": ", 1)[1] if ": " in desc.what else desc.what
+    return f"{name} ({_clip(text, 60)})" if text and text != name else name
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut at the last word boundary within ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:")
 
 
 def _ranked(vec: Vector, exclude: set[str]) -> list[str]:
@@ -162,9 +192,14 @@ class OfflineEngine:
         children: Sequence[tuple[SourceNode, Descriptor]],
         feedback: str | None = None,
     ) -> Descriptor:
+        if node.facets.get("paged"):
+            return self._describe_paged(node, children, feedback)
         lead = first_sentence(node.hint) or self._overview(node, children)
         head = f"{node.title}: {lead} " if lead else f"{node.title}: "
         names = _strip_common_prefix([c.title for c, _ in children])
+        if len(children) <= 2:
+            # Few members: each with its own one-line description, not just its name.
+            names = [_member(n, d) for n, (_, d) in zip(names, children, strict=True)]
         listed: list[str] = []
         room = 150 - len(head)
         for name in names:
@@ -174,19 +209,59 @@ class OfflineEngine:
         rest = len(names) - len(listed)
         what = head + ", ".join(listed) + (f" (+{rest} more)" if rest else "")
         exclude = set(terms(node.title))
-        ranked = _interleave(_ranked(self.signals.vector(node), exclude), self._coverage(node))
+        ranked = _interleave(self._described(node, exclude), self._coverage(node))
+        ranked = _interleave(ranked, _ranked(self.signals.vector(node), exclude))
         leaves = sum(1 for _ in node.leaves())
         return self._lines(node, what, ranked, feedback, extra=min(12, 2 * leaves.bit_length()))
 
+    def _describe_paged(
+        self,
+        node: SourceNode,
+        children: Sequence[tuple[SourceNode, Descriptor]],
+        feedback: str | None,
+    ) -> Descriptor:
+        """A leaf cut into pages reads like the leaf itself, not like a list of its parts."""
+        whole = self._whole(node)
+        sentence = first_sentence(whole.hint) or first_sentence(whole.content)
+        what = f"{node.title}: {sentence}" if sentence else node.title
+        head = node.children[0] if node.children else node  # later pages: options, credits
+        ranked = _ranked(self.signals.vector(head), set(terms(node.title)))
+        return self._lines(node, what, ranked, feedback)
+
+    @staticmethod
+    def _whole(node: SourceNode) -> SourceNode:
+        """A paged leaf's head as one node: its hint and first page."""
+        text = node.children[0].content if node.children else ""
+        return SourceNode(id=node.id, title=node.title, hint=node.hint, content=text)
+
+    def _described(self, node: SourceNode, exclude: set[str]) -> list[str]:
+        """The words the subtree's leaves use to describe themselves (their one-line
+        descriptions), most frequent and rarest in the corpus first: what the members do,
+        in their authors' words, rather than the boilerplate their pages share."""
+        counts: Counter[str] = Counter()
+        for doc in _documents(node):
+            whole = self._whole(doc) if doc.children else doc
+            line = first_sentence(whole.hint) or first_sentence(whole.content)
+            counts.update(set(terms(line)) - set(terms(doc.title)))
+        idf = self.signals.idf
+        scored = {t: c * idf.idf(t) for t, c in counts.items() if t not in exclude}
+        return _ranked(scored, set())
+
     def _coverage(self, node: SourceNode) -> list[str]:
-        """One characteristic word per child (its strongest term that is not in its title),
-        so every member of the subtree is represented in the branch's line."""
+        """One characteristic word per child, so every member of the subtree is represented
+        in the branch's line: preferably a word of the child's own one-line description (the
+        author's words for what it does), else its strongest term not in its title."""
         own = set(terms(node.title))
         out: list[str] = []
         for child in node.children:
             skip = own | set(terms(child.title)) | set(out)
             vec = self.signals.vector(child)
-            best = next((t for t in _ranked(vec, skip)), None)
+            if child.is_leaf or child.facets.get("paged"):
+                line = set(terms(first_sentence(child.hint) or first_sentence(child.content)))
+                described = [t for t in _ranked(vec, skip) if t in line]
+            else:
+                described = [t for t in self._described(child, skip) if t in vec]
+            best = next(iter(described), None) or next((t for t in _ranked(vec, skip)), None)
             if best is not None:
                 out.append(best)
         weight = self.signals.vector(node)
@@ -222,7 +297,8 @@ class OfflineEngine:
             ranked = _ranked(scored, exclude)
             if not node.is_leaf:
                 cover = [t for t in self._coverage(node) if g == 1 or df.get(t, 0) < g]
-                ranked = _interleave(ranked, cover)
+                described = [t for t in self._described(node, set()) if df.get(t, 0) < g or g == 1]
+                ranked = _interleave(_interleave(described, cover), ranked)
             extra = 0 if node.is_leaf else min(12, 2 * sum(1 for _ in node.leaves()).bit_length())
             fresh = self._lines(node, desc.what, ranked, None, extra=extra)
             out.append(fresh)
