@@ -124,8 +124,8 @@ class DescriptorIndex:
         self._cache = (key, out)
         return out
 
-    def best_leaf(self, query: str) -> str | None:
-        s = self.scores(query)
+    def best_leaf(self, query: str, skip: frozenset[str] = frozenset()) -> str | None:
+        s = self.scores(query, skip)
         ranked = sorted(self.manifest.leaf_ids, key=lambda i: (-s.get(i, 0.0), i))
         return ranked[0] if ranked and s.get(ranked[0], 0.0) > 0 else None
 
@@ -134,8 +134,9 @@ class DescriptorIndex:
 
 
 class SubtreeNavigator:
-    """Best-first by subtree score. ``backout`` closes open branches that cannot beat the
-    next choice; ``lateral`` tries see-also links and one search before walking down."""
+    """Best-first by subtree score. ``backout`` closes a leaf it read that did not end the
+    walk (never reopening it) and open branches that cannot beat the next choice;
+    ``lateral`` also tries see-also links and one search before walking down."""
 
     def __init__(self, *, backout: bool = False, lateral: bool = False, search_k: int = 5) -> None:
         self.backout = backout or lateral
@@ -149,7 +150,7 @@ class SubtreeNavigator:
 
     def prepare(self, manifest: Manifest) -> None:
         self._index = DescriptorIndex(manifest)
-        self._done = set()
+        self._done, self._read, self._query = set(), set(), ""
 
     @property
     def index(self) -> DescriptorIndex:
@@ -161,8 +162,11 @@ class SubtreeNavigator:
         self, query: str, frontier: Sequence[FrontierEntry], budget_remaining: int
     ) -> NavAction:
         fresh = not any(e.expanded or e.via == "@lateral" for e in frontier)
-        if fresh or query != self._query:
-            self._read, self._query = set(), query  # a new walk
+        if query != self._query:
+            self._done, self._query = set(), query  # lateral steps: once per query
+            self._read = set()
+        elif fresh:
+            self._read = set()  # a new walk over the same query
         if self.backout:
             read = next((e for e in frontier if e.expanded and e.is_leaf), None)
             if read is not None:
@@ -211,7 +215,7 @@ class SubtreeNavigator:
 
     def _lateral(self, query: str, frontier: Sequence[FrontierEntry]) -> NavAction | None:
         """A see-also link from a visible node to the best leaf, else one search per query."""
-        target = self.index.best_leaf(query)
+        target = self.index.best_leaf(query, frozenset(self._read))
         if target is None:
             return None
         visible = {e.node_id for e in frontier}
@@ -221,8 +225,8 @@ class SubtreeNavigator:
             if target in e.links and ("related", e.node_id) not in self._done:
                 self._done.add(("related", e.node_id))
                 return NavAction(verb="related", ids=(e.node_id,), reason=f"links to {target}")
-        if ("search", query) not in self._done:
-            self._done.add(("search", query))
+        if ("search", "") not in self._done:
+            self._done.add(("search", ""))
             return NavAction(verb="search", query=query, k=self.search_k)
         return None
 
