@@ -8,6 +8,7 @@ emit writes one validated manifest per budget, a leaf store and ``llms.txt``.
 """
 
 from picocontext.build.adapters import load_source
+from picocontext.build.adapters.files import load_files
 from picocontext.build.compiler import BuildOptions, BuildResult, compile_source, compile_tree
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import (
@@ -18,7 +19,7 @@ from picocontext.build.errors import (
     SelfCheckFailed,
     SourceError,
 )
-from picocontext.build.ir import SourceNode, SourceTree, path_id
+from picocontext.build.ir import SourceNode, SourceTree, path_id, slug
 
 __all__ = [
     "BuildError",
@@ -34,6 +35,8 @@ __all__ = [
     "SourceTree",
     "compile_source",
     "compile_tree",
+    "load_files",
     "load_source",
     "path_id",
+    "slug",
 ]

@@ -34,6 +34,12 @@ from picocontext.manifest.loader import (
 )
 from picocontext.manifest.model import PCX_VERSION, Link, Manifest, Node, Payload, Source, Variant
 from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator, NavAction, Navigator
+from picocontext.manifest.routing import (
+    NAVIGATORS,
+    DescriptorIndex,
+    SubtreeNavigator,
+    make_navigator,
+)
 from picocontext.manifest.runtime import (
     VIEW_LEVELS,
     FrontierEntry,
@@ -54,6 +60,7 @@ from picocontext.manifest.session import (
     ModeConfig,
     NavSession,
 )
+from picocontext.manifest.text import terms
 from picocontext.manifest.tokens import ChatModelCounter, HeuristicCounter, TextCounter
 from picocontext.manifest.validate import (
     Limits,
@@ -66,6 +73,7 @@ from picocontext.manifest.validate import (
 __all__ = [
     "DEFAULT_PROTOCOL",
     "LOCAL",
+    "NAVIGATORS",
     "PCX_VERSION",
     "REMOTE",
     "VIEW_LEVELS",
@@ -73,6 +81,7 @@ __all__ = [
     "BudgetTooSmall",
     "CaseResult",
     "ChatModelCounter",
+    "DescriptorIndex",
     "DisclosureRefused",
     "EvalError",
     "EvalReport",
@@ -110,6 +119,7 @@ __all__ = [
     "SearchBackend",
     "Source",
     "StoredManifest",
+    "SubtreeNavigator",
     "TextCounter",
     "UnknownNode",
     "ValidationReport",
@@ -122,7 +132,9 @@ __all__ = [
     "identity_of",
     "load_cases",
     "load_manifest",
+    "make_navigator",
     "render_line",
     "run_eval",
+    "terms",
     "validate_manifest",
 ]

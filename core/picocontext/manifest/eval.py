@@ -50,7 +50,8 @@ class CaseResult(BaseModel):
     target: str
     success: bool
     path: tuple[str, ...]
-    # steps that open nothing: looked-at ids, and "related:<id>" / "filter:k=v" lateral steps
+    # steps that open nothing: looked-at ids, "related:<id>" / "filter:k=v" lateral steps,
+    # "close:<id>" back-outs and "search"
     looks: tuple[str, ...] = ()
     first_hop_correct: bool
     hops: int
@@ -283,6 +284,14 @@ def run_case(
             if action.verb == "filter":
                 session.filter(**action.facets)
                 looks.append("filter:" + ",".join(f"{k}={v}" for k, v in action.facets.items()))
+                continue
+            if action.verb == "close":
+                session.close(action.ids[0])
+                looks.append(f"close:{action.ids[0]}")
+                continue
+            if action.verb == "search":
+                session.search(action.query or case.query, action.k)
+                looks.append("search")
                 continue
             choice = action.ids[0]
             if first_hop is None:

@@ -1,7 +1,9 @@
 """Navigators: who decides what to open next.
 
 A navigator sees what the model would see -- the query, the visible frontier entries and the
-budget left -- and returns one :class:`NavAction`: open a node, look at some nodes, or stop.
+budget left -- and returns one :class:`NavAction`: open a node, look at some nodes, follow
+see-also links (``related``), narrow by facets (``filter``), close an open node to reclaim its
+budget, search the manifest's descriptors (the hits are disclosed and charged), or stop.
 
 * :class:`KeywordNavigator` is a deterministic, model-free baseline that is worth beating:
   stemming, IDF over the manifest, field weights (title > keywords > what > when), filler words
@@ -29,9 +31,11 @@ from picocontext.manifest.text import IdfTable, score, terms
 class NavAction(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    verb: Literal["open", "look", "related", "filter", "stop"]
+    verb: Literal["open", "look", "related", "filter", "close", "search", "stop"]
     ids: tuple[str, ...] = ()
     facets: dict[str, str] = {}
+    query: str = ""  # search: the words sent to the runtime's search
+    k: int = 5  # search: how many hits to disclose
     reason: str = ""
 
     @classmethod

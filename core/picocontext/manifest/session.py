@@ -1,5 +1,5 @@
 """NavSession: the verbs an agent loop drives (index / look / open / close / related /
-filter) over a :class:`Runtime`, with local and remote modes.
+filter / search) over a :class:`Runtime`, with local and remote modes.
 
 Two numbers, both honest:
 
@@ -160,6 +160,14 @@ class NavSession:
         text = self.runtime.disclose(shown)
         more = f"\n(+{len(ids) - limit} more; narrow the filter)" if len(ids) > limit else ""
         return self._show(text + more)
+
+    def search(self, query: str, k: int = 5) -> str:
+        """The runtime's search over descriptors; the hits are disclosed (charged) as lines."""
+        root = self.runtime.manifest.root_id
+        ids = [i for i in self.runtime.search(query, k) if i != root]
+        if not ids:
+            return self._show(f"(nothing matches {query!r})")
+        return self._show(self.runtime.disclose(ids, dict.fromkeys(ids, "search hit")))
 
     @property
     def shown_tokens(self) -> int:

@@ -53,6 +53,7 @@ from picocontext.cancel import CancelToken, check
 from picocontext.errors import BudgetExceeded
 from picocontext.manifest.errors import ManifestError
 from picocontext.manifest.model import Manifest
+from picocontext.manifest.routing import NAVIGATORS, make_navigator
 from picocontext.manifest.runtime import ViewLevel, dict_resolver, render_line
 from picocontext.manifest.session import ModeConfig, NavSession
 from picocontext.manifest.tokens import TextCounter
@@ -227,11 +228,18 @@ class NavigatedConfig(BaseModel):
     leaf_share: float = Field(default=0.5, gt=0, le=1)
     reveal_share: float = Field(default=0.3, gt=0, le=1)
     call_slack: int = Field(default=8, ge=0)
+    # A model-free navigator (picocontext.manifest.routing.NAVIGATORS) that walks the archive
+    # for the latest request before the model reads it; what it opens is in the index,
+    # charged to the reading budget. None: the model navigates alone.
+    navigator: str | None = None
+    prefetch_steps: int = Field(default=4, ge=1, le=16)
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> NavigatedConfig:
         if self.tail_share + self.nav_share >= 1:
             raise ValueError("tail_share + nav_share must stay below 1 (outputs need room too)")
+        if self.navigator is not None and self.navigator not in NAVIGATORS:
+            raise ValueError(f"navigator must be one of {', '.join(sorted(NAVIGATORS))}")
         return self
 
 
@@ -571,10 +579,14 @@ class NavigatedPolicy:
             protocol=PROTOCOL,
         )
         archived = len(info.archived_ids)
+        index_text = nav.index()
+        if cfg.navigator is not None:
+            opened = prefetch(nav, split.view, cfg.navigator, cfg.prefetch_steps)
+            index_text = "\n".join([index_text, opened]) if opened else index_text
         body = "\n".join(
             [
                 INDEX_HEADER,
-                nav.index(),
+                index_text,
                 f"({archived} archived records; reading budget {nav_budget} tokens, "
                 f"{nav.spent} used by this index.)",
             ]
@@ -722,6 +734,26 @@ def _archive_key(
         digest.update(part.encode("utf-8", errors="surrogatepass"))
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def prefetch(nav: NavSession, view: Snapshot, name: str, steps: int) -> str:
+    """Let the named navigator open up to ``steps`` nodes for the latest user request (it
+    stops after a leaf); returns what the opens showed, already charged in ``nav``."""
+    query = next((r.body for r in reversed(view.records) if r.role == Role.USER), "")
+    navigator = make_navigator(name)
+    navigator.prepare(nav.manifest)
+    shown: list[str] = []
+    for _ in range(steps if query.strip() else 0):
+        action = navigator.decide(query, nav.runtime.peek(), nav.budget_remaining)
+        if action.verb != "open":
+            break
+        try:
+            shown.append(nav.open(action.ids[0]))
+        except ManifestError:
+            break
+        if nav.manifest.get(action.ids[0]).is_leaf:
+            break
+    return "\n".join(shown)
 
 
 class _Executor(ToolExecutor):

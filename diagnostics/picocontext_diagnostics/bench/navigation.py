@@ -1,6 +1,16 @@
-"""``scripts/bench.sh navigation``: navigation quality on a real corpus nobody here wrote.
+"""``scripts/bench.sh navigation [--corpus NAME]``: navigation quality on corpora nobody here
+wrote.
 
-The corpus is the docstrings of the running Python's standard library
+``--corpus stdlib`` (the default) is described below. ``--corpus manpages`` (Debian manual
+pages, :mod:`picocontext_diagnostics.bench.manpages`) and ``--corpus pytest-docs`` (pytest's
+Sphinx docs, :mod:`picocontext_diagnostics.bench.pytest_docs`) are third-party corpora derived
+at run time; their cases were written before any manifest of them was built (the rule is in
+``resources/corpora/<name>/README.md``). For those, every named navigator of
+:data:`picocontext.manifest.routing.NAVIGATORS` runs at 4k and 32k, with two reference lines:
+the oracle (opens exactly the target's path, same budget) and a flat BM25 ranking of all
+leaves (top-1 over their descriptors, and over their full text, budget ignored).
+
+The stdlib corpus is the docstrings of the running Python's standard library
 (:mod:`picocontext_diagnostics.bench.stdlib_docs`, ~40 everyday modules); the cases are
 ``resources/corpora/stdlib/cases.json`` (questions written as a user asks them, without the
 target's name). In one run:
@@ -18,7 +28,10 @@ first time (it is a zero-dependency wheel). If it cannot be installed, its rows 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
 import os
 import platform
 import re
@@ -36,13 +49,18 @@ from pydantic import ValidationError
 from picocontext.build import path_id
 from picocontext.cli import run_command
 from picocontext.manifest import (
+    NAVIGATORS,
+    DescriptorIndex,
     EvalReport,
     KeywordNavigator,
     Manifest,
     NavCase,
     load_cases,
+    make_navigator,
     run_eval,
+    terms,
 )
+from picocontext_diagnostics.bench import manpages, pytest_docs
 from picocontext_diagnostics.bench.stdlib_docs import NAV_MODULES, write_corpus
 
 REFERENCE = "askfaro-progressive-context==0.5.1"
@@ -135,8 +153,11 @@ def cases_for(manifest: Manifest, raw: list[NavCase], mapper: str) -> tuple[list
     return out, missing
 
 
-def score(manifest: Manifest, cases: list[NavCase], budget: int) -> dict[str, Any]:
-    report: EvalReport = run_eval(manifest, cases, KeywordNavigator(), budget=budget)
+def score(
+    manifest: Manifest, cases: list[NavCase], budget: int, navigator: str = "keyword"
+) -> dict[str, Any]:
+    nav = KeywordNavigator() if navigator == "keyword" else make_navigator(navigator)
+    report: EvalReport = run_eval(manifest, cases, nav, budget=budget)
     return {
         "navigation_success": round(report.navigation_success, 3),
         "first_hop_precision": round(report.first_hop_precision, 3),
@@ -154,11 +175,199 @@ def score(manifest: Manifest, cases: list[NavCase], budget: int) -> dict[str, An
     }
 
 
+def nav_row(manifest: Manifest, cases: list[NavCase], name: str, budget: int) -> dict[str, Any]:
+    report = run_eval(manifest, cases, make_navigator(name), budget=budget)
+    return {
+        "success": round(report.navigation_success, 3),
+        "first_leaf_right": round(first_leaf_right(manifest, report), 3),
+        "first_hop_precision": round(report.first_hop_precision, 3),
+        "avg_hops": round(report.avg_hops, 2),
+        "avg_tokens_to_answer": round(report.avg_tokens_to_answer, 1),
+        "avg_shown_tokens": round(report.avg_shown_tokens, 1),
+        "oracle_success": round(report.oracle_success, 3),
+        "avg_oracle_tokens": round(report.avg_oracle_tokens, 1),
+        "first_view_tokens": report.first_view_tokens,
+        "misses": [
+            {"query": r.query, "target": r.target, "route": [*r.path], "steps": [*r.looks]}
+            for r in report.cases
+            if not r.success
+        ],
+    }
+
+
+def first_leaf_right(manifest: Manifest, report: EvalReport) -> float:
+    """The share of cases whose first leaf opened was the target (or one of its pages): a
+    navigator that reads several leaves reaches more targets than it picks first."""
+    hits = 0
+    for r in report.cases:
+        first = next((i for i in r.path if manifest.get(i).is_leaf or i == r.target), None)
+        hits += first is not None and (first == r.target or r.target in manifest.ancestors(first))
+    return hits / max(len(report.cases), 1)
+
+
+class _ContentBM25:
+    """Flat BM25 over the leaves' full text: a reference line no budget-honest navigator can
+    use (it reads payloads nobody opened)."""
+
+    def __init__(self, leaves: dict[str, str]) -> None:
+        self.bags = {i: _bag(t) for i, t in leaves.items()}
+        df: dict[str, int] = {}
+        for bag in self.bags.values():
+            for t in bag:
+                df[t] = df.get(t, 0) + 1
+        n = max(len(self.bags), 1)
+        self.idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+        self.avg = sum(sum(b.values()) for b in self.bags.values()) / n
+
+    def top(self, query: str) -> str | None:
+        q = set(terms(query))
+        best: tuple[float, str] | None = None
+        for nid, bag in self.bags.items():
+            norm = 1.2 * (0.25 + 0.75 * sum(bag.values()) / self.avg)
+            s = sum(self.idf[t] * bag[t] * 2.2 / (bag[t] + norm) for t in q if t in bag)
+            if s > 0 and (best is None or (s, nid) > best):
+                best = (s, nid)
+        return best[1] if best else None
+
+
+def _bag(text: str) -> dict[str, int]:
+    bag: dict[str, int] = {}
+    for t in terms(text):
+        bag[t] = bag.get(t, 0) + 1
+    return bag
+
+
+def _owner(manifest: Manifest, leaf: str, target: str) -> bool:
+    """A flat hit counts when it is the target or one of its pages/sections."""
+    return leaf == target or target in manifest.ancestors(leaf)
+
+
+def flat_rows(manifest: Manifest, cases: list[NavCase], leaves: dict[str, str]) -> dict[str, Any]:
+    index = DescriptorIndex(manifest)
+    content = _ContentBM25({i: leaves.get(i, "") for i in manifest.leaf_ids})
+    desc_hits = sum(_owner(manifest, index.best_leaf(c.query) or "", c.target) for c in cases)
+    text_hits = sum(_owner(manifest, content.top(c.query) or "", c.target) for c in cases)
+    n = len(cases)
+    return {
+        "bm25_descriptors": round(desc_hits / n, 3),
+        "bm25_content": round(text_hits / n, 3),
+    }
+
+
+def gates(stats: dict[str, Any]) -> dict[str, Any]:
+    """The build's descriptor-quality measures: distinctiveness (worst sibling similarity,
+    groups over the collision threshold, lines flagged vacuous) and lexical fidelity."""
+    return {
+        "max_sibling_similarity": stats["max_sibling_similarity"],
+        "colliding_groups": stats["colliding_groups"],
+        "vacuity_flagged": stats["vacuity_flagged"],
+        "fidelity_mean": stats["fidelity_mean"],
+        "fidelity_flagged": stats["fidelity_flagged"],
+    }
+
+
+THIRD_PARTY = {
+    "manpages": ("docs", manpages.ensure_corpus),
+    "pytest-docs": ("files", pytest_docs.ensure_corpus),
+}
+
+
+def third_party_ids(name: str, corpus: Path) -> dict[str, str]:
+    if name == "manpages":
+        return manpages.page_ids(corpus)
+    return pytest_docs.origin_ids(corpus)
+
+
+def run_third_party(name: str, out: Path, navigators: Sequence[str]) -> int:
+    kind, ensure = THIRD_PARTY[name]
+    try:
+        corpus, n_docs = ensure()
+    except (manpages.CorpusUnavailable, pytest_docs.CorpusUnavailable) as exc:
+        print(f"{name}: the corpus is not available here: {exc}", file=sys.stderr)
+        return 2
+    raw = load_cases(ROOT / "resources" / "corpora" / name / "cases.json")
+    ids = third_party_ids(name, corpus)
+    results: dict[str, Any] = {"corpus": name, "documents": n_docs, "cases": len(raw)}
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(tmp) / "out"
+        t0 = time.process_time()
+        argv_build = [str(corpus), "--kind", kind, "--budgets", "4k,32k", "--out", str(built)]
+        stats = io.StringIO()
+        with contextlib.redirect_stdout(stats):
+            rc = run_command(
+                "pcx",
+                ["build", *argv_build, "--source-id", "corpus", "--quiet", "--json"],
+                prog="pcx",
+            )
+        results["build_cpu_seconds"] = round(time.process_time() - t0, 2)
+        if rc != 0:
+            raise SystemExit(f"our build failed with exit code {rc}")
+        results["gates"] = gates(json.loads(stats.getvalue()))
+        for b in BUDGETS:
+            label = f"{b // 1024}k"
+            m, _ = load_lenient(built / f"corpus.pcx.{label}.json")
+            leaves = json.loads((built / f"corpus.leaves.{label}.json").read_text("utf-8"))
+            cases = [NavCase(query=c.query, target=ids[c.target]) for c in raw]
+            results[f"nodes@{label}"] = len(m.nodes)
+            results[f"leaves@{label}"] = len(m.leaf_ids)
+            for nav in navigators:
+                rows[f"{nav}@{label}"] = nav_row(m, cases, nav, b)
+            rows[f"flat@{label}"] = flat_rows(m, cases, leaves)
+    results["rows"] = rows
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print_third_party(results)
+    print(f"wrote {out}")
+    return 0
+
+
+def print_third_party(results: dict[str, Any]) -> None:
+    g = results["gates"]
+    print(f"{results['corpus']}: {results['documents']} documents, {results['cases']} cases")
+    print(
+        f"gates: worst sibling similarity {g['max_sibling_similarity']}, colliding groups "
+        f"{g['colliding_groups']}, vacuous lines {g['vacuity_flagged']}, lexical fidelity "
+        f"{g['fidelity_mean']} (flagged {g['fidelity_flagged']})"
+    )
+    print(
+        f"{'navigator@budget':<24}{'success':>9}{'1st-leaf':>9}{'1st-hop':>9}{'hops':>6}"
+        f"{'tok/answer':>12}{'shown':>8}"
+    )
+    for name, r in results["rows"].items():
+        if name.startswith("flat@"):
+            label = name.split("@")[1]
+            print(
+                f"{'bm25 flat, descriptors@' + label:<24}{r['bm25_descriptors']:>9.0%}"
+                f"   (full text: {r['bm25_content']:.0%}, budget ignored)"
+            )
+            continue
+        print(
+            f"{name:<24}{r['success']:>9.0%}{r['first_leaf_right']:>9.0%}"
+            f"{r['first_hop_precision']:>9.0%}"
+            f"{r['avg_hops']:>6.1f}{r['avg_tokens_to_answer']:>12.0f}{r['avg_shown_tokens']:>8.0f}"
+        )
+        if name.startswith("keyword@"):
+            label = name.split("@")[1]
+            print(
+                f"{'oracle@' + label:<24}{r['oracle_success']:>9.0%}{'':>15}"
+                f"{r['avg_oracle_tokens']:>12.0f}"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "navigation.json")
+    p.add_argument("--corpus", choices=["stdlib", *THIRD_PARTY], default="stdlib")
+    p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-reference", action="store_true")
+    p.add_argument(
+        "--navigators", default=",".join(NAVIGATORS), help="comma-separated navigator names"
+    )
     args = p.parse_args(argv)
+    if args.corpus != "stdlib":
+        out = args.out or ROOT / "out" / "bench" / f"navigation-{args.corpus}.json"
+        return run_third_party(args.corpus, out, args.navigators.split(","))
+    args.out = args.out or ROOT / "out" / "bench" / "navigation.json"
     raw = load_cases(CASES)
     results: dict[str, Any] = {
         "python": platform.python_version(),
@@ -184,6 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             m, _ = load_lenient(ours_out / f"stdlib.pcx.{label}.json")
             cs, missing = cases_for(m, raw, "ours")
             rows[f"ours@{label}"] = {**score(m, cs, b), "cases": len(cs), "missing": missing}
+            for nav in args.navigators.split(","):
+                if nav != "keyword":
+                    row = {**score(m, cs, b, nav), "cases": len(cs), "missing": missing}
+                    rows[f"ours/{nav}@{label}"] = row
         ref = None if args.no_reference else ensure_reference()
         if ref is None or ref[0] is None:
             why = "skipped (--no-reference)" if ref is None else ref[1]
@@ -202,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["rows"] = rows
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    head = f"{'build@budget':<16}{'success':>9}{'1st-hop':>9}{'oracle':>8}{'flat':>7}"
+    head = f"{'build@budget':<26}{'success':>9}{'1st-hop':>9}{'oracle':>8}{'flat':>7}"
     head += f"{'1st view':>10}{'tok/answer':>12}"
     print(
         f"{results['documents']} docstring documents, {len(raw)} cases, Python {results['python']}"
@@ -210,10 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(head)
     for name, r in rows.items():
         if "error" in r:
-            print(f"{name:<16}  {r['error']}")
+            print(f"{name:<26}  {r['error']}")
             continue
         print(
-            f"{name:<16}{r['navigation_success']:>9.0%}{r['first_hop_precision']:>9.0%}"
+            f"{name:<26}{r['navigation_success']:>9.0%}{r['first_hop_precision']:>9.0%}"
             f"{r['oracle_success']:>8.0%}{r['flat_list_success']:>7.0%}"
             f"{r['first_view_tokens']:>10}{r['avg_tokens_to_answer']:>12.0f}"
         )

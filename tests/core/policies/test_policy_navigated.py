@@ -843,3 +843,18 @@ def test_a_refused_archive_is_not_recompiled_on_the_next_turn(
     second = policy.plan(ByteCounter(), state, FEED_BUDGET)
     assert second.info.compiled == "reused" and calls == []
     assert second.info.tail_tokens == first.info.tail_tokens
+
+
+def test_a_named_navigator_walks_the_archive_first_and_is_charged() -> None:
+    session = session_for(ledger(), scripted([]))
+    alone = NavigatedPolicy().plan(session.counter, session.state, BUDGET)
+    config = NavigatedConfig(navigator="subtree-backout", prefetch_steps=4)
+    helped = NavigatedPolicy(config).plan(session.counter, session.state, BUDGET)
+    assert helped.nav is not None and alone.nav is not None
+    body = helped.loop.preamble[0].body
+    assert len(body) > len(alone.loop.preamble[0].body)
+    assert "[context]" in body  # a leaf was opened and spliced with its envelope
+    assert helped.info.spent > alone.info.spent
+    assert helped.info.spent == helped.nav.spent
+    with pytest.raises(ValueError, match="navigator must be one of"):
+        NavigatedConfig(navigator="nope")

@@ -1,0 +1,159 @@
+"""Subtree routing: branch scores from the descriptors below, back-outs, lateral verbs, and
+that every step is charged by the session (never read from payloads nobody opened)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from picocontext.manifest.eval import NavCase, run_eval
+from picocontext.manifest.model import Manifest
+from picocontext.manifest.navigator import KeywordNavigator
+from picocontext.manifest.routing import (
+    NAVIGATORS,
+    DescriptorIndex,
+    SubtreeNavigator,
+    make_navigator,
+)
+from picocontext.manifest.runtime import dict_resolver
+from picocontext.manifest.session import ModeConfig, NavSession
+from picocontext.manifest.validate import load_manifest
+
+FULL = ModeConfig(view_level="full", inline_small_leaves=False)
+QUERY = "how much free space is left on the mounted filesystems"
+BODIES = {
+    "tools.disk": "df prints sizes. A secret word: zebra.",
+    "tools.net": "ip shows addresses.",
+    "docs.backup": "Dump the database nightly.",
+    "docs.restore": "Load the dump back.",
+}
+
+
+def _leaf(title: str, what: str, when: str, **kw: Any) -> dict[str, Any]:
+    return {"title": title, "what": what, "when": when, "tokens": 40, **kw}
+
+
+def _manifest(b: Any, *, link: bool = False) -> Manifest:
+    restore_links = [{"to": "tools.disk", "why": "both read disks"}] if link else []
+    nodes = {
+        "tools": {"title": "Toolbox", "what": "Assorted helpers", "when": "odd jobs",
+                  "children": ["tools.disk", "tools.net"]},
+        "docs": {"title": "Guides", "what": "Guide pages", "when": "step by step",
+                 "children": ["docs.backup", "docs.restore"]},
+        "tools.disk": _leaf("Disk report", "Report free space on mounted filesystems",
+                            "space left, capacity", payload={"ref": "node://tools.disk"}),
+        "tools.net": _leaf("Addresses", "Show network interface addresses", "ip, routes",
+                           payload={"ref": "node://tools.net"}),
+        "docs.backup": _leaf("Back up", "Back up a database every night", "dump, schedule",
+                             payload={"ref": "node://docs.backup"}),
+        "docs.restore": _leaf("Restore", "Restore a database from a dump", "recover, load",
+                              payload={"ref": "node://docs.restore"}, links=restore_links),
+    }  # fmt: skip
+    return load_manifest(b.doc(nodes, ["tools", "docs"]))
+
+
+def _session(m: Manifest, budget: int | None = None) -> NavSession:
+    return NavSession(m, config=FULL, budget=budget, resolver=dict_resolver(BODIES))
+
+
+def _decide(nav: SubtreeNavigator, m: Manifest, s: NavSession, query: str = QUERY) -> Any:
+    nav.prepare(m)
+    return nav.decide(query, s.runtime.peek(), s.budget_remaining)
+
+
+def test_a_vague_branch_is_scored_by_the_leaves_below_it(b: Any) -> None:
+    m = _manifest(b)
+    s = _session(m)
+    keyword = KeywordNavigator()
+    keyword.prepare(m)
+    assert keyword.decide(QUERY, s.runtime.peek(), s.budget_remaining).verb == "stop"
+    action = _decide(SubtreeNavigator(), m, s)
+    assert (action.verb, action.ids) == ("open", ("tools",))
+    scores = DescriptorIndex(m).scores(QUERY)
+    assert scores["tools"] > scores["docs"] == 0.0
+    assert scores["tools"] >= scores["tools.disk"] > 0
+
+
+def test_scores_never_read_payloads(b: Any) -> None:
+    m = _manifest(b)
+    assert DescriptorIndex(m).scores("zebra")["tools.disk"] == 0.0
+    assert _decide(SubtreeNavigator(), m, _session(m), "zebra").verb == "stop"
+
+
+def test_subtree_walks_straight_to_the_leaf_in_the_eval(b: Any) -> None:
+    m = _manifest(b)
+    report = run_eval(m, [NavCase(query=QUERY, target="tools.disk")], SubtreeNavigator())
+    case = report.cases[0]
+    assert case.success and case.path == ("tools", "tools.disk") and case.looks == ()
+
+
+def test_backout_closes_an_open_branch_that_cannot_win(b: Any) -> None:
+    m = _manifest(b)
+    s = _session(m)
+    before = s.spent
+    s.open("docs")  # a wrong turn: its leaves share nothing with the query
+    plain = _decide(SubtreeNavigator(), m, s)
+    assert (plain.verb, plain.ids) == ("open", ("tools",))
+    action = _decide(SubtreeNavigator(backout=True), m, s)
+    assert (action.verb, action.ids) == ("close", ("docs",))
+    freed = s.close("docs")
+    assert freed > 0 and s.spent == before
+
+
+def test_backout_keeps_the_branch_on_the_way(b: Any) -> None:
+    m = _manifest(b)
+    s = _session(m)
+    s.open("tools")
+    action = _decide(SubtreeNavigator(backout=True), m, s)
+    assert (action.verb, action.ids) == ("open", ("tools.disk",))
+
+
+def test_lateral_searches_once_and_the_hits_are_charged(b: Any) -> None:
+    m = _manifest(b)
+    s = _session(m)
+    nav = SubtreeNavigator(lateral=True)
+    action = _decide(nav, m, s)
+    assert action.verb == "search" and action.query == QUERY
+    spent, shown = s.spent, s.shown_tokens
+    text = s.search(action.query, action.k)
+    assert "tools.disk" in text and "search hit" in text
+    assert s.spent - spent == s.shown_tokens - shown == s.runtime.counter.count(text)
+    follow = nav.decide(QUERY, s.runtime.peek(), s.budget_remaining)
+    assert (follow.verb, follow.ids) == ("open", ("tools.disk",))
+
+
+def test_lateral_follows_a_see_also_link_to_the_best_leaf(b: Any) -> None:
+    m = _manifest(b, link=True)
+    s = _session(m)
+    s.open("docs")
+    action = _decide(SubtreeNavigator(lateral=True), m, s)
+    assert (action.verb, action.ids) == ("related", ("docs.restore",))
+
+
+def test_the_eval_runs_close_and_search_through_the_session(b: Any) -> None:
+    m = _manifest(b)
+    report = run_eval(
+        m, [NavCase(query=QUERY, target="tools.disk")], make_navigator("subtree-lateral")
+    )
+    case = report.cases[0]
+    assert case.success and case.looks == ("search",) and case.path == ("tools.disk",)
+    assert case.tokens_to_answer is not None and case.shown_tokens >= case.tokens_to_answer
+
+
+def test_a_leaf_that_does_not_fit_is_never_chosen(b: Any) -> None:
+    m = _manifest(b)
+    s = _session(m, budget=None)
+    s.open("tools")
+    nav = SubtreeNavigator()
+    nav.prepare(m)
+    assert nav.decide(QUERY, s.runtime.peek(), s.budget_remaining).ids == ("tools.disk",)
+    got = nav.decide(QUERY, s.runtime.peek(), 10)
+    assert got.verb == "stop" and "do not fit" in got.reason
+
+
+def test_navigators_are_found_by_their_names() -> None:
+    for name in NAVIGATORS:
+        assert make_navigator(name).name == name
+    with pytest.raises(ValueError, match="unknown navigator 'nope'"):
+        make_navigator("nope")
