@@ -1,7 +1,8 @@
 """Model adapters. Importing this package never imports MLX; real backends load it lazily.
 
 ``picocontext.models.load_model()`` resolves and loads the default (or a named) model;
-``MLXModel`` is the real backend (TokenCounter + ModelBackend + ChatModel); ``ChatFormat``
+``MLXModel`` is the real backend (TokenCounter + ModelBackend + ChatModel) and
+``OpenAIBackend`` the same three over an OpenAI-compatible server; ``ChatFormat``
 adapts any tokenizer's own chat template; ``ByteCounter``/``ScriptedBackend`` are test doubles.
 """
 
@@ -14,6 +15,7 @@ from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_c
 if TYPE_CHECKING:
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
+    from picocontext.models.openai_backend import OpenAIBackend, ServerKind
     from picocontext.models.registry import (
         MODELS,
         ModelSpec,
@@ -29,6 +31,8 @@ _LAZY = {
     "HFChatTokenizer": "picocontext.models.chatformat",
     "MLXModel": "picocontext.models.mlx_backend",
     "forced_tokens": "picocontext.models.mlx_backend",
+    "OpenAIBackend": "picocontext.models.openai_backend",
+    "ServerKind": "picocontext.models.openai_backend",
     "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",
     "ModelSpec": "picocontext.models.registry",
@@ -55,8 +59,10 @@ __all__ = [
     "HFChatTokenizer",
     "MLXModel",
     "ModelSpec",
+    "OpenAIBackend",
     "ResolvedModel",
     "ScriptedBackend",
+    "ServerKind",
     "default_model_name",
     "forced_tokens",
     "load_model",
