@@ -3,7 +3,9 @@
 ``deterministic`` is the notebook backend with the core's UTF-8 byte counter: no model, no
 downloads, exact and repeatable. ``mlx`` resolves a real local model through
 :mod:`picocontext.models`, imported only here and only when asked for, so the diagnostics work
-without the ``mlx`` extra.
+without the ``mlx`` extra. ``openai`` generates on one or more OpenAI-compatible servers while
+prompts are rendered and counted locally (:class:`picocontext.models.OpenAIBackend`); with
+several servers each episode runs on one of them, spread evenly.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from picocontext_diagnostics.notebook import (
 )
 
 SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
-BACKENDS = ("deterministic", "mlx")
+BACKENDS = ("deterministic", "mlx", "openai")
+MLX_SINGLE_WORKER = (
+    "the in-process MLX backend holds one model on one worker thread, so it runs one episode "
+    "at a time; for concurrent episodes serve the model with mlx_lm.server and use --backend "
+    "openai (docs/remote.md)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,12 @@ class BackendHandle:
     constrained_decisions: str
     close: Callable[[], None] | None = None
     notes: tuple[str, ...] = ()
+    # Every counter/backend pair episodes may run on (several servers), default (counter, backend).
+    pool: tuple[tuple[TokenCounter, ModelBackend], ...] = ()
+    # Why this backend cannot run episodes concurrently; None = it can.
+    single_worker: str | None = None
+    # Lines for the report once the run is over (the remote backends' token checks).
+    run_notes: Callable[[], tuple[str, ...]] | None = None
 
 
 def deterministic_backend() -> BackendHandle:
@@ -142,6 +155,62 @@ def mlx_backend(
         ),
         close=close if callable(close) else None,
         notes=tuple(str(n) for n in notes) if isinstance(notes, tuple | list) else (),
+        single_worker=MLX_SINGLE_WORKER,
+    )
+
+
+def openai_backend(
+    base_urls: tuple[str, ...],
+    model: str,
+    tokenizer_dir: str | None = None,
+    server_kind: str | None = None,
+    constrained: bool | None = None,
+) -> BackendHandle:
+    """Connect to every server (each must serve ``model``); prompts are rendered and counted
+    with the local tokenizer of ``tokenizer_dir`` (or of ``model`` itself, see
+    :func:`picocontext.models.openai_backend.resolve_tokenizer_dir`)."""
+    try:
+        from picocontext.models import OpenAIBackend, RemoteAccounting
+    except ImportError as exc:
+        raise BackendSetupError(f"the openai backend cannot be imported ({exc})") from None
+    backends: list[OpenAIBackend] = []
+    try:
+        for url in base_urls:
+            backends.append(
+                OpenAIBackend.connect(
+                    url,
+                    model,
+                    tokenizer_dir=tokenizer_dir,
+                    server_kind=server_kind or "auto",
+                    structured=bool(constrained),
+                )
+            )
+    except picocontext.PicoContextError as exc:
+        raise BackendSetupError(exc.message) from None
+    first = backends[0].describe()
+
+    def run_notes() -> tuple[str, ...]:
+        total = RemoteAccounting()
+        for backend in backends:
+            total = total.merge(backend.accounting())
+        return total.notes()
+
+    return BackendHandle(
+        name="openai",
+        counter=backends[0],
+        backend=backends[0],
+        model=model,
+        model_revision="unknown (served remotely)",
+        token_unit=f"model tokens (local tokenizer: {first['tokenizerDir']})",
+        sampling="greedy, temperature 0 (on the server)",
+        prefix_cache=str(first["prefixCache"]),
+        constrained_decisions=str(first["constrainedDecisions"]),
+        notes=(
+            f"servers: {', '.join(b.base_url for b in backends)} ({first['serverKind']})",
+            f"prompts sent as {first['promptsSentAs']}, counted locally",
+        ),
+        pool=tuple((b, b) for b in backends),
+        run_notes=run_notes,
     )
 
 
@@ -151,8 +220,12 @@ def resolve_backend(
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
+    base_urls: tuple[str, ...] = (),
+    tokenizer_dir: str | None = None,
+    server_kind: str | None = None,
 ) -> BackendHandle:
-    """``deterministic`` (model settings must be absent) or ``mlx``."""
+    """``deterministic`` (model settings must be absent), ``mlx``, or ``openai`` (needs
+    ``base_urls`` and ``model``)."""
     if name == "deterministic":
         if model is not None or prefix_cache is not None or constrained is not None:
             raise BackendSetupError(
@@ -161,6 +234,10 @@ def resolve_backend(
         return deterministic_backend()
     if name == "mlx":
         return mlx_backend(model, prefix_cache, constrained, log)
+    if name == "openai":
+        if not base_urls or model is None:
+            raise BackendSetupError("--backend openai needs --base-url URL and --model NAME")
+        return openai_backend(base_urls, model, tokenizer_dir, server_kind, constrained)
     raise BackendSetupError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 

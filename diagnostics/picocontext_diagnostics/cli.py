@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from picocontext import Cancelled, CancelToken, PicoContextError
+from picocontext_diagnostics.backends import BackendHandle
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -33,16 +34,18 @@ PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure", "long-history", "retention-four", "state-four")
 MAX_BYTES_PER_TOKEN = 16
 
-USAGE = f"""usage: {PROG} [--backend deterministic|mlx] [--config PATH | --profile NAME]
+USAGE = f"""usage: {PROG} [--backend deterministic|mlx|openai] [--config PATH | --profile NAME]
                         [--policies A,B,...] [--bytes-per-token N]
                         [--model NAME_OR_DIR] [--prefix-cache on|off] [--constrained on|off]
-                        [--output PATH] [--steps] [--quiet]
+                        [--base-url URL ...] [--tokenizer-dir DIR] [--server-kind KIND]
+                        [--workers N] [--output PATH] [--steps] [--quiet]
 
 Run context policies side by side on seeded notebook episodes and write a JSON report.
 
 options:
-  --backend NAME     deterministic (default; a rule-based notebook model, byte counts) or
-                     mlx (a real local model through picocontext.models)
+  --backend NAME     deterministic (default; a rule-based notebook model, byte counts),
+                     mlx (a real local model through picocontext.models), or openai (an
+                     OpenAI-compatible server; prompts rendered and counted locally)
   --config PATH      evaluation configuration JSON (at most 1 MB; see docs/diagnostics.md)
   --profile NAME     a bundled configuration: {", ".join(PROFILES[:4])},
                      {", ".join(PROFILES[4:])}
@@ -53,12 +56,24 @@ options:
                      deterministic only: multiply every token limit of the configuration by
                      N (1...{MAX_BYTES_PER_TOKEN}), since that backend counts UTF-8 bytes; 4
                      gives the profiles' 4,096-token window as 16,384 bytes
-  --model VALUE      mlx only: a known model name (see picocontext.models.MODELS) or a local
-                     MLX model directory (default model when omitted)
+  --model VALUE      mlx: a known model name (see picocontext.models.MODELS) or a local
+                     MLX model directory (default model when omitted); openai: the name
+                     the server serves (required)
   --prefix-cache on|off
                      mlx only: reuse the KV cache of the longest common prompt prefix
   --constrained on|off
-                     mlx only: grammar-constrained decision calls
+                     mlx: grammar-constrained decision calls; openai: JSON-schema
+                     constrained decision and tool calls where the server supports it
+  --base-url URL     openai only: the server's OpenAI base, e.g. http://127.0.0.1:8080/v1;
+                     repeat it to spread episodes over several servers. The API key, if
+                     any, comes from PICOCONTEXT_API_KEY or OPENAI_API_KEY
+  --tokenizer-dir DIR
+                     openai only: a local directory (or picocontext model name) with the
+                     served model's tokenizer; default: --model when it is a directory
+  --server-kind KIND openai only: auto (default; from /v1/models), vllm, llama.cpp or
+                     generic (text prompts, no structured decoding)
+  --workers N        run N independent episodes at once (1...64, default 1); the report
+                     is the same apart from timings. Not with --backend mlx
   --output PATH      where to write the report (default: a timestamped file in the user
                      data folder)
   --steps            also print one line per finished step (useful with slow models)
@@ -79,8 +94,22 @@ _VALUED = (
     "--output",
     "--policies",
     "--bytes-per-token",
+    "--base-url",
+    "--tokenizer-dir",
+    "--server-kind",
+    "--workers",
 )
-_MLX_ONLY = ("model", "prefix-cache", "constrained")
+_REPEATABLE = ("--base-url",)
+_BACKEND_ONLY = {
+    "model": ("mlx", "openai"),
+    "prefix-cache": ("mlx",),
+    "constrained": ("mlx", "openai"),
+    "base-url": ("openai",),
+    "tokenizer-dir": ("openai",),
+    "server-kind": ("openai",),
+}
+SERVER_KINDS = ("auto", "vllm", "llama.cpp", "generic")
+MAX_WORKERS = 64
 _FLAGS = ("--quiet", "--steps")
 
 
@@ -117,19 +146,25 @@ def parse_args(argv: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"unknown option {name}")
         else:
             raise UsageError(f"unexpected argument {item!r}")
-        if key in out:
+        if key in out and name in _REPEATABLE:
+            value = f"{out[key]}\n{value}"  # URLs never contain a newline
+        elif key in out:
             raise UsageError(f"{name} given more than once")
         out[key] = value if name in _VALUED else "1"
         i += 1
     if "config" in out and "profile" in out:
         raise UsageError("use either --config or --profile, not both")
-    if out.get("backend", "deterministic") not in ("deterministic", "mlx"):
-        raise UsageError("--backend must be deterministic or mlx")
+    backend = out.get("backend", "deterministic")
+    if backend not in ("deterministic", "mlx", "openai"):
+        raise UsageError(
+            "--backend must be deterministic or mlx (in process), or openai (a server)"
+        )
     if "profile" in out and out["profile"] not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}")
-    for key in _MLX_ONLY:
-        if key in out and out.get("backend", "deterministic") != "mlx":
-            raise UsageError(f"--{key} applies only to --backend mlx")
+    for key, backends in _BACKEND_ONLY.items():
+        if key in out and backend not in backends:
+            raise UsageError(f"--{key} applies only to --backend {' or '.join(backends)}")
+    _check_remote(out)
     for key in ("prefix-cache", "constrained"):
         if key in out and out[key] not in ("on", "off"):
             raise UsageError(f"--{key} must be on or off")
@@ -145,6 +180,24 @@ def parse_args(argv: Sequence[str]) -> dict[str, str]:
         except InvalidConfiguration as exc:
             raise UsageError(exc.message) from None
     return out
+
+
+def _check_remote(out: dict[str, str]) -> None:
+    """--backend openai needs a URL and a model; --workers is a bounded integer, and above 1
+    it needs a backend that can serve concurrent requests."""
+    backend = out.get("backend", "deterministic")
+    if backend == "openai" and ("base-url" not in out or "model" not in out):
+        raise UsageError("--backend openai needs --base-url URL and --model NAME")
+    if "server-kind" in out and out["server-kind"] not in SERVER_KINDS:
+        raise UsageError(f"--server-kind must be one of {', '.join(SERVER_KINDS)}")
+    if "workers" in out:
+        text = out["workers"]
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_WORKERS):
+            raise UsageError(f"--workers must be an integer 1...{MAX_WORKERS}")
+        if backend == "mlx" and int(text) > 1:
+            from picocontext_diagnostics.backends import MLX_SINGLE_WORKER
+
+            raise UsageError(f"--workers {text} is refused: {MLX_SINGLE_WORKER}")
 
 
 def _switch(args: dict[str, str], key: str) -> bool | None:
@@ -249,6 +302,22 @@ def summary_lines(report: EvaluationReport) -> list[str]:
     return lines
 
 
+def _with_run_notes(
+    report: EvaluationReport, handle: BackendHandle, err: TextIO
+) -> EvaluationReport:
+    """Append what the backend learned during the run (remote token checks) to the report's
+    provenance, and say so on stderr when a server counted prompt tokens differently."""
+    if handle.run_notes is None:
+        return report
+    extra = handle.run_notes()
+    for line in extra:
+        if "MISMATCH" in line:
+            print(f"Warning: {line}", file=err)
+    source = report.provenance
+    updated = source.model_copy(update={"model_notes": (*source.model_notes, *extra)})
+    return report.model_copy(update={"provenance": updated})
+
+
 def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | None = None) -> int:
     """The whole command; returns the exit code (testable without a subprocess)."""
     from picocontext_diagnostics.backends import provenance, resolve_backend
@@ -268,7 +337,13 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             _switch(args, "prefix-cache"),
             _switch(args, "constrained"),
             log=lambda message: print(message, file=err, flush=True),
+            base_urls=tuple(args["base-url"].split("\n")) if "base-url" in args else (),
+            tokenizer_dir=args.get("tokenizer-dir"),
+            server_kind=args.get("server-kind"),
         )
+        workers = int(args.get("workers", "1"))
+        if workers > 1 and handle.single_worker is not None:
+            raise UsageError(f"--workers {workers} is refused: {handle.single_worker}")
         for note in handle.notes:
             print(f"Note: {note}", file=err)
         notes = list(handle.notes)
@@ -293,13 +368,21 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
             if verbose:
                 print(step_line(step), file=out, flush=True)
 
+        if workers > 1:
+            notes.append(
+                f"episodes ran on {workers} concurrent workers: results are in plan order, "
+                "per-episode seconds include waiting for shared servers"
+            )
         try:
             source = provenance(handle).model_copy(update={"model_notes": tuple(notes)})
-            runner = EvaluationRunner(config, handle.counter, handle.backend, source)
+            runner = EvaluationRunner(
+                config, handle.counter, handle.backend, source, workers=workers, pool=handle.pool
+            )
             report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
         finally:
             if handle.close is not None:
                 handle.close()
+        report = _with_run_notes(report, handle, err)
         for line in summary_lines(report):
             print(line, file=out)
         write_report(report, output)

@@ -15,7 +15,7 @@ from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_c
 if TYPE_CHECKING:
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
-    from picocontext.models.openai_backend import OpenAIBackend, ServerKind
+    from picocontext.models.openai_backend import OpenAIBackend, RemoteAccounting, ServerKind
     from picocontext.models.registry import (
         MODELS,
         ModelSpec,
@@ -33,6 +33,7 @@ _LAZY = {
     "forced_tokens": "picocontext.models.mlx_backend",
     "OpenAIBackend": "picocontext.models.openai_backend",
     "ServerKind": "picocontext.models.openai_backend",
+    "RemoteAccounting": "picocontext.models.openai_backend",
     "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",
     "ModelSpec": "picocontext.models.registry",
@@ -60,6 +61,7 @@ __all__ = [
     "MLXModel",
     "ModelSpec",
     "OpenAIBackend",
+    "RemoteAccounting",
     "ResolvedModel",
     "ScriptedBackend",
     "ServerKind",
