@@ -1,5 +1,5 @@
 """A scriptable OpenAI-compatible HTTP stub on 127.0.0.1 (a free port), and a real
-``mlx_lm.server`` launcher, for the remote backend's tests.
+``mlx_lm.server`` fixture body, for the remote backend's tests.
 
 The stub answers ``GET /v1/models`` from ``models`` and every ``POST /v1/completions`` with
 the next scripted :class:`Reply` (the last one repeats); it records each request body and its
@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -150,59 +145,17 @@ def serve_stub(stub: Stub) -> Iterator[Stub]:
         server.server_close()
 
 
-def free_port() -> int:
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    return free_port()
+def mlx_server(model_dir: Path, workdir: Path) -> Iterator[str]:
+    """Body of a fixture: a real ``mlx_lm.server`` on a free loopback port (the bench's
+    launcher, so tests and measurements start it the same way); always killed afterwards."""
+    from picocontext_diagnostics.bench.remote import serve_mlx_lm
 
-
-def mlx_server(model_dir: Path, workdir: Path, timeout: float = 90.0) -> Iterator[str]:
-    """Start ``mlx_lm.server`` for ``model_dir`` on 127.0.0.1 at a free port and yield its
-    base URL; the process group is always killed afterwards. The Hugging Face cache points at
-    an empty directory in ``workdir`` with offline mode on, so nothing is fetched."""
-    port = free_port()
-    cache = workdir / "hf-cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    log = (workdir / "mlx-server.log").open("wb")
-    command = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
-    try:
-        _wait_healthy(port, process, timeout, workdir / "mlx-server.log")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        _kill(process)
-        log.close()
-
-
-def _wait_healthy(port: int, process: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mlx_lm.server exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"mlx_lm.server did not become healthy in {timeout:.0f} s")
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+    with serve_mlx_lm(model_dir, workdir) as url:
+        yield url
