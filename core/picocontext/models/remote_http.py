@@ -102,10 +102,12 @@ class Endpoint:
 
 @dataclass
 class ClientSettings:
-    """Timeouts in seconds; ``retries`` extra attempts after the first, backoff doubling."""
+    """Timeouts in seconds; ``retries`` extra attempts after the first, backoff doubling.
+    ``read_timeout`` is how long the socket may stay silent (a long prefill on a slow CPU
+    sends nothing for minutes), not a limit on the whole request."""
 
     connect_timeout: float = 10.0
-    read_timeout: float = 300.0
+    read_timeout: float = 900.0
     retries: int = 3
     backoff: float = 0.5
     sleep: Callable[[float], None] = time.sleep

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from picocontext.models.blas import DISABLE_ENV, OPENBLAS_CANDIDATES
 from picocontext_diagnostics import cli
 from picocontext_diagnostics.evaluation import EvaluationReport
 
@@ -56,13 +57,14 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve_mlx_lm(model_dir: Path, workdir: Path, timeout: float = 120.0) -> Iterator[str]:
     """``mlx_lm.server`` for ``model_dir`` on 127.0.0.1 at a free port; yields the base URL
-    and always kills the server's process group. The Hugging Face cache is an empty directory
+    and always kills the server's process group. OpenBLAS is preloaded as in process. The
+    Hugging Face cache is an empty directory
     in ``workdir`` with offline mode on (its /v1/models needs the directory; nothing is
     fetched)."""
     port = free_port()
     cache = workdir / "hf-cache"
     cache.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", **blas_env()}
     log_path = workdir / f"mlx-server-{port}.log"
     command = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
@@ -75,6 +77,19 @@ def serve_mlx_lm(model_dir: Path, workdir: Path, timeout: float = 120.0) -> Iter
             yield f"http://127.0.0.1:{port}/v1"
         finally:
             _stop(process)
+
+
+def blas_env() -> dict[str, str]:
+    """``LD_PRELOAD`` of the OpenBLAS the in-process backend preloads (Linux), so the server
+    runs MLX's CPU matrix products as fast as the in-process backend does; the comparison is
+    meaningless otherwise (the reference BLAS bundled with mlx is many times slower)."""
+    if not sys.platform.startswith("linux") or os.environ.get(DISABLE_ENV):
+        return {}
+    found = next((c for c in OPENBLAS_CANDIDATES if Path(c).exists()), None)
+    if found is None:
+        return {}
+    preload = " ".join(p for p in (found, os.environ.get("LD_PRELOAD", "")) if p)
+    return {"LD_PRELOAD": preload}
 
 
 def _wait_healthy(
