@@ -343,6 +343,8 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
         )
         workers = int(args.get("workers", "1"))
         if workers > 1 and handle.single_worker is not None:
+            if handle.close is not None:
+                handle.close()
             raise UsageError(f"--workers {workers} is refused: {handle.single_worker}")
         for note in handle.notes:
             print(f"Note: {note}", file=err)
