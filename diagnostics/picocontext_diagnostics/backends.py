@@ -3,7 +3,8 @@
 ``deterministic`` is the notebook backend with the core's UTF-8 byte counter: no model, no
 downloads, exact and repeatable. ``mlx`` resolves a real local model through
 :mod:`picocontext.models`, imported only here and only when asked for, so the diagnostics work
-without the ``mlx`` extra.
+without the ``mlx`` extra. ``openai`` talks to OpenAI-compatible servers (docs/remote.md) with
+prompts rendered and counted locally; its handle carries one backend per server as a pool.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from picocontext_diagnostics.notebook import (
 )
 
 SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
-BACKENDS = ("deterministic", "mlx")
+BACKENDS = ("deterministic", "mlx", "openai")
 
 
 def deterministic_backend() -> ModelHandle:
@@ -99,22 +100,91 @@ def mlx_backend(
         raise BackendSetupError(exc.message) from None
 
 
+def openai_backend(
+    base_urls: tuple[str, ...],
+    model: str,
+    tokenizer_dir: str | None = None,
+    server_kind: str | None = None,
+    constrained: bool | None = None,
+) -> ModelHandle:
+    """Connect to every server (each must serve ``model``); prompts are rendered and counted
+    with the local tokenizer of ``tokenizer_dir`` (or of ``model`` itself). ``constrained``
+    asks for structured decoding where the server dialect supports it."""
+    try:
+        from picocontext.models import OpenAIBackend, RemoteAccounting
+    except ImportError as exc:
+        raise BackendSetupError(f"the openai backend cannot be imported ({exc})") from None
+    if not base_urls:
+        raise BackendSetupError("--backend openai needs --base-url URL")
+    backends: list[OpenAIBackend] = []
+    try:
+        for url in base_urls:
+            backends.append(
+                OpenAIBackend.connect(
+                    url,
+                    model,
+                    tokenizer_dir=tokenizer_dir,
+                    server_kind=server_kind or "auto",
+                    structured=bool(constrained),
+                )
+            )
+    except picocontext.PicoContextError as exc:
+        raise BackendSetupError(exc.message) from None
+    first = backends[0]
+    facts = first.describe()
+
+    def run_notes() -> tuple[str, ...]:
+        total = RemoteAccounting()
+        for backend in backends:
+            total = total.merge(backend.accounting())
+        return total.notes()
+
+    return ModelHandle(
+        counter=first,
+        backend=first,
+        model_id=model,
+        label=model,
+        kind="openai",
+        revision="unknown (served remotely)",
+        token_unit=f"model tokens (local tokenizer: {facts['tokenizerDir']})",
+        sampling="greedy, temperature 0 (on the server)",
+        prefix_cache=str(facts["prefixCache"]),
+        constrained_decisions=str(facts["constrainedDecisions"]),
+        decoding="constrained" if first.structured_decoding else "free",
+        notes=(
+            f"servers: {', '.join(b.base_url for b in backends)} ({facts['serverKind']})",
+            f"prompts sent as {facts['promptsSentAs']}, counted locally",
+        ),
+        raw=first,
+        pool=tuple((b, b) for b in backends),
+        run_notes=run_notes,
+    )
+
+
 def resolve_backend(
     name: str,
     model: str | None = None,
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
+    base_urls: tuple[str, ...] = (),
+    tokenizer_dir: str | None = None,
+    server_kind: str | None = None,
 ) -> ModelHandle:
-    """``deterministic`` (model settings must be absent) or ``mlx``."""
+    """``deterministic`` (model settings must be absent), ``mlx``, or ``openai`` (needs
+    ``base_urls`` and ``model``)."""
     if name == "deterministic":
         if model is not None or prefix_cache is not None or constrained is not None:
             raise BackendSetupError(
-                "--model, --prefix-cache and --decoding apply only to --backend mlx"
+                "--model, --prefix-cache and --decoding apply only to --backend mlx or openai"
             )
         return deterministic_backend()
     if name == "mlx":
         return mlx_backend(model, prefix_cache, constrained, log)
+    if name == "openai":
+        if model is None:
+            raise BackendSetupError("--backend openai needs --model NAME")
+        return openai_backend(base_urls, model, tokenizer_dir, server_kind, constrained)
     raise BackendSetupError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 

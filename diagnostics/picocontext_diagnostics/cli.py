@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from picocontext import Cancelled, CancelToken, PicoContextError
 from picocontext.cli import UsageError as CLIUsageError
 from picocontext.cli import run_command, standalone_parser
+from picocontext.models import MLX_SINGLE_WORKER, ModelHandle
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -40,11 +41,21 @@ EXIT_SETUP = 1
 DESCRIPTION = (
     "Run context policies side by side on seeded notebook episodes and write a JSON report. "
     "Without --config or --profile the deterministic backend uses wide byte limits (window "
-    "32,768, turn 500,000, episode 2,000,000) and the mlx backend the app budget."
+    "32,768, turn 500,000, episode 2,000,000) and the mlx and openai backends the app budget."
 )
 EPILOG = "Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."
-_MLX_ONLY = ("model", "prefix-cache", "constrained", "decoding")
+_BACKEND_ONLY = {
+    "model": ("mlx", "openai"),
+    "prefix-cache": ("mlx",),
+    "constrained": ("mlx", "openai"),
+    "decoding": ("mlx", "openai"),
+    "base-url": ("openai",),
+    "tokenizer-dir": ("openai",),
+    "server-kind": ("openai",),
+}
 DECODINGS = ("free", "constrained")
+SERVER_KINDS = ("auto", "vllm", "llama.cpp", "generic")
+MAX_WORKERS = 64
 
 
 class UsageError(DiagnosticsError):
@@ -72,6 +83,21 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
+class _Repeated(argparse.Action):
+    """A flag that may be given several times (``--base-url``): the values joined by newlines,
+    which a URL never contains, so the options stay one string per flag."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, values if before is None else f"{before}\n{values}")
+
+
 def _nonempty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("needs a non-empty value")
@@ -90,9 +116,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     switch("-h", "--help", help="show this help")
     valued(
         "--backend",
-        "{deterministic,mlx}",
-        "deterministic (default; a rule-based notebook model, byte counts) or mlx (a real "
-        "local model through picocontext.models)",
+        "{deterministic,mlx,openai}",
+        "deterministic (default; a rule-based notebook model, byte counts), mlx (a real "
+        "local model through picocontext.models) or openai (an OpenAI-compatible server; "
+        "prompts rendered and counted locally, docs/remote.md)",
     )
     valued("--config", "PATH", "evaluation configuration JSON (at most 1 MB)")
     valued("--profile", "NAME", f"a bundled configuration: {', '.join(PROFILES)}")
@@ -112,8 +139,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     valued(
         "--model",
         "NAME_OR_DIR",
-        "mlx only: a known model name (picocontext.models.MODELS) or a local MLX model "
-        "directory (default model when omitted)",
+        "mlx: a known model name (picocontext.models.MODELS) or a local MLX model "
+        "directory (default model when omitted); openai: the name the server serves (required)",
     )
     for name, help in (
         ("--prefix-cache", "mlx only: reuse the KV cache of the common prefix (bare: on)"),
@@ -125,8 +152,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     valued(
         "--decoding",
         "free|constrained",
-        "mlx only: constrained (grammar-enforced decisions, tool calls and JSON answers; the "
-        "default for embedded models) or free decoding",
+        "mlx: constrained (grammar-enforced decisions, tool calls and JSON answers; the "
+        "default for embedded models) or free decoding; openai: JSON-schema constrained "
+        "decisions, tool calls and JSON answers where the server supports it (vllm, llama.cpp)",
+    )
+    parser.add_argument(
+        "--base-url",
+        action=_Repeated,
+        type=_nonempty,
+        metavar="URL",
+        help="openai only: the server's OpenAI base, e.g. http://127.0.0.1:8080/v1; repeat it "
+        "to spread episodes over several servers. The API key, if any, comes from "
+        "PICOCONTEXT_API_KEY or OPENAI_API_KEY",
+    )
+    valued(
+        "--tokenizer-dir",
+        "DIR",
+        "openai only: a local directory (or picocontext model name) with the served model's "
+        "tokenizer; default: --model when it is a directory or a known model name",
+    )
+    valued(
+        "--server-kind",
+        "KIND",
+        f"openai only: {', '.join(SERVER_KINDS)} (auto, the default, reads /v1/models; generic "
+        "sends text prompts and decodes freely)",
+    )
+    valued(
+        "--workers",
+        "N",
+        f"run N independent episodes at once (1...{MAX_WORKERS}, default 1); the report is the "
+        "same apart from timings. Not above 1 with --backend mlx",
     )
     valued("--output", "PATH", "report path (default: a timestamped file in the data folder)")
     switch("--steps", help="also print one line per finished step (useful with slow models)")
@@ -195,13 +250,17 @@ def check_options(out: dict[str, str]) -> dict[str, str]:
     settings, value ranges."""
     if "config" in out and "profile" in out:
         raise UsageError("use either --config or --profile, not both")
-    if out.get("backend", "deterministic") not in ("deterministic", "mlx"):
-        raise UsageError("--backend must be deterministic or mlx")
+    backend = out.get("backend", "deterministic")
+    if backend not in ("deterministic", "mlx", "openai"):
+        raise UsageError(
+            "--backend must be deterministic or mlx (in process), or openai (a server)"
+        )
     if "profile" in out and out["profile"] not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}")
-    for key in _MLX_ONLY:
-        if key in out and out.get("backend", "deterministic") != "mlx":
-            raise UsageError(f"--{key} applies only to --backend mlx")
+    for key, backends in _BACKEND_ONLY.items():
+        if key in out and backend not in backends:
+            raise UsageError(f"--{key} applies only to --backend {' or '.join(backends)}")
+    _check_remote(out)
     for key in ("prefix-cache", "constrained"):
         if key in out and out[key] not in ("on", "off"):
             raise UsageError(f"--{key} must be on or off")
@@ -221,6 +280,22 @@ def check_options(out: dict[str, str]) -> dict[str, str]:
         except InvalidConfiguration as exc:
             raise UsageError(exc.message) from None
     return out
+
+
+def _check_remote(out: dict[str, str]) -> None:
+    """--backend openai needs a URL and a model; --workers is a bounded integer, and above 1
+    it needs a backend that can serve concurrent requests."""
+    backend = out.get("backend", "deterministic")
+    if backend == "openai" and ("base-url" not in out or "model" not in out):
+        raise UsageError("--backend openai needs --base-url URL and --model NAME")
+    if "server-kind" in out and out["server-kind"] not in SERVER_KINDS:
+        raise UsageError(f"--server-kind must be one of {', '.join(SERVER_KINDS)}")
+    if "workers" in out:
+        text = out["workers"]
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_WORKERS):
+            raise UsageError(f"--workers must be an integer 1...{MAX_WORKERS}")
+        if backend == "mlx" and int(text) > 1:
+            raise UsageError(f"--workers {text} is refused: {MLX_SINGLE_WORKER}")
 
 
 def _switch(args: dict[str, str], key: str) -> bool | None:
@@ -335,6 +410,20 @@ def summary_lines(report: EvaluationReport) -> list[str]:
     return lines
 
 
+def _with_run_notes(report: EvaluationReport, handle: ModelHandle, err: TextIO) -> EvaluationReport:
+    """Append what the backend learned during the run (remote token checks) to the report's
+    provenance, and say so on stderr when a server counted prompt tokens differently."""
+    if handle.run_notes is None:
+        return report
+    extra = handle.run_notes()
+    for line in extra:
+        if "MISMATCH" in line:
+            print(f"Warning: {line}", file=err)
+    source = report.provenance
+    updated = source.model_copy(update={"model_notes": (*source.model_notes, *extra)})
+    return report.model_copy(update={"provenance": updated})
+
+
 def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | None = None) -> int:
     """The whole command; returns the exit code (testable without a subprocess)."""
     try:
@@ -377,7 +466,14 @@ def execute(
             _switch(args, "prefix-cache"),
             _constrained(args),
             log=lambda message: print(message, file=err, flush=True),
+            base_urls=tuple(args["base-url"].split("\n")) if "base-url" in args else (),
+            tokenizer_dir=args.get("tokenizer-dir"),
+            server_kind=args.get("server-kind"),
         )
+        workers = int(args.get("workers", "1"))
+        if workers > 1 and handle.single_worker is not None:
+            handle.close()
+            raise UsageError(f"--workers {workers} is refused: {handle.single_worker}")
         for note in handle.notes:
             print(f"Note: {note}", file=err)
         notes = list(handle.notes)
@@ -402,12 +498,20 @@ def execute(
             if verbose:
                 print(step_line(step), file=out, flush=True)
 
+        if workers > 1:
+            notes.append(
+                f"episodes ran on {workers} concurrent workers: results are in plan order, "
+                "per-episode seconds include waiting for shared servers"
+            )
         try:
             source = provenance(handle).model_copy(update={"model_notes": tuple(notes)})
-            runner = EvaluationRunner(config, handle.counter, handle.backend, source)
+            runner = EvaluationRunner(
+                config, handle.counter, handle.backend, source, workers=workers, pool=handle.pool
+            )
             report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
         finally:
             handle.close()
+        report = _with_run_notes(report, handle, err)
         for line in summary_lines(report):
             print(line, file=out)
         write_report(report, output)

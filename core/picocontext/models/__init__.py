@@ -1,7 +1,8 @@
 """Model adapters. Importing this package never imports MLX; real backends load it lazily.
 
 ``picocontext.models.load_model()`` resolves and loads the default (or a named) model;
-``MLXModel`` is the real backend (TokenCounter + ModelBackend + ChatModel); ``ChatFormat``
+``MLXModel`` is the real backend (TokenCounter + ModelBackend + ChatModel) and
+``OpenAIBackend`` the same three over an OpenAI-compatible server; ``ChatFormat``
 adapts any tokenizer's own chat template; ``ByteCounter``/``ScriptedBackend`` are test doubles.
 """
 
@@ -11,6 +12,7 @@ import typing
 
 from picocontext.models.handle import (
     BYTE_UNIT,
+    MLX_SINGLE_WORKER,
     TOKEN_UNIT,
     ModelDescription,
     ModelHandle,
@@ -19,12 +21,14 @@ from picocontext.models.handle import (
 from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_call
 
 if typing.TYPE_CHECKING:
+    from picocontext.models.blas import openblas_preload_env
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
     from picocontext.models.constrained import DecisionGrammar, decision_lark, decision_schema
     from picocontext.models.embedded import MODEL_NAME as EMBEDDED_MODEL_NAME
     from picocontext.models.embedded import ensure_embedded, ensure_embedded_model
     from picocontext.models.embedded import get_spec as embedded_spec
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
+    from picocontext.models.openai_backend import OpenAIBackend, RemoteAccounting, ServerKind
     from picocontext.models.registry import (
         MODELS,
         ModelSpec,
@@ -37,10 +41,14 @@ if typing.TYPE_CHECKING:
     from picocontext.models.tiny import write_tiny_model
 
 _LAZY = {
+    "openblas_preload_env": "picocontext.models.blas",
     "ChatFormat": "picocontext.models.chatformat",
     "HFChatTokenizer": "picocontext.models.chatformat",
     "MLXModel": "picocontext.models.mlx_backend",
     "forced_tokens": "picocontext.models.mlx_backend",
+    "OpenAIBackend": "picocontext.models.openai_backend",
+    "ServerKind": "picocontext.models.openai_backend",
+    "RemoteAccounting": "picocontext.models.openai_backend",
     "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",
     "ModelSpec": "picocontext.models.registry",
@@ -73,6 +81,7 @@ def __getattr__(name: str) -> typing.Any:
 __all__ = [
     "BYTE_UNIT",
     "EMBEDDED_MODEL_NAME",
+    "MLX_SINGLE_WORKER",
     "MODELS",
     "TOKEN_UNIT",
     "ByteCounter",
@@ -83,8 +92,11 @@ __all__ = [
     "ModelDescription",
     "ModelHandle",
     "ModelSpec",
+    "OpenAIBackend",
+    "RemoteAccounting",
     "ResolvedModel",
     "ScriptedBackend",
+    "ServerKind",
     "decision_lark",
     "decision_schema",
     "default_model_name",
@@ -95,6 +107,7 @@ __all__ = [
     "forced_tokens",
     "handle_for",
     "load_model",
+    "openblas_preload_env",
     "resolve_model",
     "scripted_call",
     "write_tiny_model",

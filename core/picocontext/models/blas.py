@@ -72,3 +72,16 @@ def preload_openblas(candidates: tuple[str, ...] = OPENBLAS_CANDIDATES) -> str |
                 _state["status"] = f"OpenBLAS preloaded from {path}"
         _state["path"] = path
         return path
+
+
+def openblas_preload_env(candidates: tuple[str, ...] = OPENBLAS_CANDIDATES) -> dict[str, str]:
+    """``LD_PRELOAD`` for a child process (such as ``mlx_lm.server``) that should run MLX on
+    the same OpenBLAS :func:`preload_openblas` gives this process; empty where it would not
+    preload (not Linux, ``PICOCONTEXT_NO_OPENBLAS`` set, no OpenBLAS installed)."""
+    if not sys.platform.startswith("linux") or os.environ.get(DISABLE_ENV):
+        return {}
+    found = next((c for c in candidates if Path(c).exists()), None)
+    if found is None:
+        return {}
+    preload = " ".join(p for p in (found, os.environ.get("LD_PRELOAD", "")) if p)
+    return {"LD_PRELOAD": preload}

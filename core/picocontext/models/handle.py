@@ -19,6 +19,11 @@ from picocontext.errors import ModelError
 BYTE_UNIT = "UTF-8 bytes (not model tokens)"
 TOKEN_UNIT = "model tokens"
 NOT_APPLICABLE = "not applicable"
+MLX_SINGLE_WORKER = (
+    "the in-process MLX backend holds one model on one worker thread, so it runs one episode "
+    "at a time; for concurrent episodes serve the model with mlx_lm.server and use --backend "
+    "openai (docs/remote.md)"
+)
 
 
 class ModelDescription(TypedDict, total=False):
@@ -68,7 +73,11 @@ class ModelHandle:
     """A ready counter/backend pair and what reports must say about it.
 
     ``budget_scale`` multiplies every token budget (:meth:`scaled`); ``model`` is the loaded
-    real model, if any (``None`` for stand-ins); ``close`` releases it.
+    real model, if any (``None`` for stand-ins); ``close`` releases it. ``pool`` lists every
+    counter/backend pair independent episodes may be spread over (several servers; empty =
+    just ``(counter, backend)``), ``single_worker`` says why episodes cannot run concurrently
+    on this model (``None`` = they can), and ``run_notes`` gives report lines once a run is
+    over (a remote backend's token checks).
     """
 
     counter: TokenCounter
@@ -87,6 +96,9 @@ class ModelHandle:
     notes: tuple[str, ...] = ()
     close: Callable[[], None] = field(default=_no_close)
     raw: Any = None
+    pool: tuple[tuple[TokenCounter, ModelBackend], ...] = ()
+    single_worker: str | None = None
+    run_notes: Callable[[], tuple[str, ...]] | None = None
 
     def caption(self) -> str:
         return f"{self.label or self.model_id} · {self.token_unit}"
@@ -141,12 +153,13 @@ def handle_for(loaded: object, requested: str | None = None) -> ModelHandle:
     info = loaded.describe()
     model_id = str(info.get("model") or requested or "default")
     revision = info.get("modelRevision")
+    kind = str(info.get("backend", "mlx"))
     return ModelHandle(
         counter=loaded,
         backend=loaded,
         model_id=model_id,
         label=model_id + (f" @ {revision[:12]}" if revision else ""),
-        kind=str(info.get("backend", "mlx")),
+        kind=kind,
         revision="unknown" if revision is None else str(revision),
         sampling=str(info.get("sampling", "greedy")) + ", temperature 0",
         prefix_cache=switch(info.get("prefixCache")),
@@ -156,4 +169,5 @@ def handle_for(loaded: object, requested: str | None = None) -> ModelHandle:
         notes=tuple(str(n) for n in info.get("notes", ())),
         close=loaded.close,
         raw=loaded,
+        single_worker=MLX_SINGLE_WORKER if kind == "mlx" else None,
     )

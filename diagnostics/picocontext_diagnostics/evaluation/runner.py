@@ -7,9 +7,11 @@ always runs first; order is recorded, not hidden.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 
 from picocontext import (
     Cancelled,
@@ -18,10 +20,12 @@ from picocontext import (
     ModelInput,
     Phase,
     PicoContextError,
+    RunBudget,
     Scope,
     TokenCounter,
 )
 from picocontext_diagnostics.episodes import Episode, generated_episode
+from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.evaluation.config import EvaluationConfig
 from picocontext_diagnostics.evaluation.report import (
     EvaluationReport,
@@ -33,6 +37,7 @@ from picocontext_diagnostics.evaluation.stats import summarize
 from picocontext_diagnostics.fixtures import (
     Scenario,
 )
+from picocontext_diagnostics.parallel import run_ordered
 from picocontext_diagnostics.policies import (
     BUILTIN_POLICIES,
     Policy,
@@ -44,6 +49,7 @@ from picocontext_diagnostics.runner import (
     EpisodeReport,
     EpisodeRunner,
     StepCallback,
+    StepReport,
     cold_cache,
 )
 
@@ -61,7 +67,7 @@ def evaluation_scope(scenario: Scenario) -> Scope:
 
 
 class EvaluationRunner:
-    """Runs one configuration against one counter/backend pair."""
+    """Runs one configuration against one counter/backend pair (or a pool of them)."""
 
     def __init__(
         self,
@@ -71,13 +77,22 @@ class EvaluationRunner:
         provenance: Provenance,
         registry: dict[str, Policy] | None = None,
         turn: TurnRunner = run_turn,
+        workers: int = 1,
+        pool: Sequence[tuple[TokenCounter, ModelBackend]] = (),
     ) -> None:
+        """``workers`` > 1 runs independent episodes concurrently (results stay in plan
+        order); ``pool`` spreads them over several counter/backend pairs (episode k uses
+        ``pool[k % len(pool)]``), defaulting to ``(counter, backend)``."""
+        if workers < 1:
+            raise InvalidConfiguration("workers must be at least 1")
         self.config = config
         self.policies = resolve_policies(config.policies, registry or BUILTIN_POLICIES)
         self.counter = counter
         self.backend = backend
         self.provenance = provenance
         self.turn = turn
+        self.workers = workers
+        self.pool = tuple(pool) or ((counter, backend),)
 
     def episodes(self) -> list[Episode]:
         """The generated episode of every seed, in configuration order."""
@@ -114,32 +129,17 @@ class EvaluationRunner:
     ) -> EvaluationReport:
         started = time.perf_counter()
         created = datetime.now(UTC)
-        limits = self.config.limits
-        budget = limits.run_budget()
-        runner = EpisodeRunner(self.counter, self.backend, self.turn)
-        results: list[EvaluationResult] = []
-        for seed_index, episode in enumerate(self.episodes()):
-            env_tokens, env_failure = self.environment_tokens(episode)
-            for repetition in range(self.config.repetitions):
-                for policy in rotation(self.policies, seed_index, repetition):
-                    if cancel is not None:
-                        cancel.check()
-                    cold_cache(self.backend)
-                    report = runner.run(
-                        episode, policy, budget, limits.episode_tokens, on_step, cancel
-                    )
-                    result = _result(
-                        len(results) + 1,
-                        episode,
-                        repetition,
-                        report,
-                        env_tokens,
-                        env_failure,
-                        limits.context_window,
-                    )
-                    results.append(result)
-                    if on_result is not None:
-                        on_result(result)
+        budget = self.config.limits.run_budget()
+        episodes = self.episodes()
+        environment = [self.environment_tokens(episode) for episode in episodes]
+        if on_step is not None and self.workers > 1:
+            on_step = _serialized(on_step)
+        run_one = partial(self._run_one, budget=budget, on_step=on_step)
+        tasks = [
+            partial(run_one, order, episodes[s], repetition, policy, environment[s])
+            for order, (s, repetition, policy) in enumerate(self._plan(len(episodes)), 1)
+        ]
+        results = run_ordered(tasks, self.workers, on_result, cancel)
         return EvaluationReport(
             created_at=created,
             configuration=self.config,
@@ -148,6 +148,47 @@ class EvaluationRunner:
             summary=summarize(results, [p.name for p in self.policies]),
             elapsed_seconds=time.perf_counter() - started,
         )
+
+    def _plan(self, episode_count: int) -> list[tuple[int, int, Policy]]:
+        """(seed index, repetition, policy) of every run, in report order."""
+        return [
+            (seed_index, repetition, policy)
+            for seed_index in range(episode_count)
+            for repetition in range(self.config.repetitions)
+            for policy in rotation(self.policies, seed_index, repetition)
+        ]
+
+    def _run_one(
+        self,
+        order: int,
+        episode: Episode,
+        repetition: int,
+        policy: Policy,
+        environment: tuple[int | None, str | None],
+        cancel: CancelToken | None,
+        *,
+        budget: RunBudget,
+        on_step: StepCallback | None,
+    ) -> EvaluationResult:
+        """One isolated episode on its pool member, from a cold prefix cache."""
+        counter, backend = self.pool[(order - 1) % len(self.pool)]
+        cold_cache(backend)
+        limits = self.config.limits
+        report = EpisodeRunner(counter, backend, self.turn).run(
+            episode, policy, budget, limits.episode_tokens, on_step, cancel
+        )
+        return _result(order, episode, repetition, report, *environment, limits.context_window)
+
+
+def _serialized(callback: StepCallback) -> StepCallback:
+    """``callback`` behind a lock, for step reports arriving from several workers."""
+    lock = threading.Lock()
+
+    def call(step: StepReport) -> None:
+        with lock:
+            callback(step)
+
+    return call
 
 
 def _result(
