@@ -57,13 +57,13 @@ def test_window_builds_with_controls_for_every_task_policy_and_model(window: Mai
     assert window.tabs.tabText(0) == "Comparison"
 
 
-def test_default_model_is_embedded_smollm2_off_apple_silicon() -> None:
+def test_default_model_is_the_chosen_embedded_qwen_off_apple_silicon() -> None:
     import platform
 
     expected = (
         ModelChoice.QWEN3
         if platform.system() == "Darwin" and platform.machine() == "arm64"
-        else ModelChoice.SMOLLM2
+        else ModelChoice.QWEN25_05
     )
     assert default_model() is expected
 

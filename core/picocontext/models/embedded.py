@@ -205,7 +205,7 @@ QWEN25_CODER_15B = EmbeddedSpec(
 SPECS: dict[str, EmbeddedSpec] = {
     spec.name: spec for spec in (SMOLLM2, QWEN25_CODER_05B, QWEN25_CODER_15B)
 }
-DEFAULT_EMBEDDED = SMOLLM2.name
+DEFAULT_EMBEDDED = QWEN25_CODER_05B.name
 
 # Kept for callers that name the SmolLM2 wheel directly.
 MODEL_NAME = SMOLLM2.title

@@ -25,7 +25,12 @@ from picocontext import (
 
 pytest.importorskip("mlx_lm")
 
-from picocontext.models.embedded import WHEEL_SHA256, embedded_dir, ensure_embedded_model
+from picocontext.models.embedded import (
+    SMOLLM2,
+    WHEEL_SHA256,
+    embedded_dir,
+    ensure_embedded_model,
+)
 from picocontext.models.gguf import STAMP_FILE, read_stamp
 from picocontext.models.mlx_backend import MLXModel
 
@@ -42,14 +47,14 @@ UNICODE = [
 
 @pytest.fixture(scope="module")
 def smol() -> Iterator[MLXModel]:
-    path = ensure_embedded_model()
+    path = ensure_embedded_model(SMOLLM2.name)
     model = MLXModel.load(path, model_id="SmolLM2-135M-Instruct")
     yield model
     model.close()
 
 
 def test_fetch_is_verified_stamped_and_a_no_op_the_second_time(smol: MLXModel) -> None:
-    directory = embedded_dir()
+    directory = embedded_dir(SMOLLM2.name)
     stamp = read_stamp(directory)
     assert stamp is not None and stamp["wheel_sha256s"] == [WHEEL_SHA256]
     assert stamp["weights"] in ("dense-float32", "quantized")
@@ -57,7 +62,7 @@ def test_fetch_is_verified_stamped_and_a_no_op_the_second_time(smol: MLXModel) -
     # A no-op: no download, no conversion (the stamp file is not rewritten). The time bound only
     # guards against a silent re-conversion (minutes), not a speed claim on a shared machine.
     started = time.perf_counter()
-    assert ensure_embedded_model() == directory
+    assert ensure_embedded_model(SMOLLM2.name) == directory
     assert time.perf_counter() - started < 30.0
     assert (directory / STAMP_FILE).stat().st_mtime_ns == before
 

@@ -70,7 +70,7 @@ def test_the_default_falls_back_to_the_embedded_model_fast_and_says_so(
     assert resolved.path == tmp_path
     assert len(resolved.notes) == 1
     assert "qwen3-1.7b-4bit could not be had" in resolved.notes[0]
-    assert "embedded smollm2-135m" in resolved.notes[0]
+    assert "embedded qwen2.5-coder-0.5b" in resolved.notes[0]
 
 
 def test_embedded_names_resolve_through_their_specs(

@@ -14,7 +14,6 @@ from picocontext.models import registry
 from picocontext.models.registry import (
     MODEL_DIR_ENV,
     QWEN3,
-    SMOLLM2,
     ResolvedModel,
     default_model_name,
     resolve_model,
@@ -67,7 +66,8 @@ def test_default_depends_on_platform(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "is_apple_silicon", lambda: True)
     assert default_model_name() == QWEN3.name
     monkeypatch.setattr(registry, "is_apple_silicon", lambda: False)
-    assert default_model_name() == SMOLLM2.name
+    # the embedded model chosen by the tool-call bench (docs/models.md, "Which model")
+    assert default_model_name() == registry.DEFAULT_EMBEDDED_SPEC.name == "qwen2.5-coder-0.5b"
 
 
 def test_repo_id_path_resolves_from_the_hub_cache_offline(hub_cache: Path, tiny_dir: Path) -> None:
@@ -117,7 +117,7 @@ def test_default_model_falls_back_to_embedded_and_says_so(
     assert resolved.model_id == "SmolLM2-135M-Instruct"
     assert len(resolved.notes) == 1
     assert "default model qwen3-1.7b-4bit could not be had" in resolved.notes[0]
-    assert "Using the embedded smollm2-135m instead" in resolved.notes[0]
+    assert "Using the embedded qwen2.5-coder-0.5b instead" in resolved.notes[0]
 
 
 def test_explicit_request_never_falls_back(
