@@ -349,6 +349,24 @@ class ContextSession:
         finally:
             self._busy.release()
 
+    def run_view(
+        self,
+        build: Callable[[WorkingContext], Snapshot],
+        budget: RunBudget | None = None,
+        policy: str = "",
+        cancel: CancelToken | None = None,
+    ) -> RunReport:
+        """One completion over a view the policy builds from the working state (for example
+        the newest records that fit, or retrieved records). The view must be a valid snapshot;
+        budgets, accounting and the report work as in :meth:`run`; the working context is
+        never changed, so the report's ``final_prompt`` is exactly what the model read."""
+        self._acquire()
+        try:
+            run = _Run(self, RunMode.APPEND_ONLY, budget or RunBudget(), EditStyle.TARGETED, cancel)
+            return run.execute(view=build, policy=policy)
+        finally:
+            self._busy.release()
+
 
 class _Run:
     """State of one ``ContextSession.run`` call."""
@@ -407,6 +425,7 @@ class _Run:
         self,
         tools: Callable[[WorkingContext], ToolLoop] | None = None,
         policy: str = "",
+        view: Callable[[WorkingContext], Snapshot] | None = None,
     ) -> RunReport:
         started = time.perf_counter()
         original = self.s._state.original
@@ -431,6 +450,11 @@ class _Run:
                 loop = tools(self.s._state)
                 self.mode = loop.mode
                 self.tool_loop(loop)
+            elif view is not None:
+                shown = view(self.s._state)
+                validate_snapshot(shown)
+                self.final_prompt = self.prepare(shown, Phase.COMPLETION)
+                self.complete()
             else:
                 if self.mode is RunMode.EDITABLE:
                     self.decide()

@@ -21,11 +21,8 @@ import picocontext
 from picocontext.models import BYTE_UNIT, ModelHandle, handle_for
 from picocontext_diagnostics.errors import BackendSetupError
 from picocontext_diagnostics.evaluation import Provenance
-from picocontext_diagnostics.notebook import (
-    MODEL_ID,
-    MODEL_REVISION,
-    DeterministicNotebookBackend,
-)
+from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.notebook import MODEL_ID, MODEL_REVISION
 
 SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
 BACKENDS = ("deterministic", "mlx", "openai")
@@ -36,7 +33,7 @@ def deterministic_backend() -> ModelHandle:
 
     return ModelHandle(
         counter=ByteCounter(),
-        backend=DeterministicNotebookBackend(),
+        backend=DeterministicConversationBackend(),
         model_id=MODEL_ID,
         label=MODEL_ID,
         kind="deterministic",

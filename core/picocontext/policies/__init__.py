@@ -1,11 +1,13 @@
 """Context policies and their registry.
 
-Built in: append-only, editable, summarize, navigated (pcx) and distilled (digest tree). Every
-policy is registered as a name, a config model and a factory (:mod:`.registry`); runners look
-policies up with :func:`policy_registry` and run each through :meth:`ContextPolicy.turn`.
+Built in: append-only, editable, summarize, navigated (pcx), distilled (digest tree), and the
+strategies people use instead: sliding window, compaction and retrieval. Every policy is
+registered as a name, a config model and a factory (:mod:`.registry`); runners look policies
+up with :func:`policy_registry` and run each through :meth:`ContextPolicy.turn`.
 """
 
 from picocontext.policies.base import AppendOnlyPolicy, ContextPolicy, EditablePolicy
+from picocontext.policies.compaction import CompactionPolicy, CompactionSettings
 from picocontext.policies.distilled import DistilledConfig, DistilledPolicy, DistilledTurn
 from picocontext.policies.navigated import NavigatedConfig, NavigatedPolicy, NavigatedTurn
 from picocontext.policies.registry import (
@@ -19,10 +21,14 @@ from picocontext.policies.registry import (
     load_registry,
     policy_registry,
 )
+from picocontext.policies.retrieval import RetrievalPolicy, RetrievalSettings
+from picocontext.policies.sliding_window import SlidingWindowPolicy, SlidingWindowSettings
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "AppendOnlyPolicy",
+    "CompactionPolicy",
+    "CompactionSettings",
     "ContextPolicy",
     "DistilledConfig",
     "DistilledPolicy",
@@ -36,6 +42,10 @@ __all__ = [
     "PolicyError",
     "PolicyRegistry",
     "PolicySpec",
+    "RetrievalPolicy",
+    "RetrievalSettings",
+    "SlidingWindowPolicy",
+    "SlidingWindowSettings",
     "UnknownPolicy",
     "load_registry",
     "policy_registry",

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from picocontext.policies import distilled, navigated, simple
+from picocontext.policies import (
+    compaction,
+    distilled,
+    navigated,
+    retrieval,
+    simple,
+    sliding_window,
+)
 from picocontext.policies.registry import PolicySpec
 
 BUILTIN_POLICIES: tuple[PolicySpec[Any], ...] = (
@@ -18,4 +25,7 @@ BUILTIN_POLICIES: tuple[PolicySpec[Any], ...] = (
     simple.SUMMARIZE,
     navigated.SPEC,
     distilled.SPEC,
+    sliding_window.SPEC,
+    compaction.SPEC,
+    retrieval.SPEC,
 )

@@ -1,0 +1,360 @@
+"""The conversation file format ``picocontext.conversation/1``, its importers and exporter.
+
+A conversation is what a person brings to compare context strategies on: sessions of turns
+between speakers, and (optionally) questions whose answers and evidence turns are known, so a
+report can say whether the evidence was in front of the model. The models here are the
+format: the JSON Schema in ``resources/schemas/conversation-1.schema.json`` is generated from
+them (:func:`generate_schema`) and a test keeps the shipped file equal to it.
+
+Reading is bounded and strict: only regular files, at most :data:`MAX_BYTES`, UTF-8 (a bad
+byte is named by offset), JSON without duplicate keys, then the invariants the schema cannot
+say: turn ids unique across the file, every turn's speaker listed, evidence naming existing
+turns, unique session and question ids, no empty session. Every problem is a
+:class:`ConversationError` whose message names the file and the place.
+
+Importers turn an OpenAI-style chat transcript (``{"messages": [{"role", "content"}]}`` as
+JSON, or JSONL with one message or one ``{"messages": ...}`` transcript per line) into a
+conversation without questions; :func:`export_messages` writes any record list or
+:class:`picocontext.Snapshot` back to that message form.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from picocontext import Record, Role, Snapshot
+from picocontext_diagnostics.errors import DiagnosticsError
+
+FORMAT: Literal["picocontext.conversation/1"] = "picocontext.conversation/1"
+SCHEMA_FILENAME = "conversation-1.schema.json"
+MAX_BYTES = 8_000_000
+MAX_TURNS = 20_000
+MAX_QUESTIONS = 2_000
+ROLE_SPEAKERS = frozenset({"system", "user", "assistant"})
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_Id = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+
+
+class ConversationError(DiagnosticsError):
+    """A conversation or transcript file is unreadable or breaks the format (says where)."""
+
+
+class Turn(BaseModel):
+    """One thing a speaker said; ``id`` is unique across the whole file."""
+
+    model_config = _FROZEN
+    id: str = _Id
+    speaker: str = Field(min_length=1, max_length=128)
+    text: str = Field(min_length=1, max_length=64_000)
+
+
+class Session(BaseModel):
+    """Turns that arrive together; ``date`` is free text shown with each turn."""
+
+    model_config = _FROZEN
+    id: str = _Id
+    date: str | None = Field(default=None, min_length=1, max_length=64)
+    turns: tuple[Turn, ...] = Field(min_length=1)
+
+
+class Question(BaseModel):
+    """A question about the conversation, its reference answer and the turns it rests on."""
+
+    model_config = _FROZEN
+    id: str = _Id
+    question: str = Field(min_length=1, max_length=4_000)
+    answer: str = Field(min_length=1, max_length=4_000)
+    evidence: tuple[str, ...] = Field(min_length=1, max_length=64)
+    category: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class Conversation(BaseModel):
+    """A ``picocontext.conversation/1`` document."""
+
+    model_config = _FROZEN
+    format: Literal["picocontext.conversation/1"]
+    id: str = _Id
+    speakers: tuple[str, ...] = Field(min_length=1, max_length=64)
+    sessions: tuple[Session, ...] = Field(min_length=1)
+    questions: tuple[Question, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Conversation:
+        _unique("session id", [s.id for s in self.sessions])
+        _unique("turn id", [t.id for s in self.sessions for t in s.turns])
+        _unique("question id", [q.id for q in self.questions])
+        _unique("speaker", list(self.speakers))
+        if sum(len(s.turns) for s in self.sessions) > MAX_TURNS:
+            raise ValueError(f"more than {MAX_TURNS} turns")
+        if len(self.questions) > MAX_QUESTIONS:
+            raise ValueError(f"more than {MAX_QUESTIONS} questions")
+        speakers = set(self.speakers)
+        for session in self.sessions:
+            for turn in session.turns:
+                if turn.speaker not in speakers:
+                    raise ValueError(
+                        f"turn {turn.id!r} has speaker {turn.speaker!r}, which is not in "
+                        f"speakers {list(self.speakers)}"
+                    )
+        turns = {t.id for s in self.sessions for t in s.turns}
+        for question in self.questions:
+            _unique(f"evidence id of question {question.id!r}", list(question.evidence))
+            absent = [e for e in question.evidence if e not in turns]
+            if absent:
+                raise ValueError(
+                    f"question {question.id!r} names evidence {absent} that is not a turn id"
+                )
+        return self
+
+    def turn(self, turn_id: str) -> Turn:
+        for session in self.sessions:
+            for turn in session.turns:
+                if turn.id == turn_id:
+                    return turn
+        raise KeyError(turn_id)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+
+
+def _unique(what: str, values: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate {what} {value!r}")
+        seen.add(value)
+
+
+def generate_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the format, generated from the models."""
+    schema = Conversation.model_json_schema(mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://picocontext.invalid/schemas/" + SCHEMA_FILENAME,
+        "title": FORMAT,
+        "description": (
+            "A conversation for picocontext evaluations. Turn ids are unique across the file "
+            "and evidence names turn ids (checked by the reader; not expressible here)."
+        ),
+        **{k: v for k, v in schema.items() if k != "title"},
+    }
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def read_bounded(path: Path | str, max_bytes: int = MAX_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes``; clear errors otherwise."""
+    p = Path(path)
+    try:
+        info = p.stat()
+    except OSError as exc:
+        raise ConversationError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConversationError(f"{p}: not a regular file")
+    if info.st_size > max_bytes:
+        raise ConversationError(
+            f"{p}: {info.st_size:,} bytes is larger than the {max_bytes:,}-byte limit"
+        )
+    try:
+        with p.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConversationError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > max_bytes:
+        raise ConversationError(f"{p}: larger than the {max_bytes:,}-byte limit")
+    return decode_utf8(raw, str(p))
+
+
+def decode_utf8(raw: bytes, source: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConversationError(
+            f"{source}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(text: str, source: str) -> Any:
+    """Strict JSON: no duplicate keys, no NaN/Infinity; errors give line and column."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ConversationError(
+            f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise ConversationError(f"{source}: invalid JSON: {exc}") from None
+
+
+def _explain(error: ValidationError) -> str:
+    parts: list[str] = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(p) for p in item["loc"]) or "document"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def parse_conversation(text: str, source: str = "conversation") -> Conversation:
+    """Validate JSON text as a conversation; the message names ``source`` and the place."""
+    data = parse_json(text, source)
+    if not isinstance(data, dict):
+        raise ConversationError(f"{source}: a conversation is a JSON object")
+    found = data.get("format")
+    if found != FORMAT:
+        raise ConversationError(
+            f"{source}: unknown format {found!r}; this reader understands {FORMAT!r} "
+            "(see docs/conversations.md)"
+        )
+    try:
+        return Conversation.model_validate(data)
+    except ValidationError as exc:
+        raise ConversationError(f"{source}: {_explain(exc)}") from None
+
+
+def load_conversation(path: Path | str, max_bytes: int = MAX_BYTES) -> Conversation:
+    """Read a conversation file (``.json`` in the format, or an OpenAI-style ``.json``/
+    ``.jsonl`` transcript, which becomes a conversation without questions)."""
+    text = read_bounded(path, max_bytes)
+    source = str(path)
+    if Path(path).suffix == ".jsonl":
+        return import_jsonl(text, Path(path).stem, source)
+    data = parse_json(text, source)
+    if isinstance(data, dict) and "messages" in data and "format" not in data:
+        return import_messages(data, Path(path).stem, source)
+    return parse_conversation(text, source)
+
+
+# -- importing chat transcripts --------------------------------------------------------------
+
+
+def _content_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise ConversationError(
+                    f"{where}: content part {i} is not a text part; only text can be imported"
+                )
+            texts.append(str(part.get("text", "")))
+        return "\n".join(texts)
+    if content is None:
+        return ""
+    raise ConversationError(f"{where}: content must be a string or a list of text parts")
+
+
+def _message_text(message: Any, where: str) -> tuple[str, str]:
+    if not isinstance(message, dict):
+        raise ConversationError(f"{where}: a message is a JSON object")
+    role = message.get("role")
+    if role not in ("system", "user", "assistant", "tool"):
+        raise ConversationError(
+            f"{where}: role must be system, user, assistant or tool, got {role!r}"
+        )
+    text = _content_text(message.get("content"), where)
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ConversationError(f"{where}: tool_calls must be a list")
+    for call in calls:
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        line = f"[tool call] {function.get('name', '?')}({function.get('arguments', '')})"
+        text = f"{text}\n{line}" if text else line
+    if not text.strip():
+        raise ConversationError(f"{where}: the message has no text")
+    return str(role), text
+
+
+def _session(messages: Any, number: int, source: str) -> Session:
+    if not isinstance(messages, list) or not messages:
+        raise ConversationError(f"{source}: 'messages' must be a non-empty list")
+    sid = f"s{number}"
+    turns = []
+    for i, message in enumerate(messages):
+        role, text = _message_text(message, f"{source}: session {number}, message {i}")
+        turns.append(Turn(id=f"{sid}-t{i + 1}", speaker=role, text=text))
+    return Session(id=sid, turns=tuple(turns))
+
+
+def _conversation(sessions: list[Session], name: str, source: str) -> Conversation:
+    speakers = list(dict.fromkeys(t.speaker for s in sessions for t in s.turns))
+    cid = "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-._") or "chat"
+    try:
+        return Conversation(
+            format=FORMAT, id=cid[:128], speakers=tuple(speakers), sessions=tuple(sessions)
+        )
+    except ValidationError as exc:
+        raise ConversationError(f"{source}: {_explain(exc)}") from None
+
+
+def import_messages(data: Any, name: str = "chat", source: str = "transcript") -> Conversation:
+    """``{"messages": [...]}`` → a one-session conversation (speakers are the roles)."""
+    if not isinstance(data, dict) or "messages" not in data:
+        raise ConversationError(f"{source}: expected an object with 'messages'")
+    return _conversation([_session(data["messages"], 1, source)], name, source)
+
+
+def import_jsonl(text: str, name: str = "chat", source: str = "transcript") -> Conversation:
+    """JSONL: every line one message (one session), or every line one ``{"messages": ...}``
+    transcript (one session per line, in order). Blank lines are ignored."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines:
+        raise ConversationError(f"{source}: no JSON lines")
+    items = [(n, parse_json(line, f"{source}: line {n}")) for n, line in lines]
+    if all(isinstance(v, dict) and "messages" in v for _, v in items):
+        sessions = [
+            _session(v["messages"], i, f"{source}: line {n}") for i, (n, v) in enumerate(items, 1)
+        ]
+        return _conversation(sessions, name, source)
+    if any(isinstance(v, dict) and "messages" in v for _, v in items):
+        raise ConversationError(f"{source}: mixes message lines and transcript lines")
+    return _conversation([_session([v for _, v in items], 1, source)], name, source)
+
+
+# -- exporting ------------------------------------------------------------------------------
+
+
+def export_messages(records: Snapshot | Iterable[Record]) -> dict[str, Any]:
+    """Records (or a snapshot's records) as ``{"messages": [...]}`` in the OpenAI chat shape:
+    tool calls as ``tool_calls`` function entries, results with ``tool_call_id``."""
+    items = records.records if isinstance(records, Snapshot) else tuple(records)
+    messages: list[dict[str, Any]] = []
+    for record in items:
+        message: dict[str, Any] = {"role": record.role.value, "content": record.body}
+        if record.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in record.tool_calls
+            ]
+        if record.role is Role.TOOL and record.tool_call_id is not None:
+            message["tool_call_id"] = record.tool_call_id
+        messages.append(message)
+    return {"messages": messages}

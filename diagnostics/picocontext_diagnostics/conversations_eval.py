@@ -1,0 +1,560 @@
+"""Conversation episodes, per-question metrics and the report of ``picocontext-eval
+--conversation``.
+
+An episode starts from a protected system record and a protected task record that says who
+is talking. Sessions then arrive in order, each as one update step of incoming records (turns
+become records whose body is ``[date] speaker: text``; role speakers keep their role); a
+policy with a maintenance step (compaction's ``compact``) runs it after every update, and its
+calls are charged to that step. After the last session every question is asked on an
+isolated copy of the final state: a fresh session over the same working context with the
+question appended as a protected user record, so no question sees another's answer. Every
+policy gets the same counter, backend, budget and records.
+
+Per question: ``evidence_recall`` is the share of evidence turns whose text occurs verbatim in
+the exact prompt the answer was generated from (the rendered final prompt, tool results read
+in that step included); exact match and token F1 compare the answer with the reference after
+lower-casing and removing punctuation and articles. A miss says where the evidence went:
+folded into a summary or edited away (no longer in the working context), dropped by the
+window, not retrieved, not opened. The ``oracle`` policy shows only the evidence turns and
+the question, which bounds what any policy can reach with this model.
+
+Aggregates per policy and per category: mean recall and F1 with percentile bootstrap
+intervals (seeded, so a report is reproducible), exact-match rate with the Wilson interval,
+token totals and wall time. The questions of one conversation are not independent draws, so
+the intervals describe this batch.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from picocontext import (
+    Cancelled,
+    CancelToken,
+    ContextSession,
+    ModelBackend,
+    PicoContextError,
+    Record,
+    Role,
+    RunBudget,
+    RunMode,
+    RunReport,
+    Scope,
+    Snapshot,
+    TokenCounter,
+)
+from picocontext.records import records_wire_json
+from picocontext.working import WorkingContext
+from picocontext_diagnostics.conversations import ROLE_SPEAKERS, Conversation, Question
+from picocontext_diagnostics.conversations import Session as ChatSession
+from picocontext_diagnostics.evaluation import Provenance, Rate
+from picocontext_diagnostics.policies import (
+    Policy,
+    close_session_policies,
+    session_policy,
+    session_turn,
+)
+
+REPORT_KIND = "picocontext-conversation-evaluation"
+MAX_APPEND = 64
+MAX_APPEND_BYTES = 100_000
+MAX_BODY_CHARS = 60_000
+BOOTSTRAP_RESAMPLES = 2_000
+BOOTSTRAP_SEED = 20_250_917
+SYSTEM_ID = "conversation-system"
+TASK_ID = "conversation-task"
+SYSTEM_TEXT = "You answer questions about a conversation from what you are shown. Be brief."
+
+ORACLE = Policy(
+    name="oracle",
+    mode=RunMode.APPEND_ONLY,
+    description="Only the evidence turns and the question (an upper bound, not a strategy).",
+)
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+# Where a policy's missing evidence went, when it is still in the working context.
+MISS_REASONS = {
+    "sliding-window": "dropped by the window",
+    "retrieval": "not retrieved",
+    "compaction": "dropped by the window",
+    "navigated": "not opened",
+    "distilled": "not opened",
+    "oracle": "not shown",
+}
+
+
+# -- episodes --------------------------------------------------------------------------------
+
+
+def conversation_scope(conversation: Conversation) -> Scope:
+    return Scope(user_id="conversation", conversation_id=conversation.id, branch_id="main")
+
+
+def speaker_role(conversation: Conversation, speaker: str) -> Role:
+    """Role speakers keep their role; otherwise the first speaker is the user, the rest
+    assistants (what a chat template can show)."""
+    if speaker in ROLE_SPEAKERS:
+        return Role(speaker)
+    return Role.USER if speaker == conversation.speakers[0] else Role.ASSISTANT
+
+
+def turn_body(session: ChatSession, speaker: str, text: str) -> str:
+    date = f"[{session.date}] " if session.date else ""
+    who = "" if speaker in ROLE_SPEAKERS else f"{speaker}: "
+    return f"{date}{who}{text}"[:MAX_BODY_CHARS]
+
+
+def session_records(conversation: Conversation, session: ChatSession) -> tuple[Record, ...]:
+    return tuple(
+        Record(
+            id=turn.id,
+            role=speaker_role(conversation, turn.speaker),
+            body=turn_body(session, turn.speaker, turn.text),
+        )
+        for turn in session.turns
+    )
+
+
+def initial_snapshot(conversation: Conversation) -> Snapshot:
+    names = ", ".join(conversation.speakers)
+    task = (
+        f"This is a conversation between {names} in {len(conversation.sessions)} sessions. "
+        "Later you will be asked questions about it; answer each with a short phrase."
+    )
+    return Snapshot(
+        scope=conversation_scope(conversation),
+        records=(
+            Record(id=SYSTEM_ID, role=Role.SYSTEM, body=SYSTEM_TEXT),
+            Record(id=TASK_ID, role=Role.USER, body=task, protected=True),
+        ),
+    )
+
+
+def question_record(question: Question) -> Record:
+    return Record(
+        id=f"question:{question.id}", role=Role.USER, body=question.question, protected=True
+    )
+
+
+def append_chunked(session: ContextSession, records: Sequence[Record]) -> None:
+    """Append in transactions within the core limits (64 records, payload bytes)."""
+    chunk: list[Record] = []
+    for record in records:
+        trial = [*chunk, record]
+        if chunk and (
+            len(trial) > MAX_APPEND or len(records_wire_json(trial).encode()) > MAX_APPEND_BYTES
+        ):
+            session.append_records(chunk)
+            trial = [record]
+        chunk = trial
+    if chunk:
+        session.append_records(chunk)
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-cased, punctuation and articles removed, whitespace collapsed."""
+    lowered = text.lower().translate(_PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", lowered).split())
+
+
+def exact_match(prediction: str, reference: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(reference)
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """Harmonic mean of token precision and recall of the normalized texts."""
+    predicted = normalize_answer(prediction).split()
+    expected = normalize_answer(reference).split()
+    if not predicted or not expected:
+        return float(predicted == expected)
+    pool = list(expected)
+    common = 0
+    for token in predicted:
+        if token in pool:
+            pool.remove(token)
+            common += 1
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def bootstrap_interval(values: Sequence[float]) -> tuple[float, float]:
+    """95% percentile bootstrap of the mean (seeded); ``(0, 1)`` with no values."""
+    if not values:
+        return 0.0, 1.0
+    rng = random.Random(BOOTSTRAP_SEED)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    return means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
+
+
+class Mean(BaseModel):
+    model_config = _FROZEN
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Mean:
+        low, high = bootstrap_interval(values)
+        mean = sum(values) / len(values) if values else 0.0
+        return cls(mean=mean, low=low, high=high, n=len(values))
+
+
+class EvidenceMiss(BaseModel):
+    model_config = _FROZEN
+    turn_id: str
+    reason: str
+
+
+class QuestionResult(BaseModel):
+    """One question under one policy: what the model read, what it said, how it scored."""
+
+    model_config = _FROZEN
+    policy: str
+    question_id: str
+    category: str | None
+    question: str
+    reference: str
+    answer: str
+    failure: str | None
+    evidence: tuple[str, ...]
+    evidence_present: tuple[str, ...]
+    evidence_recall: float
+    misses: tuple[EvidenceMiss, ...]
+    exact_match: bool
+    answer_f1: float
+    prompt_tokens: int
+    input_tokens: int
+    prefill_tokens: int
+    generated_tokens: int
+    tool_calls: int
+    elapsed_seconds: float
+    prompt: str
+
+
+class UpdateStep(BaseModel):
+    """One session arriving: records appended and any maintenance the policy ran."""
+
+    model_config = _FROZEN
+    session_id: str
+    records: int
+    working_records: int
+    maintenance_calls: int
+    input_tokens: int
+    prefill_tokens: int
+    generated_tokens: int
+    elapsed_seconds: float
+    failure: str | None = None
+
+
+class Scores(BaseModel):
+    """Aggregates over a set of question results."""
+
+    model_config = _FROZEN
+    questions: int
+    failures: int
+    evidence_recall: Mean
+    answer_f1: Mean
+    exact_match: Rate
+    input_tokens: int
+    prefill_tokens: int
+    generated_tokens: int
+    elapsed_seconds: float
+
+    @classmethod
+    def of(cls, results: Sequence[QuestionResult]) -> Scores:
+        hits = sum(r.exact_match for r in results)
+        return cls(
+            questions=len(results),
+            failures=sum(r.failure is not None for r in results),
+            evidence_recall=Mean.of([r.evidence_recall for r in results]),
+            answer_f1=Mean.of([r.answer_f1 for r in results]),
+            exact_match=Rate.of(hits, len(results)),
+            input_tokens=sum(r.input_tokens for r in results),
+            prefill_tokens=sum(r.prefill_tokens for r in results),
+            generated_tokens=sum(r.generated_tokens for r in results),
+            elapsed_seconds=sum(r.elapsed_seconds for r in results),
+        )
+
+
+class PolicyScores(BaseModel):
+    model_config = _FROZEN
+    policy: str
+    description: str
+    overall: Scores
+    by_category: dict[str, Scores]
+    update_input_tokens: int
+    update_generated_tokens: int
+    update_prefill_tokens: int
+
+
+class ConversationReport(BaseModel):
+    """The JSON report: configuration, provenance, every question result and the scores."""
+
+    model_config = _FROZEN
+    kind: str = REPORT_KIND
+    schema_version: int = 1
+    created_at: str
+    conversation_id: str
+    source: str
+    budget: RunBudget
+    policies: tuple[str, ...]
+    questions_asked: int
+    provenance: Provenance | None = None
+    updates: dict[str, tuple[UpdateStep, ...]]
+    results: tuple[QuestionResult, ...]
+    summary: tuple[PolicyScores, ...]
+    elapsed_seconds: float
+    notes: tuple[str, ...] = Field(default_factory=tuple)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ConversationReport:
+        return cls.model_validate_json(text)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+class OraclePolicy:
+    """Shows only protected records, the evidence turns and the question."""
+
+    def __init__(self, evidence: Sequence[str], name: str = ORACLE.name) -> None:
+        self.evidence = frozenset(evidence)
+        self.name = name
+
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        def build(state: WorkingContext) -> Snapshot:
+            snapshot = state.snapshot
+            records = tuple(r for r in snapshot.records if r.protected or r.id in self.evidence)
+            return snapshot.model_copy(update={"records": records})
+
+        return session.run_view(build, budget, self.name, cancel)
+
+
+def _miss_reason(policy: Policy, report: RunReport, turn_id: str) -> str:
+    if report.final_prompt is None:
+        return f"no prompt was sent ({report.failure or 'failed'})"
+    if report.revised.record(turn_id) is None:
+        return "summarized away" if policy.kind == "compaction" else "edited away"
+    key = policy.kind or policy.name
+    return MISS_REASONS.get(key, MISS_REASONS.get(policy.mode.value, "not in the prompt"))
+
+
+def score_question(
+    conversation: Conversation, question: Question, policy: Policy, report: RunReport
+) -> QuestionResult:
+    prompt = report.final_prompt.rendered if report.final_prompt is not None else ""
+    present = tuple(e for e in question.evidence if conversation.turn(e).text in prompt)
+    misses = tuple(
+        EvidenceMiss(turn_id=e, reason=_miss_reason(policy, report, e))
+        for e in question.evidence
+        if e not in present
+    )
+    answer = report.answer if report.failure is None else ""
+    return QuestionResult(
+        policy=policy.name,
+        question_id=question.id,
+        category=question.category,
+        question=question.question,
+        reference=question.answer,
+        answer=answer,
+        failure=report.failure,
+        evidence=question.evidence,
+        evidence_present=present,
+        evidence_recall=len(present) / len(question.evidence),
+        misses=misses,
+        exact_match=exact_match(answer, question.answer),
+        answer_f1=token_f1(answer, question.answer),
+        prompt_tokens=report.final_prompt.token_count if report.final_prompt else 0,
+        input_tokens=report.total_input_tokens,
+        prefill_tokens=report.total_prefill_tokens,
+        generated_tokens=report.total_generated_tokens,
+        tool_calls=len(report.tool_steps),
+        elapsed_seconds=report.elapsed_seconds,
+        prompt=prompt,
+    )
+
+
+ResultCallback = Callable[[QuestionResult], None]
+
+
+class ConversationRunner:
+    """Runs every policy over one conversation on one counter/backend pair."""
+
+    def __init__(self, counter: TokenCounter, backend: ModelBackend) -> None:
+        self.counter = counter
+        self.backend = backend
+
+    def _update(
+        self,
+        conversation: Conversation,
+        session: ContextSession,
+        chat: ChatSession,
+        maintain: Callable[..., object] | None,
+        budget: RunBudget,
+        cancel: CancelToken | None,
+    ) -> UpdateStep:
+        started = time.perf_counter()
+        records = session_records(conversation, chat)
+        append_chunked(session, records)
+        calls: list[object] = []
+        failure: str | None = None
+        if maintain is not None:
+            try:
+                made = maintain(session, budget, cancel)
+                calls = list(made) if isinstance(made, list) else []
+            except Cancelled:
+                raise
+            except PicoContextError as exc:
+                failure = exc.message
+        prompts = [getattr(c, "prompt", None) for c in calls]
+        responses = [getattr(c, "response", None) for c in calls]
+        return UpdateStep(
+            session_id=chat.id,
+            records=len(records),
+            working_records=len(session.context.records),
+            maintenance_calls=len(calls),
+            input_tokens=sum(p.token_count for p in prompts if p is not None),
+            prefill_tokens=sum(
+                (r.prefill_tokens if r.prefill_tokens is not None else p.token_count)
+                for p, r in zip(prompts, responses, strict=True)
+                if p is not None and r is not None
+            ),
+            generated_tokens=sum(r.generated_tokens for r in responses if r is not None),
+            elapsed_seconds=time.perf_counter() - started,
+            failure=failure,
+        )
+
+    def run_policy(
+        self,
+        conversation: Conversation,
+        policy: Policy,
+        budget: RunBudget,
+        questions: Sequence[Question],
+        on_result: ResultCallback | None = None,
+        cancel: CancelToken | None = None,
+    ) -> tuple[tuple[UpdateStep, ...], list[QuestionResult]]:
+        session = ContextSession(initial_snapshot(conversation), self.counter, self.backend)
+        try:
+            obj = session_policy(session, policy) if policy.uses_object else None
+            maintain = getattr(obj, "compact", None)
+            updates = tuple(
+                self._update(conversation, session, chat, maintain, budget, cancel)
+                for chat in conversation.sessions
+            )
+            final = session.state
+            results = []
+            for question in questions:
+                report = self._ask(final, policy, obj, question, budget, cancel)
+                result = score_question(conversation, question, policy, report)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+            return updates, results
+        finally:
+            close_session_policies(session)
+
+    def _ask(
+        self,
+        final: WorkingContext,
+        policy: Policy,
+        obj: object,
+        question: Question,
+        budget: RunBudget,
+        cancel: CancelToken | None,
+    ) -> RunReport:
+        copy = ContextSession(final, self.counter, self.backend)
+        copy.append_records([question_record(question)])
+        if policy == ORACLE:
+            return OraclePolicy(question.evidence).turn(copy, budget, cancel)
+        if obj is not None:
+            report: RunReport = obj.turn(copy, budget, cancel)  # type: ignore[attr-defined]
+            return report.model_copy(update={"policy": policy.name})
+        return session_turn(copy, policy, budget, cancel)
+
+    def run(
+        self,
+        conversation: Conversation,
+        policies: Sequence[Policy],
+        budget: RunBudget,
+        questions: int | None = None,
+        source: str = "",
+        provenance: Provenance | None = None,
+        on_result: ResultCallback | None = None,
+        cancel: CancelToken | None = None,
+    ) -> ConversationReport:
+        started = time.perf_counter()
+        asked = conversation.questions[:questions] if questions else conversation.questions
+        updates: dict[str, tuple[UpdateStep, ...]] = {}
+        results: list[QuestionResult] = []
+        summary: list[PolicyScores] = []
+        for policy in policies:
+            steps, got = self.run_policy(conversation, policy, budget, asked, on_result, cancel)
+            updates[policy.name] = steps
+            results.extend(got)
+            summary.append(policy_scores(policy, steps, got))
+        return ConversationReport(
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            conversation_id=conversation.id,
+            source=source,
+            budget=budget,
+            policies=tuple(p.name for p in policies),
+            questions_asked=len(asked),
+            provenance=provenance,
+            updates=updates,
+            results=tuple(results),
+            summary=tuple(summary),
+            elapsed_seconds=time.perf_counter() - started,
+        )
+
+
+def policy_scores(
+    policy: Policy, updates: Sequence[UpdateStep], results: Sequence[QuestionResult]
+) -> PolicyScores:
+    categories = sorted({r.category or "uncategorized" for r in results})
+    return PolicyScores(
+        policy=policy.name,
+        description=policy.description,
+        overall=Scores.of(results),
+        by_category={
+            c: Scores.of([r for r in results if (r.category or "uncategorized") == c])
+            for c in categories
+        },
+        update_input_tokens=sum(u.input_tokens for u in updates),
+        update_generated_tokens=sum(u.generated_tokens for u in updates),
+        update_prefill_tokens=sum(u.prefill_tokens for u in updates),
+    )
+
+
+def conversation_budget(window: int) -> RunBudget:
+    """The budget of one question: ``window``, an eighth of it (at most 512) for each output,
+    two decision attempts, and 50 windows of total allowance."""
+    output = max(16, min(512, window // 8))
+    return RunBudget(
+        context_window=window,
+        total_tokens=min(10_000_000, 50 * window),
+        edit_output_tokens=output,
+        completion_output_tokens=output,
+        max_edit_attempts=2,
+    )
