@@ -453,7 +453,10 @@ class _Run:
             elif view is not None:
                 shown = view(self.s._state)
                 validate_snapshot(shown)
-                self.final_prompt = self.prepare(shown, Phase.COMPLETION)
+                prompt = self.prepare(shown, Phase.COMPLETION)
+                cap = self.budget.completion_output_tokens
+                check_prompt(self.budget, self.usage, prompt.token_count, cap, cancel=self.cancel)
+                self.final_prompt = prompt
                 self.complete()
             else:
                 if self.mode is RunMode.EDITABLE:

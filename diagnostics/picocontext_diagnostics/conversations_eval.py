@@ -353,7 +353,7 @@ class OraclePolicy:
 
 
 def _miss_reason(policy: Policy, report: RunReport, turn_id: str) -> str:
-    if report.final_prompt is None:
+    if report.final_prompt is None or report.final_prompt not in report.calls:
         return f"no prompt was sent ({report.failure or 'failed'})"
     if report.revised.record(turn_id) is None:
         return "summarized away" if policy.kind == "compaction" else "edited away"
@@ -364,7 +364,8 @@ def _miss_reason(policy: Policy, report: RunReport, turn_id: str) -> str:
 def score_question(
     conversation: Conversation, question: Question, policy: Policy, report: RunReport
 ) -> QuestionResult:
-    prompt = report.final_prompt.rendered if report.final_prompt is not None else ""
+    sent = report.final_prompt is not None and report.final_prompt in report.calls
+    prompt = report.final_prompt.rendered if sent and report.final_prompt else ""
     present = tuple(e for e in question.evidence if conversation.turn(e).text in prompt)
     misses = tuple(
         EvidenceMiss(turn_id=e, reason=_miss_reason(policy, report, e))
@@ -386,7 +387,7 @@ def score_question(
         misses=misses,
         exact_match=exact_match(answer, question.answer),
         answer_f1=token_f1(answer, question.answer),
-        prompt_tokens=report.final_prompt.token_count if report.final_prompt else 0,
+        prompt_tokens=report.final_prompt.token_count if sent and report.final_prompt else 0,
         input_tokens=report.total_input_tokens,
         prefill_tokens=report.total_prefill_tokens,
         generated_tokens=report.total_generated_tokens,
