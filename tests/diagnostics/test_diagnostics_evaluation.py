@@ -159,6 +159,9 @@ def test_policies_are_data() -> None:
         "summarize",
         "navigated",
         "distilled",
+        "sliding-window",
+        "compaction",
+        "retrieval",
     }
     assert APPEND_ONLY.mode is RunMode.APPEND_ONLY and EDITABLE.mode is RunMode.EDITABLE
     with pytest.raises(ValueError):
