@@ -32,6 +32,7 @@ import string
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +51,8 @@ from picocontext import (
     Snapshot,
     TokenCounter,
 )
+from picocontext.policies import ContextPolicy
+from picocontext.policies.compaction import Compaction
 from picocontext.records import records_wire_json
 from picocontext.working import WorkingContext
 from picocontext_diagnostics.conversations import ROLE_SPEAKERS, Conversation, Question
@@ -400,6 +403,15 @@ def score_question(
 ResultCallback = Callable[[QuestionResult], None]
 
 
+@runtime_checkable
+class MaintainedPolicy(Protocol):
+    """A policy with a maintenance step that runs when records arrive (compaction)."""
+
+    def compact(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> list[Compaction]: ...
+
+
 class ConversationRunner:
     """Runs every policy over one conversation on one counter/backend pair."""
 
@@ -412,37 +424,35 @@ class ConversationRunner:
         conversation: Conversation,
         session: ContextSession,
         chat: ChatSession,
-        maintain: Callable[..., object] | None,
+        policy: ContextPolicy | None,
         budget: RunBudget,
         cancel: CancelToken | None,
     ) -> UpdateStep:
         started = time.perf_counter()
         records = session_records(conversation, chat)
         append_chunked(session, records)
-        calls: list[object] = []
+        rounds: list[Compaction] = []
         failure: str | None = None
-        if maintain is not None:
+        if isinstance(policy, MaintainedPolicy):
             try:
-                made = maintain(session, budget, cancel)
-                calls = list(made) if isinstance(made, list) else []
+                rounds = policy.compact(session, budget, cancel)
             except Cancelled:
                 raise
             except PicoContextError as exc:
                 failure = exc.message
-        prompts = [getattr(c, "prompt", None) for c in calls]
-        responses = [getattr(c, "response", None) for c in calls]
         return UpdateStep(
             session_id=chat.id,
             records=len(records),
             working_records=len(session.context.records),
-            maintenance_calls=len(calls),
-            input_tokens=sum(p.token_count for p in prompts if p is not None),
+            maintenance_calls=len(rounds),
+            input_tokens=sum(c.prompt.token_count for c in rounds),
             prefill_tokens=sum(
-                (r.prefill_tokens if r.prefill_tokens is not None else p.token_count)
-                for p, r in zip(prompts, responses, strict=True)
-                if p is not None and r is not None
+                c.prompt.token_count
+                if c.response.prefill_tokens is None
+                else c.response.prefill_tokens
+                for c in rounds
             ),
-            generated_tokens=sum(r.generated_tokens for r in responses if r is not None),
+            generated_tokens=sum(c.response.generated_tokens for c in rounds),
             elapsed_seconds=time.perf_counter() - started,
             failure=failure,
         )
@@ -459,9 +469,8 @@ class ConversationRunner:
         session = ContextSession(initial_snapshot(conversation), self.counter, self.backend)
         try:
             obj = session_policy(session, policy) if policy.uses_object else None
-            maintain = getattr(obj, "compact", None)
             updates = tuple(
-                self._update(conversation, session, chat, maintain, budget, cancel)
+                self._update(conversation, session, chat, obj, budget, cancel)
                 for chat in conversation.sessions
             )
             final = session.state
@@ -480,7 +489,7 @@ class ConversationRunner:
         self,
         final: WorkingContext,
         policy: Policy,
-        obj: object,
+        obj: ContextPolicy | None,
         question: Question,
         budget: RunBudget,
         cancel: CancelToken | None,
@@ -490,7 +499,7 @@ class ConversationRunner:
         if policy == ORACLE:
             return OraclePolicy(question.evidence).turn(copy, budget, cancel)
         if obj is not None:
-            report: RunReport = obj.turn(copy, budget, cancel)  # type: ignore[attr-defined]
+            report = obj.turn(copy, budget, cancel)
             return report.model_copy(update={"policy": policy.name})
         return session_turn(copy, policy, budget, cancel)
 

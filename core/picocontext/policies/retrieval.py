@@ -12,8 +12,9 @@ BM25 is `bm25s <https://github.com/xhluo/bm25s>`_ (numpy only, maintained), with
 stop words and a small suffix-stripping stemmer of ours so ``moved`` matches ``move``. An
 optional :class:`picocontext.distill.Embedder` (for example
 :class:`picocontext.distill.ModelEmbedder` over the loaded model's hidden states) adds a
-dense ranking; the two rankings are fused by reciprocal rank, and embeddings are cached per
-text, so each older turn is embedded once.
+dense ranking (``RetrievalSettings(embeddings=True)`` builds it from the session's own model);
+the two rankings are fused by reciprocal rank, and embeddings are cached per text, so each
+older turn is embedded once.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from picocontext.backend import TokenCounter
 from picocontext.budget import RunBudget
 from picocontext.cancel import CancelToken
-from picocontext.distill.embedder import Embedder
+from picocontext.distill.embedder import Embedder, HiddenStateModel, ModelEmbedder
+from picocontext.errors import InvalidContext
 from picocontext.policies.history import Unit, split_history
 from picocontext.policies.navigated import leaf_text
 from picocontext.policies.registry import PolicyContext, PolicySpec
@@ -85,13 +87,17 @@ def unit_text(unit: Unit) -> str:
 
 class RetrievalSettings(BaseModel):
     """``tail_share``: newest history always shown, as a share of the window; ``top_k``:
-    at most this many older units are retrieved; ``k1``/``b``: BM25 parameters."""
+    at most this many older units are retrieved; ``k1``/``b``: BM25 parameters;
+    ``embeddings``: add the dense ranking of the session's own model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tail_share: float = Field(default=0.25, ge=0.0, lt=1.0)
     top_k: int = Field(default=8, ge=1, le=64)
     k1: float = Field(default=1.5, gt=0.0, le=10.0)
     b: float = Field(default=0.75, ge=0.0, le=1.0)
+    # Also rank by the session model's mean-pooled hidden states (needs a backend that has
+    # them, as the MLX models do); fused with BM25 by reciprocal rank.
+    embeddings: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,10 +186,20 @@ class RetrievalPolicy:
             scores=scores,
         )
 
+    def _embedder_for(self, backend: object) -> None:
+        if self.embedder is None and self.settings.embeddings:
+            if not isinstance(backend, HiddenStateModel):
+                raise InvalidContext(
+                    "retrieval embeddings need a model with hidden states (an MLX model); "
+                    "turn embeddings off for this backend"
+                )
+            self.embedder = ModelEmbedder(backend)
+
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> RunReport:
         def build(state: WorkingContext) -> Snapshot:
+            self._embedder_for(session.backend)
             self.last = self.select(state.snapshot, session.counter, budget)
             return self.last.view
 
