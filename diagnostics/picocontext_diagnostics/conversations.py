@@ -6,11 +6,11 @@ report can say whether the evidence was in front of the model. The models here a
 format: the JSON Schema in ``resources/schemas/conversation-1.schema.json`` is generated from
 them (:func:`generate_schema`) and a test keeps the shipped file equal to it.
 
-Reading is bounded and strict: only regular files, at most :data:`MAX_BYTES`, UTF-8 (a bad
-byte is named by offset), JSON without duplicate keys, then the invariants the schema cannot
-say: turn ids unique across the file, every turn's speaker listed, evidence naming existing
-turns, unique session and question ids, no empty session. Every problem is a
-:class:`ConversationError` whose message names the file and the place.
+Reading is bounded and strict: only regular files, at most :data:`MAX_BYTES` (never read
+whole when larger), UTF-8 (a bad byte is named by offset), JSON without duplicate keys, then
+the invariants the schema cannot say: turn ids unique across the file, every turn's speaker
+listed, evidence naming existing turns, unique session and question ids, no empty session.
+Every problem is a :class:`ConversationError` whose message names the file and the place.
 
 Importers turn an OpenAI-style chat transcript (``{"messages": [{"role", "content"}]}`` as
 JSON, or JSONL with one message or one ``{"messages": ...}`` transcript per line) into a
@@ -21,7 +21,6 @@ conversation without questions; :func:`export_messages` writes any record list o
 from __future__ import annotations
 
 import json
-import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from picocontext import Record, Role, Snapshot
+from picocontext.files import InputFileError, read_text_bounded
 from picocontext_diagnostics.errors import DiagnosticsError
 
 FORMAT: Literal["picocontext.conversation/1"] = "picocontext.conversation/1"
@@ -151,36 +151,13 @@ def generate_schema() -> dict[str, Any]:
 
 
 def read_bounded(path: Path | str, max_bytes: int = MAX_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most ``max_bytes``; clear errors otherwise."""
-    p = Path(path)
+    """The UTF-8 text of a regular file of at most ``max_bytes`` (read through
+    :mod:`picocontext.files`: FIFOs and devices are refused without blocking); clear errors
+    otherwise."""
     try:
-        info = p.stat()
-    except OSError as exc:
-        raise ConversationError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConversationError(f"{p}: not a regular file")
-    if info.st_size > max_bytes:
-        raise ConversationError(
-            f"{p}: {info.st_size:,} bytes is larger than the {max_bytes:,}-byte limit"
-        )
-    try:
-        with p.open("rb") as handle:
-            raw = handle.read(max_bytes + 1)
-    except OSError as exc:
-        raise ConversationError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > max_bytes:
-        raise ConversationError(f"{p}: larger than the {max_bytes:,}-byte limit")
-    return decode_utf8(raw, str(p))
-
-
-def decode_utf8(raw: bytes, source: str) -> str:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConversationError(
-            f"{source}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
-        ) from None
-    return text.removeprefix("\ufeff")
+        return read_text_bounded(path, max_bytes)
+    except InputFileError as exc:
+        raise ConversationError(exc.message) from None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

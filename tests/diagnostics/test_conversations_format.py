@@ -128,7 +128,7 @@ def test_hostile_files(tmp_path: Path) -> None:
         load_conversation(big)
     latin = tmp_path / "latin.json"
     latin.write_bytes(json.dumps(minimal()).encode().replace(b"Pixel", b"Pix\xe9l"))
-    with pytest.raises(ConversationError, match=r"not UTF-8 text \(byte 0xe9 at offset"):
+    with pytest.raises(ConversationError, match=r"not UTF-8 text \(invalid byte at offset \d+\)"):
         load_conversation(latin)
     with pytest.raises(ConversationError, match="not a regular file"):
         load_conversation(tmp_path)
@@ -136,7 +136,7 @@ def test_hostile_files(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(ConversationError, match="not a regular file"):
         load_conversation(fifo)
-    with pytest.raises(ConversationError, match="cannot read"):
+    with pytest.raises(ConversationError, match="cannot open"):
         load_conversation(tmp_path / "absent.json")
     dup = tmp_path / "dup.json"
     dup.write_text('{"format": "a", "format": "b"}')
