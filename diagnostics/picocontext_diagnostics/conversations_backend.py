@@ -5,13 +5,15 @@ Notebook prompts (a request with a ``{"facts": ...}`` answer shape) go to
 whose latest request has no such shape is a conversation question, answered like this:
 
 * **answer** (completion, or a tools step with nothing left to look up): the sentence of the
-  prompt — visible records and tool results, never the instructions or the question itself —
+  prompt — tool results (older history) then visible records, never the instructions or the
+  question itself —
   that shares the most content words with the question (lower-cased, stop words dropped, a
   small suffix stemmer); on a tie the later sentence wins, so an update beats the fact it
   overwrote. No overlap at all: ``I don't know.``;
 * **decision** (editable): ``keep_context`` — this rule has no idea how to shorten chat;
-* **navigation tools**: ``open`` the unopened index line that overlaps the question most,
-  at most :data:`MAX_OPENS` times, while one overlaps at all;
+* **navigation tools**: ``open`` the unopened index line that overlaps the question most
+  (with no overlap anywhere, the newest unopened branch, to list it), at most
+  :data:`MAX_OPENS` times;
 * **digest tools**: one ``recall`` of the question text at entity altitude;
 * **compaction summary** (the compaction policy's own guidance): for notebook history the
   sorted ``FACT`` lines of its fold (a perfect keeper); for chat the first sentence of every
@@ -137,8 +139,9 @@ def _stem(word: str) -> str:
 
 
 def content_words(text: str) -> set[str]:
-    """Lower-cased, stemmed words of ``text`` without stop words."""
-    return {_stem(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
+    """Lower-cased, stemmed words of ``text`` of two or more characters, without stop words
+    (so the ``s`` of a possessive matches nothing)."""
+    return {_stem(w) for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOP_WORDS}
 
 
 def sentences(texts: Iterable[str]) -> list[str]:
@@ -178,7 +181,8 @@ def readable_texts(prompt: PreparedPrompt) -> list[str]:
         if r.role is not Role.SYSTEM and r.id != question_id and not r.tool_calls
     ]
     results = [r.body for r in prompt.input.control_records if r.role is Role.TOOL]
-    return [*bodies, *results]
+    # Fetched history is older than what is shown, so it comes first: a later sentence wins.
+    return [*results, *bodies]
 
 
 def chat_summary(prompt: PreparedPrompt, max_bytes: int) -> str:
@@ -254,16 +258,23 @@ class DeterministicConversationBackend(DeterministicNotebookBackend):
 
     @staticmethod
     def _best_line(prompt: PreparedPrompt, question: str, opened: set[str]) -> str | None:
+        """The unopened index line sharing most words with the question (a leaf before a
+        branch, then the later line); with no overlap anywhere, the newest unopened branch,
+        to list what it holds."""
         wanted = content_words(question)
-        best: tuple[int, str] | None = None
+        lines: dict[str, tuple[int, bool, int]] = {}
         for record in prompt.input.control_records:
-            for node_id, _kind, text in _INDEX_LINE.findall(record.body):
-                if node_id == "r" or node_id in opened:
-                    continue
-                score = len(wanted & content_words(text))
-                if score and (best is None or score >= best[0]):
-                    best = (score, node_id)
-        return None if best is None else best[1]
+            for node_id, kind, text in _INDEX_LINE.findall(record.body):
+                if node_id != "r" and node_id not in opened:
+                    score = len(wanted & content_words(text))
+                    lines[node_id] = (score, kind == "leaf", len(lines))
+        if not lines:
+            return None
+        best = max(lines, key=lambda n: lines[n])
+        if lines[best][0] > 0:
+            return best
+        branches = [n for n, (_, leaf, _) in lines.items() if not leaf]
+        return max(branches, key=lambda n: lines[n][2]) if branches else None
 
     @staticmethod
     def _call(call: ModelToolCall, max_tokens: int) -> ModelResponse:

@@ -172,3 +172,13 @@ def test_cli_refuses_a_transcript_without_questions(tmp_path: Path) -> None:
     err = io.StringIO()
     assert run(["--conversation", str(chat)], io.StringIO(), err) == 1
     assert "has no questions" in err.getvalue()
+
+
+def test_the_deterministic_readers_look_into_older_history() -> None:
+    report = report_for("navigated,distilled", 16_384, questions=3)
+    for result in report.results:
+        assert result.failure is None, result.failure
+        assert result.tool_calls >= 1
+        assert result.evidence_recall == 1.0
+    control = report_for("sliding-window", 16_384, questions=3)
+    assert all(r.tool_calls == 0 for r in control.results)
