@@ -181,3 +181,16 @@ def test_each_runs_the_notebook_task_inside_the_window(name: str) -> None:
     if name == "compaction":
         # The deterministic summary keeps the folded notebook, so nothing is lost.
         assert report.passed, report.failure
+
+
+def test_run_view_validates_the_view_and_checks_the_budget_before_sending() -> None:
+    s = session()
+    orphan = Snapshot(scope=SCOPE, records=tuple(r for r in s.context.records if r.id != "call4"))
+    report = s.run_view(lambda _state: orphan, BUDGET, "bad-view")
+    assert report.failure is not None and "orphaned" in report.failure
+    assert report.calls == () and report.final_prompt is None
+    tiny = BUDGET.model_copy(update={"context_window": 300})
+    report = s.run_view(lambda state: state.snapshot, tiny, "too-big")
+    assert report.failure is not None and "context window" in report.failure
+    assert report.calls == () and report.final_prompt is None
+    assert report.policy == "too-big"
