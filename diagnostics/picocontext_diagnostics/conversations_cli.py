@@ -9,10 +9,11 @@ input problem (``picocontext-eval: …`` on stderr), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from picocontext import Cancelled, CancelToken, PicoContextError
 from picocontext_diagnostics.conversations import load_conversation
@@ -40,8 +41,15 @@ def registry() -> dict[str, Policy]:
     return {**BUILTIN_POLICIES, ORACLE.name: ORACLE}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors become :class:`InvalidConfiguration` (exit 1 with our prefix)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidConfiguration(f"{message} (see {PROG} --conversation FILE --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"{PROG} --conversation",
         description="Ask a conversation's questions under each policy and report evidence "
         "recall, answer F1/exact match and tokens (docs/conversations.md).",
@@ -90,9 +98,13 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | None = None) -> int:
-    args = _parser().parse_args(list(argv))
     handle = None
     try:
+        try:
+            with contextlib.redirect_stdout(out):
+                args = _parser().parse_args(list(argv))
+        except SystemExit as exc:  # --help
+            return 0 if exc.code in (0, None) else 1
         _check(args)
         known = registry()
         names = parse_policy_list(args.policies, known)

@@ -158,6 +158,9 @@ def test_cli_scores_every_policy_on_a_bundled_file_quickly(tmp_path: Path) -> No
         (["--window", "10"], "--window must be"),
         (["--policies", "oracle,nope"], "unknown policy 'nope'"),
         (["--questions", "0"], "--questions must be"),
+        (["--questions", "many"], "invalid int value"),
+        (["--backend", "gpu"], "invalid choice"),
+        (["--model", "x"], "only to --backend mlx"),
     ],
 )
 def test_cli_errors_exit_1(argv: list[str], message: str) -> None:
@@ -182,3 +185,9 @@ def test_the_deterministic_readers_look_into_older_history() -> None:
         assert result.evidence_recall == 1.0
     control = report_for("sliding-window", 16_384, questions=3)
     assert all(r.tool_calls == 0 for r in control.results)
+
+
+def test_cli_help_goes_to_out() -> None:
+    out = io.StringIO()
+    assert run(["--conversation", "x", "--help"], out, io.StringIO()) == 0
+    assert "--window TOKENS" in out.getvalue()
