@@ -16,8 +16,9 @@ whose latest request has no such shape is a conversation question, answered like
   :data:`MAX_OPENS` times;
 * **digest tools**: one ``recall`` of the question text at entity altitude;
 * **compaction summary** (the compaction policy's own guidance): for notebook history the
-  sorted ``FACT`` lines of its fold (a perfect keeper); for chat the first sentence of every
-  turn, within the output allowance — lossy on purpose, as summaries are.
+  sorted ``FACT`` lines of its fold (a perfect keeper); for chat the lines of the earlier
+  summary and the first sentence of every other turn, within the output allowance — lossy
+  on purpose, as summaries are.
 
 Like the notebook backend it reads only its prompt and counts UTF-8 bytes of its output.
 """
@@ -36,7 +37,7 @@ from picocontext import (
     PreparedPrompt,
     Role,
 )
-from picocontext.policies.compaction import SUMMARY_GUIDANCE
+from picocontext.policies.compaction import SUMMARY_GUIDANCE, SUMMARY_MARK
 from picocontext_diagnostics.fixtures import dumps_sorted
 from picocontext_diagnostics.grading import FACT_PREFIX, REMOVE_PREFIX, notebook_state
 from picocontext_diagnostics.notebook import _INDEX_LINE, DeterministicNotebookBackend, _clip
@@ -186,18 +187,23 @@ def readable_texts(prompt: PreparedPrompt) -> list[str]:
 
 
 def chat_summary(prompt: PreparedPrompt, max_bytes: int) -> str:
-    """First sentence of every unprotected record, oldest first, within ``max_bytes``."""
+    """The lines of an earlier summary, then the first sentence of every other unprotected
+    record, oldest first, within ``max_bytes``."""
     out: list[str] = []
     used = 0
     for record in prompt.input.context.records:
         if record.protected or not record.body.strip():
             continue
-        first = sentences([record.body])[0]
-        cost = len(first.encode("utf-8")) + 1
-        if used + cost > max_bytes:
-            break
-        out.append(first)
-        used += cost
+        if record.body.startswith(SUMMARY_MARK):
+            kept = [line for line in record.body.split("\n")[1:] if line.strip()]
+        else:
+            kept = sentences([record.body])[:1]
+        for line in kept:
+            cost = len(line.encode("utf-8")) + 1
+            if used + cost > max_bytes:
+                return "\n".join(out)
+            out.append(line)
+            used += cost
     return "\n".join(out)
 
 
