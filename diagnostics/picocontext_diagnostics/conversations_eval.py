@@ -15,8 +15,9 @@ the exact prompt the answer was generated from (the rendered final prompt, tool 
 in that step included); exact match and token F1 compare the answer with the reference after
 lower-casing and removing punctuation and articles. A miss says where the evidence went:
 folded into a summary or edited away (no longer in the working context), dropped by the
-window, not retrieved, not opened. The ``oracle`` policy shows only the evidence turns and
-the question, which bounds what any policy can reach with this model.
+window, not retrieved, not opened (navigated), not recalled (distilled). The ``oracle``
+policy shows only the evidence turns and the question, which bounds what any policy can reach
+with this model.
 
 Aggregates per policy and per category: mean recall and F1 with percentile bootstrap
 intervals (seeded, so a report is reproducible), exact-match rate with the Wilson interval,
@@ -91,7 +92,7 @@ MISS_REASONS = {
     "retrieval": "not retrieved",
     "compaction": "dropped by the window",
     "navigated": "not opened",
-    "distilled": "not opened",
+    "distilled": "not recalled",
     "oracle": "not shown",
 }
 

@@ -87,10 +87,17 @@ def _digest_tab(parent: QWidget) -> QWidget:
     return DigestTab()
 
 
+def _conversation_tab(parent: QWidget) -> QWidget:
+    from picocontext_playground.conversation_tab import create_tab
+
+    return create_tab(parent)
+
+
 # label -> factory; a tab that fails to build is replaced by a page that says why.
 EXTRA_TABS: tuple[tuple[str, TabFactory], ...] = (
     ("Manifest", _manifest_tab),
     ("Digest", _digest_tab),
+    ("Conversation", _conversation_tab),
 )
 
 
