@@ -237,6 +237,9 @@ class QuestionResult(BaseModel):
     reference: str
     answer: str
     failure: str | None
+    # What the model wrote even when the turn failed (for example past the output limit);
+    # a failed turn is scored with an empty answer.
+    model_text: str = ""
     evidence: tuple[str, ...]
     evidence_present: tuple[str, ...]
     evidence_recall: float
@@ -385,6 +388,7 @@ def score_question(
         reference=question.answer,
         answer=answer,
         failure=report.failure,
+        model_text=report.answer,
         evidence=question.evidence,
         evidence_present=present,
         evidence_recall=len(present) / len(question.evidence),
