@@ -46,7 +46,6 @@ from picocontext import (
     Record,
     Role,
     RunBudget,
-    RunMode,
     RunReport,
     Scope,
     Snapshot,
@@ -59,12 +58,7 @@ from picocontext.working import WorkingContext
 from picocontext_diagnostics.conversations import ROLE_SPEAKERS, Conversation, Question
 from picocontext_diagnostics.conversations import Session as ChatSession
 from picocontext_diagnostics.evaluation import Provenance, Rate
-from picocontext_diagnostics.policies import (
-    Policy,
-    close_session_policies,
-    session_policy,
-    session_turn,
-)
+from picocontext_diagnostics.policies import Policy, create_policy_object
 
 REPORT_KIND = "picocontext-conversation-evaluation"
 MAX_APPEND = 64
@@ -76,9 +70,11 @@ SYSTEM_ID = "conversation-system"
 TASK_ID = "conversation-task"
 SYSTEM_TEXT = "You answer questions about a conversation from what you are shown. Be brief."
 
+# Not a registered policy: it knows the evidence ids, which is fixture knowledge. Its kind is
+# append-only (the mode its reports carry); the runner replaces it by OraclePolicy.
 ORACLE = Policy(
     name="oracle",
-    mode=RunMode.APPEND_ONLY,
+    kind="append-only",
     description="Only the evidence turns and the question (an upper bound, not a strategy).",
 )
 
@@ -358,14 +354,18 @@ class OraclePolicy:
 
         return session.run_view(build, budget, self.name, cancel)
 
+    def close(self) -> None:
+        return None
+
 
 def _miss_reason(policy: Policy, report: RunReport, turn_id: str) -> str:
     if report.final_prompt is None or report.final_prompt not in report.calls:
         return f"no prompt was sent ({report.failure or 'failed'})"
     if report.revised.record(turn_id) is None:
         return "summarized away" if policy.kind == "compaction" else "edited away"
-    key = policy.kind or policy.name
-    return MISS_REASONS.get(key, MISS_REASONS.get(policy.mode.value, "not in the prompt"))
+    if policy == ORACLE:
+        return MISS_REASONS["oracle"]
+    return MISS_REASONS.get(policy.kind, MISS_REASONS.get(policy.mode.value, "not in the prompt"))
 
 
 def score_question(
@@ -429,7 +429,7 @@ class ConversationRunner:
         conversation: Conversation,
         session: ContextSession,
         chat: ChatSession,
-        policy: ContextPolicy | None,
+        policy: ContextPolicy,
         budget: RunBudget,
         cancel: CancelToken | None,
     ) -> UpdateStep:
@@ -472,8 +472,8 @@ class ConversationRunner:
         cancel: CancelToken | None = None,
     ) -> tuple[tuple[UpdateStep, ...], list[QuestionResult]]:
         session = ContextSession(initial_snapshot(conversation), self.counter, self.backend)
+        obj = create_policy_object(policy, self.backend)
         try:
-            obj = session_policy(session, policy) if policy.uses_object else None
             updates = tuple(
                 self._update(conversation, session, chat, obj, budget, cancel)
                 for chat in conversation.sessions
@@ -488,25 +488,26 @@ class ConversationRunner:
                     on_result(result)
             return updates, results
         finally:
-            close_session_policies(session)
+            obj.close()
 
     def _ask(
         self,
         final: WorkingContext,
         policy: Policy,
-        obj: ContextPolicy | None,
+        obj: ContextPolicy,
         question: Question,
         budget: RunBudget,
         cancel: CancelToken | None,
     ) -> RunReport:
         copy = ContextSession(final, self.counter, self.backend)
         copy.append_records([question_record(question)])
-        if policy == ORACLE:
-            return OraclePolicy(question.evidence).turn(copy, budget, cancel)
-        if obj is not None:
-            report = obj.turn(copy, budget, cancel)
-            return report.model_copy(update={"policy": policy.name})
-        return session_turn(copy, policy, budget, cancel)
+        turn = OraclePolicy(question.evidence) if policy == ORACLE else obj
+        report = turn.turn(copy, budget, cancel)
+        return (
+            report
+            if report.policy == policy.name
+            else report.model_copy(update={"policy": policy.name})
+        )
 
     def run(
         self,

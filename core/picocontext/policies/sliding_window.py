@@ -106,7 +106,6 @@ class SlidingWindowPolicy:
 
         return session.run_view(build, budget, self.name, cancel)
 
-
     def close(self) -> None:
         return None
 

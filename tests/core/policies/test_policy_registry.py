@@ -16,6 +16,7 @@ from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import (
     ENTRY_POINT_GROUP,
     AppendOnlyPolicy,
+    CompactionPolicy,
     ContextPolicy,
     DistilledPolicy,
     EditablePolicy,
@@ -25,6 +26,8 @@ from picocontext.policies import (
     PolicyError,
     PolicyRegistry,
     PolicySpec,
+    RetrievalPolicy,
+    SlidingWindowPolicy,
     UnknownPolicy,
     load_registry,
     policy_registry,
@@ -33,7 +36,16 @@ from picocontext.policies.registry import BUILTIN_ENTRY_POINT
 from picocontext.records import Record, Role, Scope, Snapshot
 
 ROOT = Path(__file__).resolve().parents[3]
-BUILTINS = ("append-only", "editable", "summarize", "navigated", "distilled")
+BUILTINS = (
+    "append-only",
+    "editable",
+    "summarize",
+    "navigated",
+    "distilled",
+    "sliding-window",
+    "compaction",
+    "retrieval",
+)
 SNAPSHOT = Snapshot(
     scope=Scope(user_id="u", conversation_id="c", branch_id="b"),
     records=(Record(id="ask", role=Role.USER, protected=True, body="Say hello."),),
@@ -44,7 +56,16 @@ def test_builtins_register_in_order_and_make_fresh_objects() -> None:
     registry = policy_registry()
     assert registry.names() == BUILTINS
     backend = ScriptedBackend([])
-    kinds = [AppendOnlyPolicy, EditablePolicy, EditablePolicy, NavigatedPolicy, DistilledPolicy]
+    kinds = [
+        AppendOnlyPolicy,
+        EditablePolicy,
+        EditablePolicy,
+        NavigatedPolicy,
+        DistilledPolicy,
+        SlidingWindowPolicy,
+        CompactionPolicy,
+        RetrievalPolicy,
+    ]
     for name, kind in zip(BUILTINS, kinds, strict=True):
         made = registry.create(name, backend)
         assert isinstance(made, kind) and isinstance(made, ContextPolicy)

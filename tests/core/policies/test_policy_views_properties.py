@@ -20,7 +20,7 @@ from picocontext import (
 )
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, SlidingWindowPolicy
-from picocontext.policies.navigated import history_units
+from picocontext.policies.history import history_units
 from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")

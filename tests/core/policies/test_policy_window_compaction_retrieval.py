@@ -23,7 +23,7 @@ from picocontext.policies import (
     SlidingWindowPolicy,
 )
 from picocontext.policies.compaction import SUMMARY_MARK, CompactionSettings
-from picocontext.policies.navigated import history_units
+from picocontext.policies.history import history_units
 from picocontext.policies.retrieval import stem
 from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
 from picocontext_diagnostics.episodes import generated_episode
