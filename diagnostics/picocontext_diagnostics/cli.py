@@ -30,7 +30,7 @@ from picocontext_diagnostics.evaluation import (
     load_config,
 )
 from picocontext_diagnostics.fixtures import fixtures_dir
-from picocontext_diagnostics.policies import BUILTIN_POLICIES, parse_policy_list
+from picocontext_diagnostics.policies import BUILTIN_POLICIES, Policy, parse_policy_list
 from picocontext_diagnostics.runner import StepReport
 
 PROG = "picocontext-eval"
@@ -183,6 +183,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"run N independent episodes at once (1...{MAX_WORKERS}, default 1); the report is the "
         "same apart from timings. Not above 1 with --backend mlx",
     )
+    valued(
+        "--conversation",
+        "FILE",
+        "score the policies on a conversation file instead of notebook episodes "
+        "(picocontext.conversation/1 or a chat transcript; docs/conversations.md); the "
+        "policies may include oracle",
+    )
+    valued("--questions", "N", "with --conversation: ask only the first N questions")
+    valued("--window", "TOKENS", "with --conversation: the context window (default 4,096)")
     valued("--output", "PATH", "report path (default: a timestamped file in the data folder)")
     switch("--steps", help="also print one line per finished step (useful with slow models)")
     switch("--quiet", help="print only the summary and the report path")
@@ -274,9 +283,10 @@ def check_options(out: dict[str, str]) -> dict[str, str]:
         text = out["bytes-per-token"]
         if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_BYTES_PER_TOKEN):
             raise UsageError(f"--bytes-per-token must be an integer 1...{MAX_BYTES_PER_TOKEN}")
+    conversation_options(out)
     if "policies" in out:
         try:
-            parse_policy_list(out["policies"])
+            parse_policy_list(out["policies"], policy_choices(out))
         except InvalidConfiguration as exc:
             raise UsageError(exc.message) from None
     return out
@@ -296,6 +306,24 @@ def _check_remote(out: dict[str, str]) -> None:
             raise UsageError(f"--workers must be an integer 1...{MAX_WORKERS}")
         if backend == "mlx" and int(text) > 1:
             raise UsageError(f"--workers {text} is refused: {MLX_SINGLE_WORKER}")
+
+
+def conversation_options(out: dict[str, str]) -> None:
+    """``--conversation`` replaces the episode configuration; its own flags need it."""
+    from picocontext_diagnostics import conversations_cli
+
+    try:
+        conversations_cli.check_options(out)
+    except InvalidConfiguration as exc:
+        raise UsageError(exc.message) from None
+
+
+def policy_choices(out: dict[str, str]) -> dict[str, Policy] | None:
+    if "conversation" not in out:
+        return None
+    from picocontext_diagnostics import conversations_cli
+
+    return conversations_cli.registry()
 
 
 def _switch(args: dict[str, str], key: str) -> bool | None:
@@ -455,6 +483,10 @@ def execute(
     if "help" in args:
         print(help_text.rstrip("\n"), file=out)
         return 0
+    if "conversation" in args:
+        from picocontext_diagnostics import conversations_cli
+
+        return conversations_cli.execute(args, out, err, cancel, prog)
     try:
         config = choose_config(args)
         output = Path(args["output"]) if "output" in args else default_output()

@@ -1,19 +1,15 @@
 """``picocontext-eval --conversation FILE``: score context policies on a conversation.
 
-``picocontext-eval`` hands its arguments here whenever ``--conversation`` is given, so the
-notebook evaluation's options and this one's stay separate. Exit codes as there: 0 every
-question got an answer, 2 some question failed (the report is still written), 1 a setup or
-input problem (``picocontext-eval: …`` on stderr), 130 interrupted.
+``picocontext eval`` parses the flags (``--conversation``, ``--questions``, ``--window`` are
+among them) and hands the checked options here whenever ``--conversation`` is given. Exit
+codes as there: 0 every question got an answer, 2 some question failed (the report is still
+written), 1 a setup or input problem (``picocontext-eval: …`` on stderr), 130 interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 from picocontext import Cancelled, CancelToken, PicoContextError
 from picocontext_diagnostics.conversations import load_conversation
@@ -35,34 +31,12 @@ from picocontext_diagnostics.policies import (
 PROG = "picocontext-eval"
 ALL_POLICIES = "oracle,append-only,sliding-window,compaction,retrieval,editable,navigated,distilled"
 MAX_WINDOW = 32_768
+# Flags of the notebook evaluation that a conversation run does not take.
+EPISODE_ONLY = ("config", "profile", "bytes-per-token", "steps", "workers")
 
 
 def registry() -> dict[str, Policy]:
     return {**BUILTIN_POLICIES, ORACLE.name: ORACLE}
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors become :class:`InvalidConfiguration` (exit 1 with our prefix)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise InvalidConfiguration(f"{message} (see {PROG} --conversation FILE --help)")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=f"{PROG} --conversation",
-        description="Ask a conversation's questions under each policy and report evidence "
-        "recall, answer F1/exact match and tokens (docs/conversations.md).",
-    )
-    parser.add_argument("--conversation", required=True, metavar="FILE")
-    parser.add_argument("--questions", type=int, metavar="N", help="ask only the first N")
-    parser.add_argument("--window", type=int, default=4_096, metavar="TOKENS")
-    parser.add_argument("--policies", default=ALL_POLICIES, metavar="LIST")
-    parser.add_argument("--backend", choices=("deterministic", "mlx"), default="deterministic")
-    parser.add_argument("--model", metavar="NAME_OR_DIR", help="mlx only")
-    parser.add_argument("--output", metavar="PATH", help="report path (default: user data)")
-    parser.add_argument("--quiet", action="store_true", help="print only the summary")
-    return parser
 
 
 def result_line(result: QuestionResult) -> str:
@@ -88,58 +62,86 @@ def summary_lines(report: ConversationReport) -> list[str]:
     return lines
 
 
-def _check(args: argparse.Namespace) -> None:
-    if not 256 <= args.window <= MAX_WINDOW:
-        raise InvalidConfiguration(f"--window must be 256...{MAX_WINDOW}")
-    if args.questions is not None and args.questions < 1:
-        raise InvalidConfiguration("--questions must be at least 1")
-    if args.model is not None and args.backend != "mlx":
-        raise InvalidConfiguration("--model applies only to --backend mlx")
+def _number(args: dict[str, str], key: str, low: int, high: int) -> int | None:
+    text = args.get(key)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit() and low <= int(text) <= high):
+        raise InvalidConfiguration(f"--{key} must be an integer {low:,}...{high:,}")
+    return int(text)
 
 
-def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | None = None) -> int:
+def check_options(args: dict[str, str]) -> None:
+    """Flags of a conversation run: ``--questions``/``--window`` need ``--conversation``,
+    which in turn excludes the episode configuration flags."""
+    if "conversation" not in args:
+        for key in ("questions", "window"):
+            if key in args:
+                raise InvalidConfiguration(f"--{key} applies only with --conversation")
+        return
+    for key in EPISODE_ONLY:
+        if key in args:
+            raise InvalidConfiguration(f"--{key} does not apply with --conversation")
+    if args.get("backend", "deterministic") not in ("deterministic", "mlx"):
+        raise InvalidConfiguration("--conversation runs on --backend deterministic or mlx")
+    _number(args, "questions", 1, 100_000)
+    _number(args, "window", 256, MAX_WINDOW)
+
+
+def execute(
+    args: dict[str, str],
+    out: TextIO,
+    err: TextIO,
+    cancel: CancelToken | None = None,
+    prog: str = PROG,
+) -> int:
+    """Run checked options (the ``picocontext eval`` flags with ``--conversation``)."""
     handle = None
     try:
-        try:
-            with contextlib.redirect_stdout(out):
-                args = _parser().parse_args(list(argv))
-        except SystemExit as exc:  # --help
-            return 0 if exc.code in (0, None) else 1
-        _check(args)
+        check_options(args)
+        window = _number(args, "window", 256, MAX_WINDOW) or 4_096
         known = registry()
-        names = parse_policy_list(args.policies, known)
+        names = parse_policy_list(args.get("policies", ALL_POLICIES), known)
         policies = resolve_policies(names, known)
-        conversation = load_conversation(args.conversation)
+        source = args["conversation"]
+        conversation = load_conversation(source)
         if not conversation.questions:
             raise InvalidConfiguration(
-                f"{args.conversation} has no questions; add some (docs/conversations.md)"
+                f"{source} has no questions; add some (docs/conversations.md)"
             )
         from picocontext_diagnostics.backends import provenance, resolve_backend
 
-        handle = resolve_backend(args.backend, args.model)
-        if handle.name == "deterministic" and args.window <= 4_096:
+        handle = resolve_backend(
+            args.get("backend", "deterministic"),
+            args.get("model"),
+            None if "prefix-cache" not in args else args["prefix-cache"] == "on",
+            None if "decoding" not in args else args["decoding"] == "constrained",
+            log=lambda message: print(message, file=err, flush=True),
+        )
+        if handle.kind == "deterministic" and window <= 4_096:
             print(
-                f"Note: the deterministic backend counts UTF-8 bytes, so a {args.window}-byte "
+                f"Note: the deterministic backend counts UTF-8 bytes, so a {window}-byte "
                 "window is far smaller than the same number of model tokens.",
                 file=err,
             )
-        runner = ConversationRunner(handle.counter, handle.backend)
+        quiet = "quiet" in args
 
         def on_result(result: QuestionResult) -> None:
-            if not args.quiet:
+            if not quiet:
                 print(result_line(result), file=out, flush=True)
 
+        runner = ConversationRunner(handle.counter, handle.backend)
         report = runner.run(
             conversation,
             policies,
-            conversation_budget(args.window),
-            questions=args.questions,
-            source=Path(args.conversation).name,
+            conversation_budget(window),
+            questions=_number(args, "questions", 1, 100_000),
+            source=Path(source).name,
             provenance=provenance(handle),
             on_result=on_result,
             cancel=cancel,
         )
-        path = Path(args.output) if args.output else _default_output()
+        path = Path(args["output"]) if "output" in args else _default_output()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.to_json(), encoding="utf-8")
         for line in summary_lines(report):
@@ -147,14 +149,16 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
         print(f"Saved {path}", file=out)
         return 2 if any(r.failure for r in report.results) else 0
     except (Cancelled, KeyboardInterrupt):
-        print(f"{PROG}: interrupted", file=err)
+        print(f"{prog}: interrupted; no report written", file=err)
         return 130
-    except (DiagnosticsError, PicoContextError, OSError) as exc:
-        message = exc.message if isinstance(exc, PicoContextError) else str(exc)
-        print(f"{PROG}: {message}", file=err)
+    except (DiagnosticsError, PicoContextError) as exc:
+        print(f"{prog}: {exc.message}", file=err)
+        return 1
+    except OSError as exc:
+        print(f"{prog}: {exc}", file=err)
         return 1
     finally:
-        if handle is not None and handle.close is not None:
+        if handle is not None:
             handle.close()
 
 
@@ -165,7 +169,3 @@ def _default_output() -> Path:
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return user_data_path("picocontext") / "evaluations" / f"conversation-{stamp}.json"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)

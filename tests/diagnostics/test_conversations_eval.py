@@ -158,8 +158,9 @@ def test_cli_scores_every_policy_on_a_bundled_file_quickly(tmp_path: Path) -> No
         (["--window", "10"], "--window must be"),
         (["--policies", "oracle,nope"], "unknown policy 'nope'"),
         (["--questions", "0"], "--questions must be"),
-        (["--questions", "many"], "invalid int value"),
-        (["--backend", "gpu"], "invalid choice"),
+        (["--questions", "many"], "--questions must be an integer"),
+        (["--backend", "gpu"], "--backend must be deterministic or mlx"),
+        (["--profile", "state"], "--profile does not apply with --conversation"),
         (["--model", "x"], "only to --backend mlx"),
     ],
 )
@@ -191,3 +192,9 @@ def test_cli_help_goes_to_out() -> None:
     out = io.StringIO()
     assert run(["--conversation", "x", "--help"], out, io.StringIO()) == 0
     assert "--window TOKENS" in out.getvalue()
+
+
+def test_conversation_flags_need_a_conversation() -> None:
+    err = io.StringIO()
+    assert run(["--window", "4096"], io.StringIO(), err) == 1
+    assert "--window applies only with --conversation" in err.getvalue()
