@@ -27,8 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from picocontext import Record, Role, Snapshot
-from picocontext.files import InputFileError, read_text_bounded
+from picocontext import InputFileError, Record, Role, Snapshot, read_text_bounded
 from picocontext_diagnostics.errors import DiagnosticsError
 
 FORMAT: Literal["picocontext.conversation/1"] = "picocontext.conversation/1"

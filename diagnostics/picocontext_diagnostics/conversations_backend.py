@@ -37,7 +37,7 @@ from picocontext import (
     PreparedPrompt,
     Role,
 )
-from picocontext.policies.compaction import SUMMARY_GUIDANCE, SUMMARY_MARK
+from picocontext.policies import SUMMARY_GUIDANCE, SUMMARY_MARK
 from picocontext_diagnostics.fixtures import dumps_sorted
 from picocontext_diagnostics.grading import FACT_PREFIX, REMOVE_PREFIX, notebook_state
 from picocontext_diagnostics.notebook import _INDEX_LINE, DeterministicNotebookBackend, _clip

@@ -50,11 +50,9 @@ from picocontext import (
     Scope,
     Snapshot,
     TokenCounter,
+    WorkingContext,
 )
-from picocontext.policies import ContextPolicy
-from picocontext.policies.compaction import Compaction
-from picocontext.records import records_wire_json
-from picocontext.working import WorkingContext
+from picocontext.policies import Compaction, ContextPolicy
 from picocontext_diagnostics.conversations import ROLE_SPEAKERS, Conversation, Question
 from picocontext_diagnostics.conversations import Session as ChatSession
 from picocontext_diagnostics.evaluation import Provenance, Rate
@@ -146,14 +144,17 @@ def question_record(question: Question) -> Record:
     )
 
 
+def _wire_bytes(records: Sequence[Record]) -> int:
+    """An upper bound of the append payload: every record as its JSON."""
+    return sum(len(r.model_dump_json().encode()) + 64 for r in records)
+
+
 def append_chunked(session: ContextSession, records: Sequence[Record]) -> None:
     """Append in transactions within the core limits (64 records, payload bytes)."""
     chunk: list[Record] = []
     for record in records:
         trial = [*chunk, record]
-        if chunk and (
-            len(trial) > MAX_APPEND or len(records_wire_json(trial).encode()) > MAX_APPEND_BYTES
-        ):
+        if chunk and (len(trial) > MAX_APPEND or _wire_bytes(trial) > MAX_APPEND_BYTES):
             session.append_records(chunk)
             trial = [record]
         chunk = trial

@@ -334,7 +334,7 @@ def test_every_extra_tab_is_built(qt_app: QApplication, qtbot: QtBot) -> None:
     qtbot.addWidget(win)
     labels = [win.tabs.tabText(i) for i in range(win.tabs.count())]
     assert labels == ["Comparison", *(label for label, _ in window_module.EXTRA_TABS)]
-    assert labels[1:] == ["Manifest", "Digest"]
+    assert labels[1:] == ["Manifest", "Digest", "Conversation"]
     assert win.tab_errors == {}
     pages = [win.tabs.widget(i) for i in range(win.tabs.count())]
     assert all(page is not None and page.objectName() != "tabError" for page in pages)
@@ -356,6 +356,7 @@ def test_a_tab_that_fails_to_build_is_an_error_the_user_sees(
         "Comparison",
         "Manifest",
         "Digest",
+        "Conversation",
     ]
     page = win.tabs.widget(1)
     assert isinstance(page, QLabel) and page.objectName() == "tabError"

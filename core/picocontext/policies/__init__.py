@@ -7,7 +7,13 @@ up with :func:`policy_registry` and run each through :meth:`ContextPolicy.turn`.
 """
 
 from picocontext.policies.base import AppendOnlyPolicy, ContextPolicy, EditablePolicy
-from picocontext.policies.compaction import CompactionPolicy, CompactionSettings
+from picocontext.policies.compaction import (
+    SUMMARY_GUIDANCE,
+    SUMMARY_MARK,
+    Compaction,
+    CompactionPolicy,
+    CompactionSettings,
+)
 from picocontext.policies.distilled import DistilledConfig, DistilledPolicy, DistilledTurn
 from picocontext.policies.navigated import NavigatedConfig, NavigatedPolicy, NavigatedTurn
 from picocontext.policies.registry import (
@@ -26,7 +32,10 @@ from picocontext.policies.sliding_window import SlidingWindowPolicy, SlidingWind
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "SUMMARY_GUIDANCE",
+    "SUMMARY_MARK",
     "AppendOnlyPolicy",
+    "Compaction",
     "CompactionPolicy",
     "CompactionSettings",
     "ContextPolicy",
