@@ -510,7 +510,7 @@ class NavigatedPolicy:
         # Showing fewer recent records directly frees reading budget (see tail_ladder).
         ladder = tail_ladder(int(cfg.tail_share * window))
         tried: set[tuple[str, ...]] = set()
-        failure: SelfCheckFailed | None = None
+        failure: SelfCheckFailed | BudgetExceeded | None = None
         for tail_tokens in ladder:
             split = split_history(snapshot, prepare, tail_tokens)
             if split.tail_ids in tried:
@@ -546,11 +546,16 @@ class NavigatedPolicy:
             room = window - out - fixed - cfg.max_steps * (per_call + refusal)
             nav_budget = min(int(cfg.nav_share * window), room)
             if nav_budget < cfg.min_nav_tokens:
-                raise BudgetExceeded(
+                short = BudgetExceeded(
                     f"the protected records and recent tail leave {max(nav_budget, 0)} tokens "
                     f"for the archive index (at least {cfg.min_nav_tokens} needed); raise the "
                     "context window or lower tail_share"
                 )
+                if not split.tail_ids:
+                    raise short  # no smaller tail can free anything more
+                failure = short  # a smaller tail leaves more of the window for reading
+                check(cancel)
+                continue
             try:
                 compiled, mode, seconds = self._compile(
                     str(snapshot.scope), split.archive, positions, nav_budget, text_counter, cancel

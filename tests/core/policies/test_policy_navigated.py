@@ -858,3 +858,15 @@ def test_a_named_navigator_walks_the_archive_first_and_is_charged() -> None:
     assert helped.info.spent == helped.nav.spent
     with pytest.raises(ValueError, match="navigator must be one of"):
         NavigatedConfig(navigator="nope")
+
+
+def test_a_tail_that_leaves_no_reading_room_yields_to_a_smaller_one() -> None:
+    # At a 6,144-token window a 60 % tail leaves no room for the archive index; the policy
+    # must go down the tail ladder (it used to fail the turn at the first rung).
+    config = NavigatedConfig(tail_share=0.6, nav_share=0.35)
+    budget = BUDGET.model_copy(update={"context_window": 6_144})
+    session = session_for(ledger(6), ScriptedBackend([answer("2.37")]))
+    report, info = turn_with_info(NavigatedPolicy(config), session, budget)
+    assert info is not None and info.archived_ids
+    assert info.tail_tokens < tail_ladder(int(0.6 * 6_144))[1]  # a later rung was tried
+    assert "tokens for the archive index" not in (report.failure or "")
