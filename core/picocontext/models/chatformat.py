@@ -473,6 +473,30 @@ class ChatFormat:
         return len(self._tokenizer.encode(text))
 
 
+class FormatBacked:
+    """The token-counter half every chat-template backend shares: prompts are rendered and
+    counted by one :class:`ChatFormat` (``_format``) on this machine, wherever generation
+    then runs (in process or on a server), so budgets are checked before any request."""
+
+    _format: ChatFormat
+
+    @property
+    def chat_format(self) -> ChatFormat:
+        return self._format
+
+    def prepare(self, model_input: ModelInput) -> PreparedPrompt:
+        return self._format.prepare(model_input)
+
+    def count_tokens(self, text: str) -> int:
+        return self._format.count_tokens(text)
+
+    def render_chat(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+    ) -> tuple[list[int], str, tuple[str, ...]]:
+        """The exact ids/text/notes ``chat`` would consume (for budgets and reports)."""
+        return self._format.prepare_chat(messages, tools)
+
+
 def _wire_calls_and_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fold tool calls into assistant text and tool results into user turns (Qwen wire)."""
     out: list[dict[str, Any]] = []

@@ -38,7 +38,7 @@ from picocontext.backend import (
 from picocontext.cancel import CancelToken
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL
 from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
-from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
+from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
 from picocontext.models.handle import ModelDescription
 from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
 
@@ -172,7 +172,7 @@ class Generation:
     seconds: float
 
 
-class MLXModel:
+class MLXModel(FormatBacked):
     """A loaded MLX model. Construct with :meth:`load` (or via :mod:`picocontext.models.registry`).
 
     ``prefix_cache`` keeps and trims the KV cache across calls; ``constrained`` (decoding
@@ -294,10 +294,6 @@ class MLXModel:
     @property
     def path(self) -> Path:
         return self._path
-
-    @property
-    def chat_format(self) -> ChatFormat:
-        return self._format
 
     @property
     def tokenizer(self) -> Any:
@@ -425,12 +421,6 @@ class MLXModel:
         return self._exclusive(_run)
 
     # -- TokenCounter ---------------------------------------------------------------------
-    def prepare(self, model_input: ModelInput) -> PreparedPrompt:
-        return self._format.prepare(model_input)
-
-    def count_tokens(self, text: str) -> int:
-        return self._format.count_tokens(text)
-
     # -- ModelBackend ---------------------------------------------------------------------
     def generate(
         self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
@@ -465,12 +455,6 @@ class MLXModel:
         ids, _rendered, _notes = self._format.prepare_chat(messages, tools)
         specs = [{"type": "function", "function": {"name": t.name}} for t in tools]
         return self._respond(ids, max_tokens, cancel, tools=specs, fallback=bool(tools))
-
-    def render_chat(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
-    ) -> tuple[list[int], str, tuple[str, ...]]:
-        """The exact ids/text/notes :meth:`chat` would consume (for budgets and reports)."""
-        return self._format.prepare_chat(messages, tools)
 
     # -- generation core ------------------------------------------------------------------
     def _respond(

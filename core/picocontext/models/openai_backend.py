@@ -48,7 +48,7 @@ from picocontext.backend import (
 )
 from picocontext.cancel import CancelToken
 from picocontext.errors import InvalidContext, ModelError
-from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
+from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
 from picocontext.models.constrained import decision_schema, tool_call_schema
 from picocontext.models.remote_http import (
     ClientSettings,
@@ -229,7 +229,7 @@ class _Usage:
 # -- the backend ------------------------------------------------------------------------------
 
 
-class OpenAIBackend:
+class OpenAIBackend(FormatBacked):
     """TokenCounter + ModelBackend + ChatModel over an OpenAI-compatible server.
 
     Construct with :meth:`connect`, which checks ``/v1/models`` first (a model the server does
@@ -315,10 +315,6 @@ class OpenAIBackend:
         """True when constraints are asked for *and* the server dialect can apply them."""
         return self._structured and self._kind in STRUCTURED
 
-    @property
-    def chat_format(self) -> ChatFormat:
-        return self._format
-
     def settings_notes(self) -> tuple[str, ...]:
         return (
             f"model: {self._model} on an OpenAI-compatible server ({self._kind.value})",
@@ -362,12 +358,6 @@ class OpenAIBackend:
         """Nothing to release: each request opens and closes its own connection."""
 
     # -- TokenCounter / ChatModel counting --------------------------------------------------
-    def prepare(self, model_input: ModelInput) -> PreparedPrompt:
-        return self._format.prepare(model_input)
-
-    def count_tokens(self, text: str) -> int:
-        return self._format.count_tokens(text)
-
     # -- ModelBackend ---------------------------------------------------------------------
     def generate(
         self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
@@ -389,11 +379,6 @@ class OpenAIBackend:
         ids, rendered, _notes = self._format.prepare_chat(messages, tools)
         schema = tool_call_schema([function_spec(t) for t in tools]) if tools else None
         return self._complete(ids, rendered, max_tokens, cancel, schema, bool(tools))
-
-    def render_chat(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
-    ) -> tuple[list[int], str, tuple[str, ...]]:
-        return self._format.prepare_chat(messages, tools)
 
     # -- one request ----------------------------------------------------------------------
     def _complete(
