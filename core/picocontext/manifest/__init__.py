@@ -21,6 +21,7 @@ from picocontext.manifest.errors import (
     UnknownNode,
 )
 from picocontext.manifest.eval import CaseResult, EvalReport, NavCase, load_cases, run_eval
+from picocontext.manifest.expand import QueryExpander
 from picocontext.manifest.loader import (
     AsyncManifestLoader,
     FetchOutcome,
@@ -35,10 +36,12 @@ from picocontext.manifest.loader import (
 from picocontext.manifest.model import PCX_VERSION, Link, Manifest, Node, Payload, Source, Variant
 from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator, NavAction, Navigator
 from picocontext.manifest.routing import (
+    MODEL_NAVIGATORS,
     NAVIGATORS,
     DescriptorIndex,
     SubtreeNavigator,
     make_navigator,
+    query_weights,
 )
 from picocontext.manifest.runtime import (
     VIEW_LEVELS,
@@ -73,6 +76,7 @@ from picocontext.manifest.validate import (
 __all__ = [
     "DEFAULT_PROTOCOL",
     "LOCAL",
+    "MODEL_NAVIGATORS",
     "NAVIGATORS",
     "PCX_VERSION",
     "REMOTE",
@@ -114,6 +118,7 @@ __all__ = [
     "Node",
     "NotOnFrontier",
     "Payload",
+    "QueryExpander",
     "ResolveError",
     "Runtime",
     "SearchBackend",
@@ -133,6 +138,7 @@ __all__ = [
     "load_cases",
     "load_manifest",
     "make_navigator",
+    "query_weights",
     "render_line",
     "run_eval",
     "terms",

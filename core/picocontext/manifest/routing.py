@@ -34,6 +34,19 @@ from picocontext.manifest.text import FIELD_WEIGHTS, terms
 K1 = 1.2
 B = 0.75
 OWN_SHARE = 0.3
+EXPANSION_WEIGHT = 0.5  # an expansion word counts half a word the user typed
+SCAN_K = 8  # search hits a scanning navigator discloses (about 35 tokens each)
+
+_Key = tuple[tuple[tuple[str, float], ...], frozenset[str]]
+
+
+def query_weights(query: str, expansion: str = "") -> dict[str, float]:
+    """The query's terms at weight 1 and the expansion's other terms at
+    :data:`EXPANSION_WEIGHT`: the user's own words stay the strongest evidence."""
+    q = dict.fromkeys(terms(query), 1.0)
+    for t in terms(expansion):
+        q.setdefault(t, EXPANSION_WEIGHT)
+    return q
 
 
 def _weighted_bag(node: Node) -> dict[str, float]:
@@ -68,7 +81,7 @@ class DescriptorIndex:
         self._idf = {t: math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
         self._avg = sum(sum(self._bags[i].values()) for i in leaves) / n if leaves else 1.0
         self._order = self._post_order()
-        self._cache: tuple[tuple[str, frozenset[str]], dict[str, float]] | None = None
+        self._cache: tuple[_Key, dict[str, float]] | None = None
 
     def _post_order(self) -> list[str]:
         out: list[str] = []
@@ -95,16 +108,19 @@ class DescriptorIndex:
                 total += weight * self._idf.get(t, 0.0) * tf * (K1 + 1) / (tf + norm)
         return total
 
-    def scores(self, query: str, skip: frozenset[str] = frozenset()) -> dict[str, float]:
+    def scores(
+        self, query: str | Mapping[str, float], skip: frozenset[str] = frozenset()
+    ) -> dict[str, float]:
         """node id -> subtree score. A leaf's *path score* is its own BM25 plus a share of the
         BM25 of every branch line above it; a node scores the best path score below it. So
         the best child of a node scores exactly what the node does, and best-first descends
         without wandering back up. Leaves in ``skip`` (already read) count for nothing.
-        Cached for the last (query, skip): a navigator asks once per step."""
-        key = (query, skip)
+        ``query`` is text, or weighted terms (:func:`query_weights`). Cached for the last
+        (query, skip): a navigator asks once per step."""
+        q = dict.fromkeys(terms(query), 1.0) if isinstance(query, str) else dict(query)
+        key = (tuple(sorted(q.items())), skip)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        q = dict.fromkeys(terms(query), 1.0)
         above: dict[str, float] = {self.manifest.root_id: 0.0}
         for nid in reversed(self._order):  # parents before children
             kids = self.manifest.children_of(nid)
@@ -124,10 +140,22 @@ class DescriptorIndex:
         self._cache = (key, out)
         return out
 
-    def best_leaf(self, query: str, skip: frozenset[str] = frozenset()) -> str | None:
+    def best_leaf(
+        self, query: str | Mapping[str, float], skip: frozenset[str] = frozenset()
+    ) -> str | None:
         s = self.scores(query, skip)
         ranked = sorted(self.manifest.leaf_ids, key=lambda i: (-s.get(i, 0.0), i))
         return ranked[0] if ranked and s.get(ranked[0], 0.0) > 0 else None
+
+    def parts(self, leaf: str) -> tuple[str, ...]:
+        """Every page of the document ``leaf`` is a page of (ids ``<doc>~pN``, the build's
+        paging), or just ``leaf``: a document that was read and was not the answer is not
+        the answer on its next page either."""
+        chain = self.manifest.ancestors(leaf)
+        doc = chain[-1] if chain else ""
+        if doc and leaf.startswith(doc.rstrip("/") + "~p"):
+            return self.manifest.children_of(doc)
+        return (leaf,)
 
     def is_under(self, node_id: str, branch: str) -> bool:
         return branch in self.manifest.ancestors(node_id)
@@ -138,15 +166,37 @@ class SubtreeNavigator:
     walk (never reopening it) and open branches that cannot beat the next choice;
     ``lateral`` also tries see-also links and one search before walking down."""
 
-    def __init__(self, *, backout: bool = False, lateral: bool = False, search_k: int = 5) -> None:
-        self.backout = backout or lateral
-        self.lateral = lateral
-        self.search_k = search_k
-        self.name = "subtree-lateral" if lateral else "subtree-backout" if backout else "subtree"
+    def __init__(
+        self,
+        *,
+        backout: bool = False,
+        lateral: bool = False,
+        scan: bool = False,
+        search_k: int | None = None,
+        expander: Callable[[str], str] | None = None,
+    ) -> None:
+        self.scan = scan or expander is not None
+        self.lateral = lateral or self.scan
+        self.backout = backout or self.lateral
+        self.search_k = search_k or (SCAN_K if self.scan else 5)
+        self.expander = expander
+        self.name = (
+            "subtree-expand"
+            if expander is not None
+            else "subtree-scan"
+            if self.scan
+            else "subtree-lateral"
+            if lateral
+            else "subtree-backout"
+            if backout
+            else "subtree"
+        )
         self._index: DescriptorIndex | None = None
         self._done: set[tuple[str, str]] = set()
         self._read: set[str] = set()
         self._query = ""
+        self._expansion = ""
+        self._weights: dict[str, float] = {}
 
     def prepare(self, manifest: Manifest) -> None:
         self._index = DescriptorIndex(manifest)
@@ -165,6 +215,8 @@ class SubtreeNavigator:
         if query != self._query:
             self._done, self._query = set(), query  # lateral steps: once per query
             self._read = set()
+            self._expansion = self.expander(query) if self.expander is not None else ""
+            self._weights = query_weights(query, self._expansion)
         elif fresh:
             self._read = set()  # a new walk over the same query
         if self.backout:
@@ -172,9 +224,10 @@ class SubtreeNavigator:
             if read is not None:
                 # A leaf that was read and did not end the walk is not the answer: free its
                 # budget and never open it again.
+                self._read.update(self.index.parts(read.node_id) if self.scan else ())
                 self._read.add(read.node_id)
                 return NavAction(verb="close", ids=(read.node_id,), reason="read; not it")
-        scores = self.index.scores(query, frozenset(self._read))
+        scores = self.index.scores(self._weights, frozenset(self._read))
         if self.lateral:
             lateral = self._lateral(query, frontier)
             if lateral is not None:
@@ -215,7 +268,7 @@ class SubtreeNavigator:
 
     def _lateral(self, query: str, frontier: Sequence[FrontierEntry]) -> NavAction | None:
         """A see-also link from a visible node to the best leaf, else one search per query."""
-        target = self.index.best_leaf(query, frozenset(self._read))
+        target = self.index.best_leaf(self._weights, frozenset(self._read))
         if target is None:
             return None
         visible = {e.node_id for e in frontier}
@@ -227,7 +280,8 @@ class SubtreeNavigator:
                 return NavAction(verb="related", ids=(e.node_id,), reason=f"links to {target}")
         if ("search", "") not in self._done:
             self._done.add(("search", ""))
-            return NavAction(verb="search", query=query, k=self.search_k)
+            words = f"{query} {self._expansion}".strip()
+            return NavAction(verb="search", query=words, k=self.search_k)
         return None
 
 
@@ -236,14 +290,23 @@ NAVIGATORS: dict[str, Callable[[], Navigator]] = {
     "subtree": SubtreeNavigator,
     "subtree-backout": lambda: SubtreeNavigator(backout=True),
     "subtree-lateral": lambda: SubtreeNavigator(lateral=True),
+    "subtree-scan": lambda: SubtreeNavigator(scan=True),
 }
 
 
-def make_navigator(name: str) -> Navigator:
-    """A model-free navigator by name (``keyword``, ``subtree``, ``subtree-backout``,
-    ``subtree-lateral``)."""
+MODEL_NAVIGATORS = ("subtree-expand",)
+
+
+def make_navigator(name: str, *, expander: Callable[[str], str] | None = None) -> Navigator:
+    """A navigator by name: the model-free ones (``keyword``, ``subtree``,
+    ``subtree-backout``, ``subtree-lateral``) or ``subtree-expand``, which needs an
+    ``expander`` (a :class:`picocontext.manifest.expand.QueryExpander` over a local model)."""
+    if name == "subtree-expand":
+        if expander is None:
+            raise ValueError("the subtree-expand navigator needs an expander (a local model)")
+        return SubtreeNavigator(expander=expander)
     try:
         return NAVIGATORS[name]()
     except KeyError:
-        known = ", ".join(sorted(NAVIGATORS))
+        known = ", ".join(sorted([*NAVIGATORS, *MODEL_NAVIGATORS]))
         raise ValueError(f"unknown navigator {name!r}; use one of {known}") from None

@@ -55,6 +55,7 @@ from picocontext.manifest import (
     KeywordNavigator,
     Manifest,
     NavCase,
+    QueryExpander,
     load_cases,
     make_navigator,
     run_eval,
@@ -154,10 +155,21 @@ def cases_for(manifest: Manifest, raw: list[NavCase], mapper: str) -> tuple[list
 
 
 def score(
-    manifest: Manifest, cases: list[NavCase], budget: int, navigator: str = "keyword"
+    manifest: Manifest,
+    cases: list[NavCase],
+    budget: int,
+    navigator: str = "keyword",
+    expansion: Expansion | None = None,
 ) -> dict[str, Any]:
-    nav = KeywordNavigator() if navigator == "keyword" else make_navigator(navigator)
+    expander = expansion.expander(manifest) if expansion is not None else None
+    nav = (
+        KeywordNavigator()
+        if navigator == "keyword"
+        else make_navigator(navigator, expander=expander)
+    )
     report: EvalReport = run_eval(manifest, cases, nav, budget=budget)
+    if expansion is not None and expander is not None:
+        expansion.keep(expander)
     return {
         "navigation_success": round(report.navigation_success, 3),
         "first_hop_precision": round(report.first_hop_precision, 3),
@@ -175,10 +187,51 @@ def score(
     }
 
 
-def nav_row(manifest: Manifest, cases: list[NavCase], name: str, budget: int) -> dict[str, Any]:
-    report = run_eval(manifest, cases, make_navigator(name), budget=budget)
+def expansions_path(model: str) -> Path:
+    return Path(platformdirs.user_cache_dir("picocontext")) / "expansions" / f"{model}.json"
+
+
+class Expansion:
+    """A local model loaded once for ``subtree-expand``; its answers cached on disk."""
+
+    def __init__(self, model_name: str) -> None:
+        from picocontext.models import load_model
+
+        self.name = model_name
+        self.model = load_model(model_name, prefix_cache=False, constrained=False)
+        self.cache = QueryExpander.load(expansions_path(model_name))
+        self.calls = 0
+        self.seconds = 0.0
+
+    def expander(self, manifest: Manifest) -> QueryExpander:
+        """An expander whose hint is the manifest root's own line."""
+        return QueryExpander(self.model, hint=manifest.root.what, cache=self.cache)
+
+    def keep(self, expander: QueryExpander) -> None:
+        self.cache.update(expander.cache)
+        self.calls += expander.calls
+        self.seconds += expander.seconds
+        QueryExpander(self.model, cache=self.cache).save(expansions_path(self.name))
+
+    def summary(self) -> dict[str, Any]:
+        per = self.seconds / self.calls if self.calls else 0.0
+        return {"model": self.name, "calls": self.calls, "seconds_per_query": round(per, 2)}
+
+
+def nav_row(
+    manifest: Manifest,
+    cases: list[NavCase],
+    name: str,
+    budget: int,
+    expansion: Expansion | None = None,
+) -> dict[str, Any]:
+    expander = expansion.expander(manifest) if expansion is not None else None
+    report = run_eval(manifest, cases, make_navigator(name, expander=expander), budget=budget)
+    if expansion is not None and expander is not None:
+        expansion.keep(expander)
     return {
         "success": round(report.navigation_success, 3),
+        "target_opened": round(target_opened(report), 3),
         "first_leaf_right": round(first_leaf_right(manifest, report), 3),
         "first_hop_precision": round(report.first_hop_precision, 3),
         "avg_hops": round(report.avg_hops, 2),
@@ -193,6 +246,13 @@ def nav_row(manifest: Manifest, cases: list[NavCase], name: str, budget: int) ->
             if not r.success
         ],
     }
+
+
+def target_opened(report: EvalReport) -> float:
+    """The stricter success: the target node itself was opened (for a document cut into
+    pages, its list of pages revealed) rather than one of its pages read."""
+    hits = sum(r.success and r.path[-1] == r.target for r in report.cases)
+    return hits / max(len(report.cases), 1)
 
 
 def first_leaf_right(manifest: Manifest, report: EvalReport) -> float:
@@ -278,7 +338,9 @@ def third_party_ids(name: str, corpus: Path) -> dict[str, str]:
     return pytest_docs.origin_ids(corpus)
 
 
-def run_third_party(name: str, out: Path, navigators: Sequence[str]) -> int:
+def run_third_party(
+    name: str, out: Path, navigators: Sequence[str], expansion: Expansion | None = None
+) -> int:
     kind, ensure = THIRD_PARTY[name]
     try:
         corpus, n_docs = ensure()
@@ -313,8 +375,12 @@ def run_third_party(name: str, out: Path, navigators: Sequence[str]) -> int:
             results[f"leaves@{label}"] = len(m.leaf_ids)
             for nav in navigators:
                 rows[f"{nav}@{label}"] = nav_row(m, cases, nav, b)
+            if expansion is not None:
+                rows[f"subtree-expand@{label}"] = nav_row(m, cases, "subtree-expand", b, expansion)
             rows[f"flat@{label}"] = flat_rows(m, cases, leaves)
     results["rows"] = rows
+    if expansion is not None:
+        results["expansion"] = expansion.summary()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print_third_party(results)
@@ -331,9 +397,10 @@ def print_third_party(results: dict[str, Any]) -> None:
         f"{g['fidelity_mean']} (flagged {g['fidelity_flagged']})"
     )
     print(
-        f"{'navigator@budget':<24}{'success':>9}{'1st-leaf':>9}{'1st-hop':>9}{'hops':>6}"
-        f"{'tok/answer':>12}{'shown':>8}"
+        f"{'navigator@budget':<24}{'success':>9}{'strict':>8}{'1st-leaf':>9}{'1st-hop':>9}"
+        f"{'hops':>6}{'tok/answer':>12}{'shown':>8}"
     )
+    oracle_shown: set[str] = set()
     for name, r in results["rows"].items():
         if name.startswith("flat@"):
             label = name.split("@")[1]
@@ -343,16 +410,23 @@ def print_third_party(results: dict[str, Any]) -> None:
             )
             continue
         print(
-            f"{name:<24}{r['success']:>9.0%}{r['first_leaf_right']:>9.0%}"
-            f"{r['first_hop_precision']:>9.0%}"
+            f"{name:<24}{r['success']:>9.0%}{r['target_opened']:>8.0%}"
+            f"{r['first_leaf_right']:>9.0%}{r['first_hop_precision']:>9.0%}"
             f"{r['avg_hops']:>6.1f}{r['avg_tokens_to_answer']:>12.0f}{r['avg_shown_tokens']:>8.0f}"
         )
-        if name.startswith("keyword@"):
-            label = name.split("@")[1]
+        label = name.split("@")[1]
+        if label not in oracle_shown:
+            oracle_shown.add(label)
             print(
-                f"{'oracle@' + label:<24}{r['oracle_success']:>9.0%}{'':>15}"
+                f"{'oracle@' + label:<24}{r['oracle_success']:>9.0%}{'':>32}"
                 f"{r['avg_oracle_tokens']:>12.0f}"
             )
+    if "expansion" in results:
+        e = results["expansion"]
+        print(
+            f"subtree-expand: {e['model']}, {e['calls']} model calls this run, "
+            f"{e['seconds_per_query']} s per query (cached answers are not timed)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -363,10 +437,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--navigators", default=",".join(NAVIGATORS), help="comma-separated navigator names"
     )
+    p.add_argument(
+        "--expand-model",
+        default=None,
+        help="also run subtree-expand with this local model (e.g. qwen2.5-coder-0.5b)",
+    )
     args = p.parse_args(argv)
+    expansion = Expansion(args.expand_model) if args.expand_model else None
     if args.corpus != "stdlib":
         out = args.out or ROOT / "out" / "bench" / f"navigation-{args.corpus}.json"
-        return run_third_party(args.corpus, out, args.navigators.split(","))
+        return run_third_party(args.corpus, out, args.navigators.split(","), expansion)
     args.out = args.out or ROOT / "out" / "bench" / "navigation.json"
     raw = load_cases(CASES)
     results: dict[str, Any] = {
@@ -397,6 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if nav != "keyword":
                     row = {**score(m, cs, b, nav), "cases": len(cs), "missing": missing}
                     rows[f"ours/{nav}@{label}"] = row
+            if expansion is not None:
+                row = score(m, cs, b, "subtree-expand", expansion)
+                rows[f"ours/subtree-expand@{label}"] = {**row, "cases": len(cs), "missing": missing}
         ref = None if args.no_reference else ensure_reference()
         if ref is None or ref[0] is None:
             why = "skipped (--no-reference)" if ref is None else ref[1]
@@ -413,6 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row = {**score(m, cs, b), "cases": len(cs), "missing": missing, "notes": notes}
                 rows[f"reference@{label}"] = row
     results["rows"] = rows
+    if expansion is not None:
+        results["expansion"] = expansion.summary()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     head = f"{'build@budget':<26}{'success':>9}{'1st-hop':>9}{'oracle':>8}{'flat':>7}"

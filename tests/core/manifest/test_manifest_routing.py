@@ -12,6 +12,7 @@ from picocontext.manifest.model import Manifest
 from picocontext.manifest.navigator import KeywordNavigator
 from picocontext.manifest.routing import (
     NAVIGATORS,
+    SCAN_K,
     DescriptorIndex,
     SubtreeNavigator,
     make_navigator,
@@ -157,3 +158,53 @@ def test_navigators_are_found_by_their_names() -> None:
         assert make_navigator(name).name == name
     with pytest.raises(ValueError, match="unknown navigator 'nope'"):
         make_navigator("nope")
+
+
+def _paged(b: Any) -> Manifest:
+    """``tools.disk`` is a document the build cut into two pages; ``tools.mounts`` is not."""
+    nodes = {
+        "tools": {"title": "Toolbox", "what": "Assorted helpers", "when": "odd jobs",
+                  "children": ["tools.disk", "tools.mounts"]},
+        "tools.disk": {"title": "Disk report", "what": "Report free space, in pages",
+                       "when": "space left", "children": ["tools.disk~p1", "tools.disk~p2"]},
+        "tools.disk~p1": _leaf("Disk report (part 1 of 2)", "Report free space on mounted "
+                               "filesystems", "space left", payload={"ref": "node://tools.disk~p1"}),
+        "tools.disk~p2": _leaf("Disk report (part 2 of 2)", "Free space options for mounted "
+                               "filesystems", "space left", payload={"ref": "node://tools.disk~p2"}),
+        "tools.mounts": _leaf("Mount table", "List mounted filesystems and free space", "mounts",
+                              payload={"ref": "node://tools.mounts"}),
+    }  # fmt: skip
+    return load_manifest(b.doc(nodes, ["tools"]))
+
+
+def test_parts_are_the_pages_of_one_document(b: Any) -> None:
+    index = DescriptorIndex(_paged(b))
+    assert index.parts("tools.disk~p2") == ("tools.disk~p1", "tools.disk~p2")
+    assert index.parts("tools.mounts") == ("tools.mounts",)
+
+
+def test_scan_searches_wider_first(b: Any) -> None:
+    m = _paged(b)
+    action = _decide(SubtreeNavigator(scan=True), m, _session(m))
+    assert action.verb == "search" and action.k == SCAN_K > 5
+    assert make_navigator("subtree-scan").name == "subtree-scan"
+
+
+def test_scan_never_reads_another_page_of_a_document_that_was_not_it(b: Any) -> None:
+    m = _paged(b)
+    pages = {i: f"text of {i}" for i in ("tools.disk~p1", "tools.disk~p2", "tools.mounts")}
+    for scan in (False, True):
+        s = NavSession(m, config=FULL, resolver=dict_resolver(pages))
+        nav = SubtreeNavigator(lateral=True, scan=scan)
+        nav.prepare(m)
+        s.search(QUERY, 8)  # every leaf is on the frontier now
+        first = nav.decide(QUERY, s.runtime.peek(), s.budget_remaining)
+        assert first.verb == "open" and first.ids[0].startswith("tools.disk~p")
+        before = s.spent
+        s.open(first.ids[0])
+        close = nav.decide(QUERY, s.runtime.peek(), s.budget_remaining)
+        assert (close.verb, close.ids) == ("close", first.ids)
+        assert s.close(first.ids[0]) > 0 and s.spent == before
+        nxt = nav.decide(QUERY, s.runtime.peek(), s.budget_remaining)
+        assert nxt.verb == "open"
+        assert nxt.ids[0].startswith("tools.disk~p") is not scan, (scan, nxt)
