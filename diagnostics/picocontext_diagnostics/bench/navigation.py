@@ -202,10 +202,14 @@ class Expansion:
         self.cache = QueryExpander.load(expansions_path(model_name))
         self.calls = 0
         self.seconds = 0.0
+        self.hint = ""
 
     def expander(self, manifest: Manifest) -> QueryExpander:
-        """An expander whose hint is the manifest root's own line."""
-        return QueryExpander(self.model, hint=manifest.root.what, cache=self.cache)
+        """An expander whose hint is the root line of the first manifest of the corpus (one
+        hint per corpus: the 32k variant's root lists its branches differently, and the
+        model is asked once per query, not once per variant)."""
+        self.hint = self.hint or manifest.root.what
+        return QueryExpander(self.model, hint=self.hint, cache=self.cache)
 
     def keep(self, expander: QueryExpander) -> None:
         self.cache.update(expander.cache)

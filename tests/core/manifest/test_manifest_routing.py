@@ -208,3 +208,16 @@ def test_scan_never_reads_another_page_of_a_document_that_was_not_it(b: Any) -> 
         nxt = nav.decide(QUERY, s.runtime.peek(), s.budget_remaining)
         assert nxt.verb == "open"
         assert nxt.ids[0].startswith("tools.disk~p") is not scan, (scan, nxt)
+
+
+def test_reading_a_page_of_the_target_reaches_it_and_says_so(b: Any) -> None:
+    m = _paged(b)
+    pages = {i: f"text of {i}" for i in ("tools.disk~p1", "tools.disk~p2", "tools.mounts")}
+    cases = [NavCase(query=QUERY, target="tools.disk"), NavCase(query=QUERY, target="tools.mounts")]
+    report = run_eval(m, cases, make_navigator("subtree-scan"), resolver=dict_resolver(pages))
+    paged, other = report.cases
+    assert paged.success and paged.path[-1].startswith("tools.disk~p")
+    assert paged.path[-1] != paged.target and "part of it" in paged.stop_reason
+    # the other document is read after the paged one was closed, and its page 2 never
+    assert other.success and other.path[-2:] == ("tools.disk~p1", "tools.mounts")
+    assert other.looks == ("close:tools.disk~p1", "close:tools.disk")
