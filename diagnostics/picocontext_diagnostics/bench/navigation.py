@@ -10,6 +10,10 @@ at run time; their cases were written before any manifest of them was built (the
 the oracle (opens exactly the target's path, same budget) and a flat BM25 ranking of all
 leaves (top-1 over their descriptors, and over their full text, budget ignored).
 
+``--expand-model NAME`` (e.g. ``qwen2.5-coder-0.5b``) also runs ``subtree-expand`` on every
+corpus: that local model rewrites each query once (cached under the user cache directory,
+``expansions/NAME.json``; the seconds per query cover the calls made in this run only).
+
 The stdlib corpus is the docstrings of the running Python's standard library
 (:mod:`picocontext_diagnostics.bench.stdlib_docs`, ~40 everyday modules); the cases are
 ``resources/corpora/stdlib/cases.json`` (questions written as a user asks them, without the
