@@ -11,7 +11,12 @@ from picocontext.manifest.eval import NavCase, run_eval
 from picocontext.manifest.routing import SubtreeNavigator
 from picocontext.manifest.validate import load_manifest
 from picocontext_diagnostics.bench import manpages, pytest_docs
-from picocontext_diagnostics.bench.navigation import first_leaf_right, flat_rows
+from picocontext_diagnostics.bench.navigation import (
+    first_leaf_right,
+    flat_rows,
+    nav_row,
+    target_opened,
+)
 
 RENDERED = """LS(1)                     User Commands                    LS(1)
 
@@ -82,3 +87,38 @@ def test_flat_lines_and_first_leaf() -> None:
     assert rows == {"bm25_descriptors": 0.5, "bm25_content": 0.5}
     report = run_eval(m, cases, SubtreeNavigator())
     assert first_leaf_right(m, report) == 0.5
+
+
+def test_strict_success_counts_only_the_target_node_itself() -> None:
+    def page(n: int) -> dict[str, object]:
+        return {
+            "title": f"df (part {n} of 2)",
+            "what": "report free disk space",
+            "when": "space",
+            "tokens": 10,
+            "payload": {"ref": f"node://df~p{n}"},
+        }
+
+    doc = {
+        "pcx_version": "0.2",
+        "source": {"id": "t", "kind": "docs"},
+        "variant": {"budget": 4096},
+        "root": {"id": "r", "what": "Root", "when": "always", "children": ["df", "ip"]},
+        "nodes": {
+            "df": {"title": "df", "what": "df: disk space", "when": "space",
+                   "children": ["df~p1", "df~p2"]},
+            "df~p1": page(1),
+            "df~p2": page(2),
+            "ip": {"title": "ip", "what": "network addresses", "when": "ip",
+                   "tokens": 10, "payload": {"ref": "node://ip"}},
+        },
+    }  # fmt: skip
+    m = load_manifest(json.loads(json.dumps(doc)))
+    cases = [NavCase(query="free disk space", target="df")]
+    lateral = run_eval(m, cases, SubtreeNavigator(scan=True))
+    walked = run_eval(m, cases, SubtreeNavigator())
+    assert lateral.navigation_success == walked.navigation_success == 1.0
+    assert lateral.cases[0].path[-1].startswith("df~p") and target_opened(lateral) == 0.0
+    assert walked.cases[0].path == ("df",) and target_opened(walked) == 1.0
+    row = nav_row(m, cases, "subtree-scan", 4096)
+    assert (row["success"], row["target_opened"]) == (1.0, 0.0)

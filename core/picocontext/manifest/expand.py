@@ -47,6 +47,7 @@ SHOTS = (
 )
 MAX_TERMS = 12
 _SPLIT = re.compile(r"[,;\n|]+")
+_TRIM = " \t\r`'\"."
 
 
 def clean_expansion(reply: str) -> str:
@@ -54,7 +55,7 @@ def clean_expansion(reply: str) -> str:
     (small models repeat one term until the token limit)."""
     seen: dict[str, None] = {}
     for raw in _SPLIT.split(reply):
-        term = raw.strip().strip("`'\".").strip()
+        term = raw.strip(_TRIM)
         if term and len(term) <= 60 and term.lower() not in {t.lower() for t in seen}:
             seen[term] = None
     return ", ".join(list(seen)[:MAX_TERMS])

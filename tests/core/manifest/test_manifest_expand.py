@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from picocontext.backend import ChatMessage, ModelResponse, ToolSpec
 from picocontext.cancel import CancelToken
 from picocontext.manifest.eval import NavCase, run_eval
-from picocontext.manifest.expand import QueryExpander, clean_expansion
+from picocontext.manifest.expand import MAX_TERMS, QueryExpander, clean_expansion
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.routing import (
     EXPANSION_WEIGHT,
@@ -75,6 +77,16 @@ def test_clean_expansion_drops_repeats_quotes_and_long_tails() -> None:
     assert clean_expansion("du, `du`, disk usage, du\n") == "du, disk usage"
     many = ", ".join(f"t{i}" for i in range(30))
     assert clean_expansion(many).count(",") == 11
+
+
+@given(st.text(alphabet=st.sampled_from("ab ,;|`'\".\nXY-"), max_size=300))
+def test_clean_expansion_is_a_short_list_of_distinct_terms(reply: str) -> None:
+    out = clean_expansion(reply)
+    parts = out.split(", ") if out else []
+    assert len(parts) <= MAX_TERMS
+    assert len({p.lower() for p in parts}) == len(parts)
+    assert all(p and p == p.strip() and not set(p) & set(",;|\n") for p in parts)
+    assert clean_expansion(out) == out
 
 
 def test_the_model_sees_the_query_and_hint_only_and_is_asked_once() -> None:
