@@ -32,6 +32,7 @@ NAME_ROLE = Qt.ItemDataRole.UserRole + 2  # the policy a row belongs to
 WINNER_BACKGROUND = "#e3f4e8"
 FAILED_TEXT = "#b3261e"
 MAX_VISIBLE_ROWS = 6
+ROW_PADDING = 6  # pixels above the text height: compact rows keep the columns in view
 
 
 HINT = "The highlighted row passed every check with the least model work. Click a header to sort."
@@ -71,7 +72,7 @@ class VerdictView(QWidget):
         layout.setContentsMargins(0, 4, 0, 4)
         self.title = QLabel()
         self.title.setObjectName("verdictTitle")
-        self.title.setWordWrap(True)
+        self.title.setWordWrap(False)
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         font = QFont(self.title.font())
         font.setPointSize(font.pointSize() + 1)
@@ -85,7 +86,10 @@ class VerdictView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setWordWrap(False)
-        self.table.verticalHeader().setVisible(False)
+        rows = self.table.verticalHeader()
+        rows.setVisible(False)
+        rows.setMinimumSectionSize(1)
+        rows.setDefaultSectionSize(self.table.fontMetrics().height() + ROW_PADDING)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         top = QHBoxLayout()
         top.addWidget(self.title)
