@@ -281,3 +281,15 @@ def test_done_when_command_writes_json_with_the_verdict_and_the_png(tmp_path: Pa
     assert winner in FOUR and len(doc["verdict"]["policies"]) == 4
     assert f"Finished. {doc['verdict']['sentence']}" in proc.stdout.splitlines()
     assert image.stat().st_size > 10_000
+
+
+def test_smoke_writes_the_format_its_report_path_names(
+    qt_app: QApplication, tmp_path: Path
+) -> None:
+    settings = ComparisonSettings(task=Task.STATE_UPDATES, model=ModelChoice.SCRIPTED)
+    report = tmp_path / "state.html"
+    lines: list[str] = []
+    assert smoke.run_smoke(settings, report, None, echo=lines.append) == smoke.EXIT_OK
+    root = parse_html(report.read_text(encoding="utf-8"))
+    sentence = root.find(".//p[@id='sentence']")
+    assert sentence is not None and f"Finished. {sentence.text}" in lines
