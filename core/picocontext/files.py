@@ -19,7 +19,7 @@ import codecs
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ __all__ = [
     "inside",
     "read_bounded",
     "read_text_bounded",
+    "require_regular_file",
 ]
 
 DEFAULT_LIMIT = 64 * 1024 * 1024
@@ -66,6 +67,14 @@ def _open_regular(path: Path) -> int:
         os.close(fd)
         raise InputFileError(f"{path}: is {_kind(mode)}, not a regular file")
     return fd
+
+
+def require_regular_file(path: Path | str) -> Path:
+    """``path`` if it opens as a regular file (without blocking on a FIFO), else
+    :class:`InputFileError` naming what it is; for files another library opens by name."""
+    path = Path(path)
+    os.close(_open_regular(path))
+    return path
 
 
 def read_bounded(path: Path | str, limit: int = DEFAULT_LIMIT) -> bytes:
@@ -122,18 +131,23 @@ class SourceWalk:
     skipped: list[str] = field(default_factory=list)
 
 
-def _entries(root: Path, folder: Path, walk: SourceWalk) -> Iterator[Path]:
+Exclude = Callable[[Path], bool]
+
+
+def _entries(root: Path, folder: Path, walk: SourceWalk, exclude: Exclude) -> Iterator[Path]:
     try:
         children = sorted(folder.iterdir())
     except OSError as exc:
         walk.skipped.append(f"{folder}: cannot list ({exc.strerror or exc})")
         return
     for child in children:
+        if exclude(child):
+            continue
         if not inside(root, child):
             walk.skipped.append(f"{child}: leads outside {root}")
         elif child.is_dir():
             if not child.is_symlink():
-                yield from _entries(root, child, walk)
+                yield from _entries(root, child, walk, exclude)
             else:
                 walk.skipped.append(f"{child}: symlinked folder (not followed)")
         elif child.is_file():
@@ -142,14 +156,16 @@ def _entries(root: Path, folder: Path, walk: SourceWalk) -> Iterator[Path]:
             walk.skipped.append(f"{child}: not a regular file")
 
 
-def files_under(root: Path | str) -> SourceWalk:
+def files_under(root: Path | str, exclude: Exclude | None = None) -> SourceWalk:
     """Every regular file under ``root`` (sorted, depth first) that stays inside it.
 
     Symlinks to files inside the root are kept (their real path is checked); symlinks that
-    lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed."""
+    lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed.
+    ``exclude(path)`` drops an entry (a folder with everything below it) before any check,
+    without listing it: for what the caller never wanted, such as ``.git``."""
     root = Path(root)
     if not root.is_dir():
         raise InputFileError(f"{root}: not a directory")
     walk = SourceWalk()
-    walk.files.extend(_entries(root, root, walk))
+    walk.files.extend(_entries(root, root, walk, exclude or (lambda _path: False)))
     return walk
