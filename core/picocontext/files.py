@@ -33,7 +33,6 @@ __all__ = [
     "inside",
     "read_bounded",
     "read_text_bounded",
-    "require_regular_file",
 ]
 
 DEFAULT_LIMIT = 64 * 1024 * 1024
@@ -67,14 +66,6 @@ def _open_regular(path: Path) -> int:
         os.close(fd)
         raise InputFileError(f"{path}: is {_kind(mode)}, not a regular file")
     return fd
-
-
-def require_regular_file(path: Path | str) -> Path:
-    """``path`` if it opens as a regular file (without blocking on a FIFO), else
-    :class:`InputFileError` naming what it is; for files another library opens by name."""
-    path = Path(path)
-    os.close(_open_regular(path))
-    return path
 
 
 def read_bounded(path: Path | str, limit: int = DEFAULT_LIMIT) -> bytes:
