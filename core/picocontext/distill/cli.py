@@ -512,12 +512,6 @@ def _sync(args: argparse.Namespace) -> int:
             if _claim(distiller, corpus, config, args.replace):
                 print(f"replaced the previous sources of {corpus}", file=sys.stderr)
             distiller.store.meta_set(CONFIG_KEY, json.dumps(config, sort_keys=True))
-            if config.get("summarizer", "fake") == "fake" and not args.json:
-                print(
-                    "summarizer: fake (deterministic l0(...)/rollup(...) texts); pass "
-                    "--summarizer model --model DIR for real summaries",
-                    file=sys.stderr,
-                )
             reports = [distiller.sync(a) for a in opened.adapters]
     except BaseException:
         opened.close()
@@ -525,6 +519,12 @@ def _sync(args: argparse.Namespace) -> int:
             _remove_empty_corpus(corpus)
         raise
     try:
+        if config.get("summarizer", "fake") == "fake" and not args.json:
+            print(
+                "summarizer: fake (deterministic l0(...)/rollup(...) texts); pass "
+                "--summarizer model --model DIR for real summaries",
+                file=sys.stderr,
+            )
         return _report_sync(args, distiller, opened.adapters, reports)
     finally:
         opened.close()

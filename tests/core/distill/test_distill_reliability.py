@@ -371,3 +371,19 @@ def test_a_crash_after_a_delete_leaves_no_dangling_child_ids(tmp_path: Path) -> 
     reopened.sweep()
     assert _dangling(reopened) == [] and reopened.store.meta_get("rollup_needed") == "0"
     reopened.close()
+
+
+def test_a_session_list_that_cannot_be_read_is_one_line_and_leaves_no_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _session_store(tmp_path / "s.db")
+    db = sqlite3.connect(path)
+    db.execute("UPDATE sessions SET user_id = X'ff'")
+    db.commit()
+    db.close()
+    corpus = tmp_path / "c"
+    code, out, err = _run(capsys, "--corpus", str(corpus), "sync", "--sessions", str(path))
+    assert code == 1 and out == "" and "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith("error: Cannot list conversations") and "sessions" in line
+    assert not corpus.exists()
