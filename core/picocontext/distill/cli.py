@@ -355,15 +355,17 @@ def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _corpus(args: argparse.Namespace) -> Path:
+def _corpus(args: argparse.Namespace, write: bool = False) -> Path:
     """``--corpus`` (or the default), refused before any work unless it is a directory or
-    can become one."""
+    can become one (and, for the commands that build, one this process may write)."""
     corpus = Path(args.corpus) if args.corpus else default_corpus()
     if corpus.exists() and not corpus.is_dir():
         raise ConfigError(f"--corpus {corpus} is not a directory; a corpus is a folder.")
     existing = next((p for p in (corpus, *corpus.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ConfigError(f"--corpus {corpus}: {existing} is not a directory.")
+    if write and existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--corpus {corpus}: {existing} is not writable.")
     return corpus
 
 
@@ -499,7 +501,7 @@ def _claim(distiller: Distiller, corpus: Path, config: dict[str, Any], replace: 
 
 
 def _sync(args: argparse.Namespace) -> int:
-    corpus = _corpus(args)
+    corpus = _corpus(args, write=True)
     fresh = not (corpus / "nodes.sqlite").exists()
     config = _sync_config(args, _stored_config(corpus, must_exist=False))
     if not _sources(config):
@@ -590,7 +592,7 @@ def _watch(args: argparse.Namespace) -> int:
     from picocontext.distill.models import SweepReport
     from picocontext.distill.worker import DistillWorker
 
-    corpus = _corpus(args)
+    corpus = _corpus(args, write=True)
     config = _stored_config(corpus)
     opened = _open_distiller(corpus, config)
     distiller, adapters = opened.distiller, opened.adapters
@@ -626,7 +628,7 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    corpus = _corpus(args)
+    corpus = _corpus(args, write=True)
     config = _stored_config(corpus)
     opened = _open_distiller(corpus, config)
     distiller, adapters = opened.distiller, opened.adapters

@@ -233,6 +233,20 @@ def test_a_corrupt_conversation_is_skipped_and_named(
     assert "Traceback" not in err
 
 
+def test_an_old_session_store_is_not_migrated_by_a_sync(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from schema1 import kettle_history, write_schema_1
+
+    path = tmp_path / "old.db"
+    write_schema_1(path, kettle_history())
+    before = path.read_bytes()
+    corpus = tmp_path / "c"
+    code, _, err = _run(capsys, "--corpus", str(corpus), "sync", "--sessions", str(path))
+    assert code == 1 and err.count("\n") == 1 and "uses store schema 1" in err
+    assert path.read_bytes() == before and not corpus.exists()
+
+
 def test_a_read_only_store_refuses_writes_and_old_files(tmp_path: Path) -> None:
     path = _session_store(tmp_path / "s.db")
     with SQLiteStore(path, read_only=True) as store:
@@ -281,6 +295,19 @@ def test_the_corpus_path_is_checked_before_any_work(
     assert err == f"error: --corpus {corpus} is not a directory; a corpus is a folder.\n"
     code, _, err = _run(capsys, "--corpus", str(corpus / "sub"), *argv)
     assert code == 1 and f"{corpus} is not a directory" in err
+
+
+def test_an_unwritable_corpus_location_is_refused_before_any_work(
+    tmp_path: Path, docs: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Tests run as root here, where every folder is writable, so os.access is stubbed.)"""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != locked and real_access(p, mode))
+    argv = ["sync", "--docs", str(docs), "--summarizer", "model", "--model", "no-such-model"]
+    code, _, err = _run(capsys, "--corpus", str(locked / "corpus"), *argv)
+    assert code == 1 and err == f"error: --corpus {locked / 'corpus'}: {locked} is not writable.\n"
 
 
 # -- map --known and call ----------------------------------------------------------------------
