@@ -263,14 +263,17 @@ class WorkingContext:
         drop records and change bodies only), so checking ``new`` against the transcript's
         index says what validating both whole snapshots would. Returns the extended index."""
         transcript = self.original.records
+        # A new index is private until returned, so it is built outside the lock.
+        index = self._index if self._index is not None else _Index(transcript)
+        length = len(transcript)
         with _INDEX_LOCK:
-            index = self._index if self._index is not None else _Index(transcript)
-            length = len(transcript)
             _walk(new, _Below(index.ids, length), _Below(index.calls, length))
-            if not index.serves(transcript):
-                index = _Index(transcript)
-            index.extend(new)
-            return index
+            if index.serves(transcript):
+                index.extend(new)
+                return index
+        fork = _Index(transcript)
+        fork.extend(new)
+        return fork
 
     def deleted_ids(self) -> list[str]:
         """Transcript record ids no longer in the working revision (tombstones)."""
