@@ -122,23 +122,25 @@ class SourceWalk:
     skipped: list[str] = field(default_factory=list)
 
 
-Exclude = Callable[[Path], bool]
+Ignore = Callable[[Path], bool]
 
 
-def _entries(root: Path, folder: Path, walk: SourceWalk, exclude: Exclude) -> Iterator[Path]:
+def _entries(
+    root: Path, folder: Path, walk: SourceWalk, ignore: Ignore | None = None
+) -> Iterator[Path]:
     try:
         children = sorted(folder.iterdir())
     except OSError as exc:
         walk.skipped.append(f"{folder}: cannot list ({exc.strerror or exc})")
         return
     for child in children:
-        if exclude(child):
+        if ignore is not None and ignore(child):
             continue
         if not inside(root, child):
             walk.skipped.append(f"{child}: leads outside {root}")
         elif child.is_dir():
             if not child.is_symlink():
-                yield from _entries(root, child, walk, exclude)
+                yield from _entries(root, child, walk, ignore)
             else:
                 walk.skipped.append(f"{child}: symlinked folder (not followed)")
         elif child.is_file():
@@ -147,16 +149,16 @@ def _entries(root: Path, folder: Path, walk: SourceWalk, exclude: Exclude) -> It
             walk.skipped.append(f"{child}: not a regular file")
 
 
-def files_under(root: Path | str, exclude: Exclude | None = None) -> SourceWalk:
+def files_under(root: Path | str, *, ignore: Ignore | None = None) -> SourceWalk:
     """Every regular file under ``root`` (sorted, depth first) that stays inside it.
 
     Symlinks to files inside the root are kept (their real path is checked); symlinks that
     lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed.
-    ``exclude(path)`` drops an entry (a folder with everything below it) before any check,
-    without listing it: for what the caller never wanted, such as ``.git``."""
+    ``ignore(path)`` leaves an entry out quietly (hidden files, caches), and a folder it
+    ignores is not entered: what a caller never wanted is not reported as skipped."""
     root = Path(root)
     if not root.is_dir():
         raise InputFileError(f"{root}: not a directory")
     walk = SourceWalk()
-    walk.files.extend(_entries(root, root, walk, exclude or (lambda _path: False)))
+    walk.files.extend(_entries(root, root, walk, ignore))
     return walk

@@ -259,7 +259,7 @@ class DocumentFolderSource:
 
     def _walk(self) -> SourceWalk:
         try:
-            return files_under(self.root, self._unwanted)
+            return files_under(self.root, ignore=self._unwanted)
         except InputFileError as exc:
             raise SourceError(f"Document folder {exc.message}") from None
 
