@@ -19,7 +19,7 @@ import codecs
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,18 +122,25 @@ class SourceWalk:
     skipped: list[str] = field(default_factory=list)
 
 
-def _entries(root: Path, folder: Path, walk: SourceWalk) -> Iterator[Path]:
+Ignore = Callable[[Path], bool]
+
+
+def _entries(
+    root: Path, folder: Path, walk: SourceWalk, ignore: Ignore | None = None
+) -> Iterator[Path]:
     try:
         children = sorted(folder.iterdir())
     except OSError as exc:
         walk.skipped.append(f"{folder}: cannot list ({exc.strerror or exc})")
         return
     for child in children:
+        if ignore is not None and ignore(child):
+            continue
         if not inside(root, child):
             walk.skipped.append(f"{child}: leads outside {root}")
         elif child.is_dir():
             if not child.is_symlink():
-                yield from _entries(root, child, walk)
+                yield from _entries(root, child, walk, ignore)
             else:
                 walk.skipped.append(f"{child}: symlinked folder (not followed)")
         elif child.is_file():
@@ -142,14 +149,16 @@ def _entries(root: Path, folder: Path, walk: SourceWalk) -> Iterator[Path]:
             walk.skipped.append(f"{child}: not a regular file")
 
 
-def files_under(root: Path | str) -> SourceWalk:
+def files_under(root: Path | str, *, ignore: Ignore | None = None) -> SourceWalk:
     """Every regular file under ``root`` (sorted, depth first) that stays inside it.
 
     Symlinks to files inside the root are kept (their real path is checked); symlinks that
-    lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed."""
+    lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed.
+    ``ignore(path)`` leaves an entry out quietly (hidden files, caches), and a folder it
+    ignores is not entered: what a caller never wanted is not reported as skipped."""
     root = Path(root)
     if not root.is_dir():
         raise InputFileError(f"{root}: not a directory")
     walk = SourceWalk()
-    walk.files.extend(_entries(root, root, walk))
+    walk.files.extend(_entries(root, root, walk, ignore))
     return walk

@@ -292,6 +292,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         )
         for w in result.stats.warnings:
             err.write(f"warn: {w}\n")
+        for s in result.stats.skipped:
+            err.write(f"skipped: {s}\n")
         written = write_outputs(result, args.out, cache_path)
     except GateFailed as exc:
         err.write(f"error: {exc.message}\n")

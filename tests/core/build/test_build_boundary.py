@@ -1,0 +1,64 @@
+"""A source folder is a boundary for ``pcx build``: a symlink that leads out of it is skipped
+and named (stderr and the JSON stats), never read into leaves, manifests or ``llms.txt``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from picocontext import cli
+from picocontext.build.adapters import load_source
+
+SECRET = "root:x:0:0:root:/root:/bin/bash"
+KINDS = ("docs", "files", "skills", "memory")
+
+
+def _source(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(f"# Accounts\n\n{SECRET}\n", encoding="utf-8")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kiln.md").write_text(
+        "---\nname: kiln\ndescription: firing the kiln\n---\n# Kiln\n\nFire at cone 6.\n",
+        encoding="utf-8",
+    )
+    (src / "passwd.md").symlink_to(outside / "secret.txt")
+    os.mkfifo(src / "pipe.md")
+    return src
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_folder_adapter_skips_a_symlink_out_of_the_source(tmp_path: Path, kind: str) -> None:
+    tree = load_source(_source(tmp_path), kind, "src")
+    contents = [n.content for n in tree.root.walk()]
+    assert not any(SECRET in c for c in contents)
+    assert any("cone 6" in c for c in contents)
+    assert any(
+        s.endswith("passwd.md: leads outside " + str(tmp_path / "src")) for s in tree.skipped
+    )
+    assert any("pipe.md: not a regular file" in s for s in tree.skipped)
+
+
+def test_pcx_build_names_what_it_skipped_and_indexes_nothing_from_outside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, out = _source(tmp_path), tmp_path / "out"
+    argv = ["pcx", "build", str(src), "--kind", "docs", "--out", str(out), "--json", "--quiet"]
+    assert cli.main(argv) == 0
+    stdout, stderr = capsys.readouterr()
+    stats = json.loads(stdout)
+    assert any("passwd.md: leads outside" in s for s in stats["skipped"])
+    assert f"skipped: {src / 'passwd.md'}: leads outside {src}" in stderr.splitlines()
+    written = [p.read_text(encoding="utf-8") for p in out.iterdir() if p.is_file()]
+    assert written and not any(SECRET in text or "passwd" in text for text in written)
+
+
+def test_a_symlink_inside_the_source_is_still_followed(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    (src / "alias.md").symlink_to(src / "kiln.md")
+    tree = load_source(src, "docs", "src")
+    assert sum("cone 6" in n.content for n in tree.root.walk()) == 2
