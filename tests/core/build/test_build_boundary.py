@@ -62,3 +62,38 @@ def test_a_symlink_inside_the_source_is_still_followed(tmp_path: Path) -> None:
     (src / "alias.md").symlink_to(src / "kiln.md")
     tree = load_source(src, "docs", "src")
     assert sum("cone 6" in n.content for n in tree.root.walk()) == 2
+
+
+@pytest.mark.parametrize("where", ["file", "under-file"])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_build(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("# A\n\nalpha text\n", encoding="utf-8")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x", encoding="utf-8")
+    out = blocker if where == "file" else blocker / "out"
+    code = cli.main(["pcx", "build", str(src), "--kind", "docs", "--out", str(out)])
+    stdout, stderr = capsys.readouterr()
+    assert code == 2 and stdout == "" and "building" not in stderr
+    assert stderr.startswith(f"error: {out}: ") and len(stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--collision-threshold", "nan"),
+        ("--collision-threshold", "1.5"),
+        ("--max-collision", "inf"),
+        ("--min-fidelity", "0"),
+        ("--max-contrast-rounds", "-1"),
+        ("--max-repairs", "1.5"),
+    ],
+)
+def test_numeric_build_flags_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    code = cli.main(["pcx", "build", str(tmp_path), "--kind", "docs", flag, value])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.splitlines()) == 1 and flag in err and repr(value) in err
