@@ -187,9 +187,12 @@ def test_unwritable_output_exits_1_before_anything_runs(tmp_path: Path) -> None:
 def test_an_output_that_is_not_a_file_is_refused_before_anything_runs(
     tmp_path: Path, kind: str
 ) -> None:
-    target = {"folder": tmp_path, "fifo": tmp_path / "r.fifo", "device": Path("/dev/null")}[kind]
+    target = {"folder": tmp_path, "fifo": tmp_path / "r.fifo", "device": tmp_path / "null"}[kind]
     if kind == "fifo":
         os.mkfifo(target)
+    if kind == "device":
+        # A link, so that a regression replaces the link, never the system's /dev/null.
+        target.symlink_to("/dev/null")
     argv = ["--config", str(write_config(tmp_path)), "--output", str(target)]
     code, out, err = run_cli(*argv)
     assert code == 1 and out == "" and len(err.splitlines()) == 1
