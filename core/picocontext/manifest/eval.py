@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from picocontext.errors import PicoContextError
+from picocontext.errors import Cancelled, PicoContextError
 from picocontext.manifest.errors import (
     DisclosureRefused,
     EvalError,
@@ -192,6 +192,8 @@ def _decide(
     on screen that a chat template would refuse."""
     try:
         return navigator.decide(query, entries, budget_remaining)
+    except Cancelled:
+        raise
     except PicoContextError as exc:
         raise CaseFailed(f"navigator: {exc.message}{_on_screen(manifest, entries)}") from None
 
@@ -422,6 +424,8 @@ def _guarded_case(
     """:func:`run_case`, with an error of the project confined to its case."""
     try:
         return run_case(manifest, navigator, case, **kwargs)
+    except Cancelled:
+        raise  # the caller stopped the run: not a failure of this case
     except PicoContextError as exc:
         return _failed(case, exc)
 

@@ -266,3 +266,17 @@ def test_deeply_nested_cases_are_one_clear_line(
     code, _, err = _run(capsys, "eval", str(MANIFEST), str(cases))
     assert code == 2 and len(err.splitlines()) == 1
     assert f"{cases}: JSON nested too deeply" in err and "Traceback" not in err
+
+
+def test_a_cancelled_navigation_stops_the_run_instead_of_spoiling_one_case(
+    tmp_path: Path,
+) -> None:
+    from picocontext.errors import Cancelled
+
+    class CancelledModel(RefusingModel):
+        def chat(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            raise Cancelled()
+
+    cases = [NavCase(query="storage pool", target="storage.pool")]
+    with pytest.raises(Cancelled):
+        run_eval(load_manifest(MANIFEST), cases, LLMNavigator(CancelledModel()))
