@@ -97,3 +97,15 @@ def test_numeric_build_flags_are_refused_in_one_line(
     code = cli.main(["pcx", "build", str(tmp_path), "--kind", "docs", flag, value])
     _, err = capsys.readouterr()
     assert code == 2 and len(err.splitlines()) == 1 and flag in err and repr(value) in err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unreadable_file_is_skipped_and_named_and_the_rest_built(
+    tmp_path: Path, kind: str
+) -> None:
+    src = _source(tmp_path)
+    (src / "blob.md").write_bytes(b"\x00\x01\x02 not text")
+    tree = load_source(src, kind, "src")
+    assert any("cone 6" in n.content for n in tree.root.walk())
+    named = tree.warnings if kind == "files" else tree.skipped  # files: its own warnings
+    assert any("blob.md: looks binary" in s for s in named), named

@@ -95,6 +95,16 @@ class SourceScan:
     def read(self, path: Path) -> str:
         return read_text(path, self.root)
 
+    def read_or_skip(self, path: Path) -> str | None:
+        """The file's text, or None with the reason added to :attr:`skipped` (binary, over
+        the size limit, gone or swapped since the walk): one unreadable file does not stop
+        the build of the others."""
+        try:
+            return self.read(path)
+        except SourceError as exc:
+            self.skipped.append(exc.message)
+            return None
+
 
 def folder_node(ids: IdRegistry, parts: list[str], kind: str) -> SourceNode:
     """The branch for a sub-folder at ``parts`` (path segments), shared by folder adapters."""

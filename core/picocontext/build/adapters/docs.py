@@ -30,8 +30,12 @@ from picocontext.build.ir import IdRegistry, SourceNode, SourceTree, humanize, p
 DOC_SUFFIXES = (".md", ".mdx", ".markdown")
 
 
-def doc_leaf(scan: SourceScan, path: Path, rel: list[str], ids: IdRegistry, top: str) -> SourceNode:
-    text = scan.read(path)
+def doc_leaf(
+    scan: SourceScan, path: Path, rel: list[str], ids: IdRegistry, top: str
+) -> SourceNode | None:
+    text = scan.read_or_skip(path)
+    if text is None:
+        return None
     front, body = split_frontmatter(text, str(path))
     stem = path.name.rsplit(".", 1)[0]
     title = as_text(front.get("title")) or first_heading(body) or humanize(stem)
@@ -68,7 +72,9 @@ def load_docs(path: Path, source_id: str) -> SourceTree:
                 order.append((node, child))
                 pending_dirs.append((entry, child, parts))
             elif entry.suffix.lower() in DOC_SUFFIXES:
-                node.children.append(doc_leaf(scan, entry, parts, ids, top))
+                leaf = doc_leaf(scan, entry, parts, ids, top)
+                if leaf is not None:
+                    node.children.append(leaf)
         stack.extend(reversed(pending_dirs))
     # Drop folders with no documents (deepest first, so emptiness propagates up).
     for parent, child in reversed(order):

@@ -39,7 +39,10 @@ def load_memory(path: Path, source_id: str) -> SourceTree:
         raise SourceError(f"memory source {path} has no fact files (*.md other than MEMORY.md)")
     facts: list[tuple[str, str, SourceNode]] = []
     for f in files:
-        front, body = split_frontmatter(scan.read(f), str(f))
+        text = scan.read_or_skip(f)
+        if text is None:
+            continue
+        front, body = split_frontmatter(text, str(f))
         mtype = _meta_field(dict(front), "type") or "note"
         ns = _meta_field(dict(front), "namespace") or _NAMESPACE_OF_TYPE.get(
             mtype.lower(), "knowledge"

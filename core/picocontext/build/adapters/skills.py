@@ -33,7 +33,10 @@ def load_skills(path: Path, source_id: str) -> SourceTree:
         raise SourceError(f"skills source {path} has no .md files")
     parsed = []
     for f in files:
-        front, body = split_frontmatter(scan.read(f), str(f))
+        text = scan.read_or_skip(f)
+        if text is None:
+            continue
+        front, body = split_frontmatter(text, str(f))
         name = as_text(front.get("name")) or first_heading(body) or humanize(f.stem)
         category = as_text(front.get("category")).strip()
         parsed.append((f, front, body, name.strip(), category))
