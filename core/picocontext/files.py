@@ -187,6 +187,13 @@ def check_output_file(path: Path | str) -> Path:
     :class:`OutputFileError` saying why: it is a folder or not a regular file, a file stands
     where a folder is needed, or the folder is not writable. Nothing is created."""
     path = Path(path)
+    try:
+        return _check_output_file(path)
+    except OSError as exc:  # a parent that cannot even be looked into
+        raise OutputFileError(f"{path}: cannot be checked ({exc.strerror or exc})") from None
+
+
+def _check_output_file(path: Path) -> Path:
     if path.exists() or path.is_symlink():
         mode = path.stat().st_mode if path.exists() else 0
         if not stat.S_ISREG(mode):
@@ -204,6 +211,13 @@ def check_output_folder(path: Path | str) -> Path:
     """``path``, if it is a folder or one can be created there; otherwise
     :class:`OutputFileError`. Nothing is created."""
     path = Path(path)
+    try:
+        return _check_output_folder(path)
+    except OSError as exc:
+        raise OutputFileError(f"{path}: cannot be checked ({exc.strerror or exc})") from None
+
+
+def _check_output_folder(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise OutputFileError(f"{path}: is not a folder; give a folder to write into")
     folder = path if path.is_dir() else _nearest_existing(path)
