@@ -408,3 +408,19 @@ def test_real_mlx_path_on_the_tiny_model(tmp_path: Path) -> None:
 def test_bare_decoding_switches_mean_on() -> None:
     args = cli.parse_args(["--backend", "mlx", "--constrained", "--prefix-cache", "off"])
     assert (args["constrained"], args["prefix-cache"]) == ("on", "off")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--workers", "nan"], "--workers"),
+        (["--workers", "-1"], "--workers"),
+        (["--bytes-per-token", "inf"], "--bytes-per-token"),
+        (["--bytes-per-token", "1e1"], "--bytes-per-token"),
+        (["--conversation", "c.json", "--window", "nan"], "--window"),
+        (["--conversation", "c.json", "--questions", "-1"], "--questions"),
+    ],
+)
+def test_numeric_flags_refuse_nan_inf_and_negatives_in_one_line(argv: list[str], flag: str) -> None:
+    code, out, err = run_cli(*argv)
+    assert code == 1 and out == "" and err.startswith(f"picocontext-eval: {flag} must be")
