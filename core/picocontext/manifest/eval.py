@@ -37,7 +37,7 @@ from picocontext.manifest.navigator import NavAction, Navigator
 from picocontext.manifest.runtime import FrontierEntry, LeafResolver, ViewLevel, render_line
 from picocontext.manifest.session import DEFAULT_PROTOCOL, ModeConfig, NavSession
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
-from picocontext.manifest.validate import reserved_tokens
+from picocontext.manifest.validate import reserved_tokens, unique_keys
 
 
 class NavCase(BaseModel):
@@ -149,7 +149,7 @@ def load_cases(path: Path | str) -> list[NavCase]:
     from picocontext.files import InputFileError, read_text_bounded
 
     try:
-        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES))
+        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES), object_pairs_hook=unique_keys)
     except InputFileError as exc:
         raise EvalError(f"Cannot read cases: {exc.message}") from None
     except RecursionError:

@@ -432,17 +432,23 @@ def _first_repeat(keys: Iterator[str]) -> str:
     return ""
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook``: an object with a repeated key is refused, naming the key."""
+class DuplicateKey(ValueError):
+    """A JSON object with a repeated key (raised by :func:`unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"duplicate key {key[:80]!r} in one JSON object (a parser would silently keep "
+            "only the last value); remove or rename one"
+        )
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: an object with a repeated key is refused
+    with :class:`DuplicateKey`, naming the key."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        key = _first_repeat(k for k, _ in pairs)
-        raise ManifestInvalid(
-            [
-                f"<document>: duplicate key {key[:80]!r} in one JSON object (a parser would "
-                "silently keep only the last value); remove or rename one"
-            ]
-        )
+        raise DuplicateKey(_first_repeat(k for k, _ in pairs))
     return obj
 
 
@@ -461,7 +467,10 @@ def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:
     manifest = Manifest.model_validate_json(raw)
     # Checked after the model accepted the text, so malformed JSON keeps pydantic's message;
     # the C scanner with a small hook costs about a third of the model parse.
-    json.loads(raw, object_pairs_hook=_unique_keys)
+    try:
+        json.loads(raw, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise ManifestInvalid([f"<document>: {exc}"]) from None
     return manifest
 
 

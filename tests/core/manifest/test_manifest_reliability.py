@@ -280,3 +280,12 @@ def test_a_cancelled_navigation_stops_the_run_instead_of_spoiling_one_case(
     cases = [NavCase(query="storage pool", target="storage.pool")]
     with pytest.raises(Cancelled):
         run_eval(load_manifest(MANIFEST), cases, LLMNavigator(CancelledModel()))
+
+
+def test_a_duplicate_key_in_a_case_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = tmp_path / "cases.json"
+    cases.write_text('[{"query": "dns", "target": "network.dns", "target": "x"}]', "utf-8")
+    code, _, err = _run(capsys, "eval", str(MANIFEST), str(cases))
+    assert code == 2 and len(err.splitlines()) == 1 and "duplicate key 'target'" in err
