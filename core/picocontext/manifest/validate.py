@@ -466,7 +466,7 @@ def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:
     raw = raw.removeprefix(codecs.BOM_UTF8)
     manifest = Manifest.model_validate_json(raw)
     # Checked after the model accepted the text, so malformed JSON keeps pydantic's message;
-    # the C scanner with a small hook costs about a third of the model parse.
+    # the second pass is the standard library's C scanner with a small hook.
     try:
         json.loads(raw, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:
