@@ -150,6 +150,9 @@ class BuildStats(BaseModel):
     warnings: tuple[str, ...]
     seconds: float
     incremental: bool
+    # source entries the walk refused, each ``path: reason`` (a symlink leading outside the
+    # source folder, a FIFO, a device): never read, never indexed
+    skipped: tuple[str, ...] = ()
 
 
 class BuildResult(BaseModel):
@@ -339,6 +342,7 @@ def compile_tree(
         warnings=tuple(warnings),
         seconds=round(time.perf_counter() - t0, 3),
         incremental=old is not None,
+        skipped=tuple(tree.skipped),
     )
     failures = []
     if options.max_collision is not None and worst > options.max_collision:
