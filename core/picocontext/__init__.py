@@ -52,7 +52,14 @@ from picocontext.errors import (
     StorageError,
     UnknownRecord,
 )
-from picocontext.files import InputFileError, read_bounded, read_text_bounded
+from picocontext.files import (
+    InputFileError,
+    OutputFileError,
+    check_output_file,
+    check_output_folder,
+    read_bounded,
+    read_text_bounded,
+)
 from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
 from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep, diff_snapshots
@@ -92,6 +99,7 @@ __all__ = [
     "ModelToolCall",
     "Operation",
     "Outcome",
+    "OutputFileError",
     "Phase",
     "PicoContextError",
     "PreparedPrompt",
@@ -116,6 +124,8 @@ __all__ = [
     "Usage",
     "WorkingContext",
     "__version__",
+    "check_output_file",
+    "check_output_folder",
     "decode_edit_payload",
     "decode_keep_payload",
     "diff_snapshots",

@@ -11,6 +11,10 @@ Input folders are a boundary: :func:`files_under` walks a source root and yields
 files whose real path stays inside the root's real path, so a ``passwd.md`` symlink to
 ``/etc/passwd`` in a docs folder is skipped (and listed as skipped, so the caller can say so)
 rather than compiled, indexed or summarised.
+
+Output paths are checked before the work that fills them (:func:`check_output_file`): a report
+path that is a folder, a device, or under a file cannot be written, and finding that out after
+an hour-long evaluation loses the evaluation.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import codecs
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +32,10 @@ from picocontext.errors import PicoContextError
 __all__ = [
     "DEFAULT_LIMIT",
     "InputFileError",
+    "OutputFileError",
     "SourceWalk",
+    "check_output_file",
+    "check_output_folder",
     "files_under",
     "inside",
     "read_bounded",
@@ -122,18 +129,25 @@ class SourceWalk:
     skipped: list[str] = field(default_factory=list)
 
 
-def _entries(root: Path, folder: Path, walk: SourceWalk) -> Iterator[Path]:
+Ignore = Callable[[Path], bool]
+
+
+def _entries(
+    root: Path, folder: Path, walk: SourceWalk, ignore: Ignore | None = None
+) -> Iterator[Path]:
     try:
         children = sorted(folder.iterdir())
     except OSError as exc:
         walk.skipped.append(f"{folder}: cannot list ({exc.strerror or exc})")
         return
     for child in children:
+        if ignore is not None and ignore(child):
+            continue
         if not inside(root, child):
             walk.skipped.append(f"{child}: leads outside {root}")
         elif child.is_dir():
             if not child.is_symlink():
-                yield from _entries(root, child, walk)
+                yield from _entries(root, child, walk, ignore)
             else:
                 walk.skipped.append(f"{child}: symlinked folder (not followed)")
         elif child.is_file():
@@ -142,14 +156,73 @@ def _entries(root: Path, folder: Path, walk: SourceWalk) -> Iterator[Path]:
             walk.skipped.append(f"{child}: not a regular file")
 
 
-def files_under(root: Path | str) -> SourceWalk:
+def files_under(root: Path | str, *, ignore: Ignore | None = None) -> SourceWalk:
     """Every regular file under ``root`` (sorted, depth first) that stays inside it.
 
     Symlinks to files inside the root are kept (their real path is checked); symlinks that
-    lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed."""
+    lead outside, symlinked folders, devices, FIFOs and sockets are skipped and listed.
+    ``ignore(path)`` leaves an entry out quietly (hidden files, caches), and a folder it
+    ignores is not entered: what a caller never wanted is not reported as skipped."""
     root = Path(root)
     if not root.is_dir():
         raise InputFileError(f"{root}: not a directory")
     walk = SourceWalk()
-    walk.files.extend(_entries(root, root, walk))
+    walk.files.extend(_entries(root, root, walk, ignore))
     return walk
+
+
+class OutputFileError(PicoContextError):
+    """An output path that cannot be written; the message names the path and the reason."""
+
+
+def _nearest_existing(path: Path) -> Path:
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def check_output_file(path: Path | str) -> Path:
+    """``path``, if a file can be written there (missing folders can be created); otherwise
+    :class:`OutputFileError` saying why: it is a folder or not a regular file, a file stands
+    where a folder is needed, or the folder is not writable. Nothing is created."""
+    path = Path(path)
+    try:
+        return _check_output_file(path)
+    except OSError as exc:  # a parent that cannot even be looked into
+        raise OutputFileError(f"{path}: cannot be checked ({exc.strerror or exc})") from None
+
+
+def _check_output_file(path: Path) -> Path:
+    if path.exists() or path.is_symlink():
+        mode = path.stat().st_mode if path.exists() else 0
+        if not stat.S_ISREG(mode):
+            kind = _kind(mode) if mode else "a dangling symlink"
+            raise OutputFileError(f"{path}: is {kind}; give the path of a file to write")
+    folder = _nearest_existing(path)
+    if not folder.is_dir():
+        raise OutputFileError(f"{path}: cannot be created, {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputFileError(f"{path}: cannot write in {folder} (permission denied)")
+    return path
+
+
+def check_output_folder(path: Path | str) -> Path:
+    """``path``, if it is a folder or one can be created there; otherwise
+    :class:`OutputFileError`. Nothing is created."""
+    path = Path(path)
+    try:
+        return _check_output_folder(path)
+    except OSError as exc:
+        raise OutputFileError(f"{path}: cannot be checked ({exc.strerror or exc})") from None
+
+
+def _check_output_folder(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise OutputFileError(f"{path}: is not a folder; give a folder to write into")
+    folder = path if path.is_dir() else _nearest_existing(path)
+    if not folder.is_dir():
+        raise OutputFileError(f"{path}: cannot be created, {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputFileError(f"{path}: cannot write in {folder} (permission denied)")
+    return path

@@ -361,8 +361,12 @@ class SQLiteStore:
     the checksum of the last known transcript row), so a commit by any other writer simply
     makes the next save a checkpoint and the next read a full one."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        """``read_only`` opens an existing store for reading and never writes to it (no
+        schema, no migration, no journal-mode change): for tools that read someone's
+        sessions, such as a distill source. Such a store refuses an empty or old file."""
         self.path = Path(path)
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._heads: dict[str, _Head] = {}
         self._transcripts: dict[str, _Transcript] = {}
@@ -377,6 +381,8 @@ class SQLiteStore:
             raise
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -398,6 +404,19 @@ class SQLiteStore:
                 db.close()
             raise StorageError(self._open_problem(exc)) from exc
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            what = "is not a file" if self.path.exists() else "does not exist"
+            raise StorageError(f"Cannot open session store {self.path}: it {what}")
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        try:
+            db = sqlite3.connect(
+                uri, uri=True, check_same_thread=False, isolation_level=None, timeout=30.0
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"Cannot open session store {self.path}: {exc}") from exc
+        return db
+
     def _open_problem(self, exc: sqlite3.Error) -> str:
         if self.path.is_dir():
             return f"Cannot open session store {self.path}: it is a folder, not a store file"
@@ -412,7 +431,7 @@ class SQLiteStore:
     # -- schema -------------------------------------------------------------------------
     def _prepare_schema(self) -> None:
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
         try:
             version = int(db.execute("PRAGMA user_version").fetchone()[0])
             tables = {
@@ -428,11 +447,23 @@ class SQLiteStore:
                     f"{self.path} was written by a newer picocontext (store schema {version}); "
                     f"this version reads schema {SCHEMA_VERSION} or older. Upgrade picocontext."
                 )
-            self._migrate(db, version)
+            if self.read_only:
+                self._check_readable(version)
+            else:
+                self._migrate(db, version)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _check_readable(self, version: int) -> None:
+        if version == 0:
+            raise StorageError(f"{self.path} is empty, not a picocontext session store")
+        if version < SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.path} uses store schema {version}; open it once with picocontext "
+                f"(which migrates it to schema {SCHEMA_VERSION}) before reading it here"
+            )
 
     def _migrate(self, db: sqlite3.Connection, version: int) -> None:
         while version < SCHEMA_VERSION:

@@ -2,11 +2,19 @@
 
 Pure value logic, no I/O. Every mutation returns a *new* WorkingContext or raises; the old one
 is never touched, which is what makes commits atomic for the session and the stores.
+
+An edit is validated by walking the whole candidate revision (:func:`validate_snapshot`). An
+append is validated against an index of the transcript's record and tool-call ids instead,
+with the same per-record rules in the same order, so appending to a long session costs the
+size of the append, not of the session.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from picocontext.edits import (
     MAX_APPEND_PAYLOAD_BYTES,
@@ -44,6 +52,14 @@ def _check_text(record: Record) -> None:
         require_unicode(call.arguments)
 
 
+class _Seen(Protocol):
+    """The ids (or tool-call ids) the walk has met so far."""
+
+    def __contains__(self, item: object) -> bool: ...
+
+    def add(self, item: str) -> None: ...
+
+
 def validate_snapshot(snapshot: Snapshot) -> None:
     """Raise the first rule a snapshot breaks, in the reference's order."""
     scope = snapshot.scope
@@ -55,8 +71,13 @@ def validate_snapshot(snapshot: Snapshot) -> None:
     first_user = next((r for r in records if r.role is Role.USER), None)
     if first_user is None or not first_user.protected:
         raise InvalidContext("the initial user task must be protected")
-    seen_ids: set[str] = set()
-    seen_calls: set[str] = set()
+    _walk(records, set(), set())
+
+
+def _walk(records: Sequence[Record], seen_ids: _Seen, seen_calls: _Seen) -> None:
+    """The per-record rules, in order: ids unique, roles protected, tool groups complete.
+    ``seen_ids``/``seen_calls`` hold what records before ``records`` used (whose tool
+    groups are complete), so an append is checked against an index, not re-walked."""
     pending: set[str] = set()
     for record in records:
         _check_text(record)
@@ -79,17 +100,67 @@ def validate_snapshot(snapshot: Snapshot) -> None:
         if record.tool_call_id is not None:
             raise InvalidContext("result ID on a non-tool record")
         if record.tool_calls:
-            if record.role is not Role.ASSISTANT:
-                raise InvalidContext("only assistants call tools")
-            if len(record.tool_calls) > MAX_TOOL_CALLS_PER_GROUP:
-                raise InvalidContext("a tool group allows at most 31 calls")
-            for call in record.tool_calls:
-                if not call.id or not call.name or call.id in seen_calls:
-                    raise InvalidContext("empty or duplicate tool call ID/name")
-                seen_calls.add(call.id)
-                pending.add(call.id)
+            _open_group(record, seen_calls, pending)
     if pending:
         raise IncompleteToolGroup()
+
+
+def _open_group(record: Record, seen_calls: _Seen, pending: set[str]) -> None:
+    if record.role is not Role.ASSISTANT:
+        raise InvalidContext("only assistants call tools")
+    if len(record.tool_calls) > MAX_TOOL_CALLS_PER_GROUP:
+        raise InvalidContext("a tool group allows at most 31 calls")
+    for call in record.tool_calls:
+        if not call.id or not call.name or call.id in seen_calls:
+            raise InvalidContext("empty or duplicate tool call ID/name")
+        seen_calls.add(call.id)
+        pending.add(call.id)
+
+
+class _Index:
+    """Record ids and tool-call ids of a transcript, by position, shared by the contexts
+    whose transcripts are its prefixes: a context of ``length`` records sees the entries
+    below ``length``. An append that extends the longest of them extends the index in place
+    (O(size of the append)); an append to an older context (a fork) builds its own."""
+
+    def __init__(self, records: Sequence[Record]) -> None:
+        self.order: list[str] = []
+        self.ids: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.extend(records)
+
+    def extend(self, records: Sequence[Record]) -> None:
+        for record in records:
+            position = len(self.order)
+            self.order.append(record.id)
+            self.ids.setdefault(record.id, position)
+            for call in record.tool_calls:
+                self.calls.setdefault(call.id, position)
+
+    def serves(self, transcript: Sequence[Record]) -> bool:
+        """Whether this index still ends where ``transcript`` ends (cheap identity check)."""
+        n = len(transcript)
+        return len(self.order) == n and (n == 0 or self.order[-1] == transcript[-1].id)
+
+
+class _Below:
+    """A view of an index's ids (or call ids) before ``length``, plus the ones added since."""
+
+    def __init__(self, positions: dict[str, int], length: int) -> None:
+        self._positions = positions
+        self._length = length
+        self._added: set[str] = set()
+
+    def __contains__(self, item: object) -> bool:
+        position = self._positions.get(item) if isinstance(item, str) else None
+        return (position is not None and position < self._length) or item in self._added
+
+    def add(self, item: str) -> None:
+        self._added.add(item)
+
+
+# Guards every _Index: the check of an append and the extension of the index it passed.
+_INDEX_LOCK = threading.Lock()
 
 
 def _next_revision(revision: int) -> int:
@@ -105,6 +176,8 @@ class WorkingContext:
 
     original: Snapshot
     snapshot: Snapshot
+    # Ids of ``original`` for O(append) validation; derived data, built on first append.
+    _index: _Index | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def start(cls, snapshot: Snapshot) -> WorkingContext:
@@ -156,7 +229,7 @@ class WorkingContext:
         validate_snapshot(candidate)
         if not changed:
             raise InvalidContext("edit changes nothing")
-        return WorkingContext(original=self.original, snapshot=candidate)
+        return WorkingContext(original=self.original, snapshot=candidate, _index=self._index)
 
     def append(self, transaction: AppendTransaction) -> WorkingContext:
         """Extend both views with caller records; ids are never reusable, even after deletion."""
@@ -174,15 +247,33 @@ class WorkingContext:
         if utf8_len(records_wire_json(new)) > MAX_APPEND_PAYLOAD_BYTES:
             raise InvalidContext("append payload too large")
         revision = _next_revision(current.revision)
+        index = self._check_appended(new)
         transcript = Snapshot.model_construct(
             scope=current.scope, revision=revision, records=self.original.records + new
         )
         candidate = Snapshot.model_construct(
             scope=current.scope, revision=revision, records=current.records + new
         )
-        validate_snapshot(transcript)
-        validate_snapshot(candidate)
-        return WorkingContext(original=transcript, snapshot=candidate)
+        return WorkingContext(original=transcript, snapshot=candidate, _index=index)
+
+    def _check_appended(self, new: Sequence[Record]) -> _Index:
+        """The rules of :func:`validate_snapshot` for ``transcript + new`` and ``working +
+        new``, in O(len(new)): both views passed them already and end with complete tool
+        groups, and the working ids and call ids are a subset of the transcript's (edits
+        drop records and change bodies only), so checking ``new`` against the transcript's
+        index says what validating both whole snapshots would. Returns the extended index."""
+        transcript = self.original.records
+        # A new index is private until returned, so it is built outside the lock.
+        index = self._index if self._index is not None else _Index(transcript)
+        length = len(transcript)
+        with _INDEX_LOCK:
+            _walk(new, _Below(index.ids, length), _Below(index.calls, length))
+            if index.serves(transcript):
+                index.extend(new)
+                return index
+        fork = _Index(transcript)
+        fork.extend(new)
+        return fork
 
     def deleted_ids(self) -> list[str]:
         """Transcript record ids no longer in the working revision (tombstones)."""

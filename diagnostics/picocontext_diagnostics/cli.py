@@ -1,7 +1,8 @@
 """``picocontext eval`` (alias ``picocontext-eval``): run an evaluation and write its report.
 
 Exit codes: 0 every result passed; 2 some result failed (the report is still written);
-1 a setup, configuration or export problem (message on stderr, prefixed ``picocontext-eval:``);
+1 a setup, configuration or export problem (message on stderr, prefixed ``picocontext-eval:``),
+an ``--output`` that cannot be written among them, found before anything runs;
 130 interrupted.
 """
 
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from picocontext import Cancelled, CancelToken, PicoContextError
+from picocontext import Cancelled, CancelToken, PicoContextError, check_output_file
 from picocontext.cli import UsageError as CLIUsageError
 from picocontext.cli import run_command, standalone_parser
 from picocontext.models import MLX_SINGLE_WORKER, ModelHandle
@@ -483,13 +484,18 @@ def execute(
     if "help" in args:
         print(help_text.rstrip("\n"), file=out)
         return 0
+    try:
+        # Before any model is loaded or episode run: a report that cannot be written is
+        # found out now, not after the evaluation.
+        output = check_output_file(args["output"] if "output" in args else default_output())
+    except PicoContextError as exc:
+        return _fail(exc, err, prog)
     if "conversation" in args:
         from picocontext_diagnostics import conversations_cli
 
         return conversations_cli.execute(args, out, err, cancel, prog)
     try:
         config = choose_config(args)
-        output = Path(args["output"]) if "output" in args else default_output()
         quiet = "quiet" in args
         verbose = "steps" in args
         handle = resolve_backend(

@@ -6,6 +6,11 @@ One row per (task, policy): episodes passed and answer steps passed with their W
 intervals, total input tokens dispatched, prefill tokens actually computed, generated tokens,
 tool calls and wall time. Reports are read with the same size limit and schema check as
 everywhere else; a file that is not an evaluation report is an error naming the file.
+
+``--setup`` adds the model and decoding columns (a page that compares models or free and
+constrained decoding). ``--latest`` lets a later report's row replace an earlier one with the
+same model, decoding, task and policy -- one policy re-run after a fix -- and says so under
+the table, so a replaced row is never silent.
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
+SETUP_HEADER = (
+    "| model | decoding | task | policy | episodes passed | answer steps passed | input tokens "
+    "| prefill tokens | generated | tool calls | wall time |\n"
+    "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
 def _rate(block: dict[str, Any]) -> str:
     return (
         f"{block['successes']}/{block['trials']} "
@@ -63,26 +75,67 @@ def task_name(report: dict[str, Any]) -> str:
     return f"{config['scenario']} ×{config['step_count']}"
 
 
-def rows(report: dict[str, Any]) -> list[str]:
-    """One markdown row per policy of one report, in the configuration's policy order."""
+RowKey = tuple[str, str, str, str]  # model, decoding, task, policy
+
+
+def _setup(report: dict[str, Any]) -> tuple[str, str]:
+    provenance = report.get("provenance") or {}
+    return str(provenance.get("model", "?")), str(provenance.get("decoding", "?"))
+
+
+def keyed_rows(report: dict[str, Any], setup: bool = False) -> list[tuple[RowKey, str]]:
+    """One (key, markdown row) per policy of one report, in the configuration's policy order;
+    the key is (model, decoding, task, policy)."""
     task = task_name(report)
+    model, decoding = _setup(report)
+    lead = f"| {model} | {decoding} " if setup else ""
     out = []
     for entry in report["summary"]["policies"]:
         generated = round(entry["mean_generated_tokens"] * entry["episodes"]["trials"])
-        out.append(
-            f"| {task} | {entry['policy']} | {_rate(entry['episodes'])} "
+        row = (
+            f"{lead}| {task} | {entry['policy']} | {_rate(entry['episodes'])} "
             f"| {_rate(entry['answer_steps'])} | {entry['total_input_tokens']:,} "
             f"| {entry['total_prefill_tokens']:,} | {generated:,} | {entry['tool_calls']:,} "
             f"| {_seconds(entry['total_elapsed_seconds'])} |"
         )
+        out.append(((model, decoding, task, str(entry["policy"])), row))
     return out
 
 
-def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
-    """The header and every report's rows."""
-    lines = [HEADER]
-    for report in reports:
-        lines.extend(rows(report))
+def rows(report: dict[str, Any], setup: bool = False) -> list[str]:
+    """One markdown row per policy of one report, in the configuration's policy order."""
+    return [row for _, row in keyed_rows(report, setup)]
+
+
+def markdown_table(
+    reports: Sequence[dict[str, Any]],
+    *,
+    setup: bool = False,
+    latest: bool = False,
+    names: Sequence[str] = (),
+) -> str:
+    """The header and every report's rows; with ``latest`` a later report's row replaces an
+    earlier one with the same key, in place, and a note under the table names both files."""
+    table: dict[RowKey, str] = {}
+    listed: list[str] = []
+    source: dict[RowKey, int] = {}
+    notes: list[str] = []
+    for index, report in enumerate(reports):
+        for key, row in keyed_rows(report, setup):
+            if latest and key in table:
+                where = names[index] if index < len(names) else f"report {index + 1}"
+                was = (
+                    names[source[key]] if source[key] < len(names) else f"report {source[key] + 1}"
+                )
+                notes.append(f"{key[3]} ({', '.join(key[:3])}): from {where}, replacing {was}")
+                listed[listed.index(table[key])] = row
+            else:
+                listed.append(row)
+            table[key] = row
+            source[key] = index
+    lines = [SETUP_HEADER if setup else HEADER, *listed]
+    if notes:
+        lines += ["", *(f"* Replaced: {note}." for note in notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -94,6 +147,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="One row per (task, policy) of each evaluation report, as markdown.",
     )
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
+    parser.add_argument("--setup", action="store_true", help="add the model and decoding columns")
+    parser.add_argument(
+        "--latest",
+        action="store_true",
+        help="a later report's row replaces an earlier one for the same model, decoding, task "
+        "and policy (noted under the table)",
+    )
     parser.set_defaults(func=_run)
     return parser
 
@@ -106,7 +166,8 @@ def _run(args: argparse.Namespace) -> int:
     except InvalidConfiguration as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(markdown_table(reports))
+    names = [path.name for path in args.reports]
+    sys.stdout.write(markdown_table(reports, setup=args.setup, latest=args.latest, names=names))
     return 0
 
 

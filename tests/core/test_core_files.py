@@ -98,3 +98,39 @@ def test_a_walk_needs_a_directory(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x", encoding="utf-8")
     with pytest.raises(InputFileError, match="not a directory"):
         files_under(tmp_path / "f")
+
+
+def test_an_output_file_is_checked_without_creating_anything(tmp_path: Path) -> None:
+    from picocontext.files import OutputFileError, check_output_file
+
+    nested = tmp_path / "new" / "deeper" / "report.json"
+    assert check_output_file(nested) == nested and not (tmp_path / "new").exists()
+    existing = tmp_path / "old.json"
+    existing.write_text("{}", encoding="utf-8")
+    assert check_output_file(existing) == existing
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "nowhere" / "x")
+    for bad, reason in [
+        (tmp_path, "is a directory"),
+        (fifo, "is a FIFO"),
+        (dangling, "is a dangling symlink"),
+        (existing / "r.json", f"cannot be created, {existing} is not a folder"),
+        (existing / "a" / "r.json", f"cannot be created, {existing} is not a folder"),
+    ]:
+        with pytest.raises(OutputFileError, match=f"^{re.escape(str(bad))}: {re.escape(reason)}"):
+            check_output_file(bad)
+
+
+def test_an_output_folder_is_checked_without_creating_anything(tmp_path: Path) -> None:
+    from picocontext.files import OutputFileError, check_output_folder
+
+    assert check_output_folder(tmp_path / "dist" / "x") == tmp_path / "dist" / "x"
+    assert not (tmp_path / "dist").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    with pytest.raises(OutputFileError, match="is not a folder"):
+        check_output_folder(blocker)
+    with pytest.raises(OutputFileError, match=f"{re.escape(str(blocker))} is not a folder"):
+        check_output_folder(blocker / "out")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ from picocontext_diagnostics.backends import resolve_backend
 from picocontext_diagnostics.errors import BackendSetupError
 from picocontext_diagnostics.evaluation import EvaluationReport
 from picocontext_diagnostics.notebook import DeterministicNotebookBackend
+
+RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 
 
 def run_cli(*argv: str, cancel: CancelToken | None = None) -> tuple[int, str, str]:
@@ -167,13 +170,36 @@ def test_bad_configs_exit_1(tmp_path: Path) -> None:
     assert code == 1 and "unknown policy 'wandering'" in err
 
 
-def test_unwritable_output_exits_1(tmp_path: Path) -> None:
+def test_unwritable_output_exits_1_before_anything_runs(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x", encoding="utf-8")
     code, out, err = run_cli(
         "--config", str(write_config(tmp_path)), "--output", str(blocker / "r.json")
     )
-    assert code == 1 and "cannot write" in err and "Summary" in out
+    assert code == 1 and out == ""
+    assert (
+        err
+        == f"picocontext-eval: {blocker / 'r.json'}: cannot be created, {blocker} is not a folder\n"
+    )
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
+def test_an_output_that_is_not_a_file_is_refused_before_anything_runs(
+    tmp_path: Path, kind: str
+) -> None:
+    target = {"folder": tmp_path, "fifo": tmp_path / "r.fifo", "device": tmp_path / "null"}[kind]
+    if kind == "fifo":
+        os.mkfifo(target)
+    if kind == "device":
+        # A link, so that a regression replaces the link, never the system's /dev/null.
+        target.symlink_to("/dev/null")
+    argv = ["--config", str(write_config(tmp_path)), "--output", str(target)]
+    code, out, err = run_cli(*argv)
+    assert code == 1 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"picocontext-eval: {target}: is ") and "file to write" in err
+    conversation = RESOURCES / "conversations" / "moving-house.json"
+    code, out, err = run_cli("--conversation", str(conversation), "--output", str(target))
+    assert code == 1 and out == "" and "file to write" in err
 
 
 def test_help_and_interrupt(tmp_path: Path) -> None:
@@ -382,3 +408,19 @@ def test_real_mlx_path_on_the_tiny_model(tmp_path: Path) -> None:
 def test_bare_decoding_switches_mean_on() -> None:
     args = cli.parse_args(["--backend", "mlx", "--constrained", "--prefix-cache", "off"])
     assert (args["constrained"], args["prefix-cache"]) == ("on", "off")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--workers", "nan"], "--workers"),
+        (["--workers", "-1"], "--workers"),
+        (["--bytes-per-token", "inf"], "--bytes-per-token"),
+        (["--bytes-per-token", "1e1"], "--bytes-per-token"),
+        (["--conversation", "c.json", "--window", "nan"], "--window"),
+        (["--conversation", "c.json", "--questions", "-1"], "--questions"),
+    ],
+)
+def test_numeric_flags_refuse_nan_inf_and_negatives_in_one_line(argv: list[str], flag: str) -> None:
+    code, out, err = run_cli(*argv)
+    assert code == 1 and out == "" and err.startswith(f"picocontext-eval: {flag} must be")

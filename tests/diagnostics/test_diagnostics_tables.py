@@ -67,3 +67,26 @@ def test_a_report_missing_a_quoted_field_is_one_clear_line(
     assert main([str(old)]) == 1
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "total_input_tokens" in err and "Traceback" not in err
+
+
+def test_setup_columns_and_a_later_row_replacing_an_earlier_one(report_path: Path) -> None:
+    report = load_report(report_path)
+    rerun = json.loads(json.dumps(report))
+    rerun["summary"]["policies"] = [
+        dict(entry, total_input_tokens=7) for entry in rerun["summary"]["policies"][-1:]
+    ]
+    replaced = rerun["summary"]["policies"][0]["policy"]
+    table = markdown_table([report, rerun], setup=True, latest=True, names=["a.json", "b.json"])
+    lines = table.splitlines()
+    assert lines[0].startswith("| model | decoding | task | policy |")
+    body = [line for line in lines[2:] if line.startswith("| ")]
+    assert len(body) == len(report["summary"]["policies"])  # replaced in place, not added
+    row = next(line for line in body if f"| {replaced} |" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    model = report["provenance"]["model"]
+    assert cells[:2] == [model, report["provenance"]["decoding"]] and cells[6] == "7"
+    assert body[-1] == row  # the replaced row keeps its place
+    assert f"* Replaced: {replaced} ({model}" in table and "from b.json, replacing a.json" in table
+    # without --latest both rows stay, and nothing is noted
+    plain = markdown_table([report, rerun], setup=True)
+    assert "Replaced" not in plain and plain.count(f"| {replaced} |") == 2

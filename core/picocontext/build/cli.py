@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,6 +36,7 @@ from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import ConfigError, GateFailed, SelfCheckFailed
 from picocontext.cli import run_command
 from picocontext.errors import PicoContextError
+from picocontext.files import check_output_file, check_output_folder
 
 _BUDGET = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
 MAX_BUDGET = 10_000_000
@@ -70,6 +72,24 @@ PRESETS: dict[str, dict[str, tuple[Any, str]]] = {
         "flatten": (True, "every hop costs tokens a small window does not have"),
     },
 }
+
+
+def bounded(low: float, high: float, *, whole: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number (a whole one with ``whole``) from ``low`` to ``high``,
+    so ``nan``, ``inf`` or ``-1`` are refused in one line before any work starts."""
+    kind = "a whole number" if whole else "a number"
+    span = f"from {low:g} to {high:g}" if math.isfinite(high) else f">= {low:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(int(text)) if whole else float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"expected {kind} {span}, not {text!r}")
+        return int(value) if whole else value
+
+    return parse
 
 
 def parse_budgets(text: str) -> tuple[int, ...]:
@@ -172,12 +192,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--api-key-env", default="OPENAI_API_KEY")
     eng.add_argument("--synthesis", action=argparse.BooleanOptionalAction, default=None)
     q = p.add_argument_group("quality")
-    q.add_argument("--collision-threshold", type=float, default=None)
-    q.add_argument("--max-contrast-rounds", type=int, default=None)
-    q.add_argument("--max-collision", type=float, default=None, help="gate: fail above this")
+    q.add_argument("--collision-threshold", type=bounded(0, 1), default=None)
+    q.add_argument("--max-contrast-rounds", type=bounded(1, math.inf, whole=True), default=None)
+    q.add_argument(
+        "--max-collision", type=bounded(0, 1), default=None, help="gate: fail above this"
+    )
     q.add_argument("--fidelity", choices=("lexical", "engine"), default=None)
-    q.add_argument("--min-fidelity", type=float, default=None, help="gate: fail below (1-5)")
-    q.add_argument("--max-repairs", type=int, default=None)
+    q.add_argument(
+        "--min-fidelity", type=bounded(1, 5), default=None, help="gate: fail below (1-5)"
+    )
+    q.add_argument("--max-repairs", type=bounded(0, math.inf, whole=True), default=None)
     s = p.add_argument_group("shape")
     s.add_argument("--flatten", action=argparse.BooleanOptionalAction, default=None)
     s.add_argument("--cross-links", action=argparse.BooleanOptionalAction, default=None)
@@ -271,6 +295,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         )
         if not args.path.exists():
             raise ConfigError(f"source {args.path} does not exist")
+        # Before the engine is loaded and the source compiled: where the outputs go.
+        check_output_folder(args.out)
+        if args.cache is not None:
+            check_output_file(args.cache)
         engine = make_engine(args)
         sid = args.source_id or (
             args.path.stem if args.path.is_file() else args.path.resolve().name
@@ -292,6 +320,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         )
         for w in result.stats.warnings:
             err.write(f"warn: {w}\n")
+        for s in result.stats.skipped:
+            err.write(f"skipped: {s}\n")
         written = write_outputs(result, args.out, cache_path)
     except GateFailed as exc:
         err.write(f"error: {exc.message}\n")

@@ -125,6 +125,9 @@ class SourceTree:
     kind: str
     root: SourceNode
     warnings: list[str] = field(default_factory=list)
+    # entries of the source folder the walk refused (``path: reason``), e.g. a symlink that
+    # leads outside it
+    skipped: list[str] = field(default_factory=list)
 
     def nodes(self) -> list[SourceNode]:
         return list(self.root.walk())

@@ -407,6 +407,10 @@ class DigestTools:
                 payload = json.loads(arguments)
             except json.JSONDecodeError as exc:
                 raise ToolCallError(f"{name}: arguments are not valid JSON ({exc.msg}).") from exc
+            except RecursionError:
+                raise ToolCallError(
+                    f"{name}: arguments are not valid JSON (nested too deeply)."
+                ) from None
         else:
             payload = dict(arguments)
         if payload is None:

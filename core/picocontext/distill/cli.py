@@ -13,7 +13,9 @@ first ``sync`` records its sources and settings there, so later commands need no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,9 +26,9 @@ from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_
 from picocontext.distill.config import DistillConfig, whitespace_tokens
 from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import Embedder, LexicalEmbedder
-from picocontext.distill.errors import ConfigError, NoCorpus, SourceError
+from picocontext.distill.errors import ConfigError, NoCorpus, SourceConflict, SourceError
 from picocontext.distill.guard import Guard, RegexGuard
-from picocontext.distill.models import Altitude
+from picocontext.distill.models import Altitude, SyncReport
 from picocontext.distill.sources import ConversationSource, DocumentFolderSource, SourceAdapter
 from picocontext.distill.store import NodeStore
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
@@ -96,6 +98,12 @@ def _add_commands(sub: Any) -> None:
         "faster with ~60); leaves keep their source's budget: 128 for documents, 96 for turns",
     )
     sync.add_argument("--recipe", default=None, help="explicit recipe salt")
+    sync.add_argument(
+        "--replace",
+        action="store_true",
+        help="rebuild a corpus that holds other sources from the given ones (a corpus has "
+        "one source at a time; without this a sync of different sources is refused)",
+    )
     sync.add_argument("--json", action="store_true")
     sync.set_defaults(func=_sync)
 
@@ -201,9 +209,9 @@ class _ModelSlot:
                 from picocontext.models.registry import load_model
             except ImportError as exc:  # pragma: no cover - the registry itself is core
                 raise ConfigError(f"{purpose} needs the model registry: {exc}") from exc
-            directory = Path(str(name))
+            directory = _model_directory(str(name))
             try:
-                if directory.is_dir():
+                if directory is not None:
                     self._model = load_model(model_dir=directory)
                 else:
                     self._model = load_model(str(name))
@@ -217,6 +225,21 @@ class _ModelSlot:
         if self._model is not None:
             self._model.close()
             self._model = None
+
+
+def _model_directory(name: str) -> Path | None:
+    """``--model``'s directory, None for a model name; a path that is not a directory is
+    refused by name (a name never contains a path separator)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or os.sep in name or (os.altsep and os.altsep in name):
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise ConfigError(
+            f"--model {name} {what}; pass an MLX model directory or a known model name "
+            "such as smollm2-135m."
+        )
+    return None
 
 
 def _summarizer(config: dict[str, Any], models: _ModelSlot) -> Summarizer:
@@ -240,36 +263,81 @@ def _guard(config: dict[str, Any]) -> Guard | None:
     return RegexGuard() if config.get("guard", "regex") == "regex" else None
 
 
-def _adapters(config: dict[str, Any]) -> list[SourceAdapter]:
+def _adapters(config: dict[str, Any], closers: list[Callable[[], None]]) -> list[SourceAdapter]:
+    """The configured sources; session stores are opened read-only (a source is never
+    written to) and their ``close`` is added to ``closers``."""
+    from picocontext.persistence import SQLiteStore
+
     adapters: list[SourceAdapter] = []
     for folder in config.get("docs", []):
         adapters.append(DocumentFolderSource(folder))
     for i, db in enumerate(config.get("sessions", [])):
-        from picocontext.persistence import SQLiteStore
-
-        if not Path(db).is_file():  # SQLiteStore would create an empty store here
-            raise SourceError(f"Session store {db} does not exist.")
-        adapters.append(ConversationSource(SQLiteStore(db), source_kind=f"turn{i or ''}"))
+        try:
+            store = SQLiteStore(db, read_only=True)
+        except PicoContextError as exc:
+            raise SourceError(f"--sessions: {exc.message}") from None
+        closers.append(store.close)
+        adapters.append(ConversationSource(store, source_kind=f"turn{i or ''}"))
     return adapters
+
+
+class _Opened:
+    """A distiller over its sources, the model slot it uses, and what closing them takes."""
+
+    def __init__(
+        self,
+        distiller: Distiller,
+        adapters: list[SourceAdapter],
+        models: _ModelSlot,
+        closers: list[Callable[[], None]],
+    ) -> None:
+        self.distiller = distiller
+        self.adapters = adapters
+        self.models = models
+        self._closers = closers
+
+    def close(self) -> None:
+        self.distiller.close()
+        for close in reversed(self._closers):
+            close()
 
 
 def _open_distiller(
     corpus: Path, config: dict[str, Any], models: _ModelSlot | None = None
-) -> tuple[Distiller, list[SourceAdapter], _ModelSlot]:
+) -> _Opened:
     """The distiller over the configured sources; ``models`` shares an already opened model
-    slot (the query path's), otherwise a new one is returned for the caller to close."""
-    adapters = _adapters(config)
-    models = models or _ModelSlot(config)
+    slot (the query path's, which its owner closes), otherwise a new one is closed with the
+    rest. Sources and models are checked before the corpus folder is created."""
+    closers: list[Callable[[], None]] = []
+    try:
+        return _open(corpus, config, models, closers)
+    except BaseException:
+        for close in reversed(closers):
+            close()
+        raise
+
+
+def _open(
+    corpus: Path,
+    config: dict[str, Any],
+    models: _ModelSlot | None,
+    closers: list[Callable[[], None]],
+) -> _Opened:
+    adapters = _adapters(config, closers)
+    if models is None:
+        models = _ModelSlot(config)
+        closers.append(models.close)
     summarizer = _summarizer(config, models)
     tokenizer = whitespace_tokens
     tokenizer_id = "whitespace-words"
     if isinstance(summarizer, ChatSummarizer):
         tokenizer = summarizer.count_tokens
         tokenizer_id = "model:" + summarizer.summarizer_id
+    embedder = _embedder(config, models)
     distiller = Distiller.open(
         corpus,
         summarizer,
-        _embedder(config, models),
+        embedder,
         guard=_guard(config),
         config=DistillConfig(
             recipe_version=str(config.get("recipe", "")),
@@ -280,15 +348,25 @@ def _open_distiller(
         tokenizer_id=tokenizer_id,
         adapter_versions=[a.version for a in adapters],
     )
-    return distiller, adapters, models
+    return _Opened(distiller, adapters, models, closers)
 
 
 def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _corpus(args: argparse.Namespace) -> Path:
-    return Path(args.corpus) if args.corpus else default_corpus()
+def _corpus(args: argparse.Namespace, write: bool = False) -> Path:
+    """``--corpus`` (or the default), refused before any work unless it is a directory or
+    can become one (and, for the commands that build, one this process may write)."""
+    corpus = Path(args.corpus) if args.corpus else default_corpus()
+    if corpus.exists() and not corpus.is_dir():
+        raise ConfigError(f"--corpus {corpus} is not a directory; a corpus is a folder.")
+    existing = next((p for p in (corpus, *corpus.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"--corpus {corpus}: {existing} is not a directory.")
+    if write and existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--corpus {corpus}: {existing} is not writable.")
+    return corpus
 
 
 def _stored_config(corpus: Path, must_exist: bool = True) -> dict[str, Any]:
@@ -364,67 +442,146 @@ class _Completer:
         self._corpus = corpus
         self._config = config
         self._models = models  # owned by the caller
-        self._distiller: Distiller | None = None
+        self._opened: _Opened | None = None
 
     def __call__(self, node_ids: list[str] | None) -> int:
-        if self._distiller is None:
-            self._distiller = _open_distiller(self._corpus, self._config, self._models)[0]
-        return self._distiller.complete(node_ids)
+        if self._opened is None:
+            self._opened = _open_distiller(self._corpus, self._config, self._models)
+        return self._opened.distiller.complete(node_ids)
 
     def close(self) -> None:
-        if self._distiller is not None:
-            self._distiller.close()
-            self._distiller = None
+        if self._opened is not None:
+            self._opened.close()
+            self._opened = None
 
 
-def _sync(args: argparse.Namespace) -> int:
-    corpus = _corpus(args)
-    corpus.mkdir(parents=True, exist_ok=True)
-    config = _stored_config(corpus, must_exist=False)
-    if args.docs:
-        config["docs"] = [str(Path(p).resolve()) for p in args.docs]
-    if args.sessions:
-        config["sessions"] = [str(Path(p).resolve()) for p in args.sessions]
+SOURCE_KEYS = ("docs", "sessions")
+
+
+def _sync_config(args: argparse.Namespace, stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored settings with the command line's on top. Sources given replace the stored
+    ones as a set; sources and model directories are remembered absolutely, a model name
+    stays a name."""
+    config = dict(stored)
+    if args.docs or args.sessions:  # the given sources replace the stored ones
+        for key in SOURCE_KEYS:
+            config[key] = [str(Path(p).resolve()) for p in getattr(args, key)]
     for key in ("summarizer", "model", "embedder", "guard", "dims", "budget", "recipe"):
         value = getattr(args, key)
         if value is not None:
-            # A directory is remembered absolutely; a model name stays a name.
-            is_dir = key == "model" and Path(value).is_dir()
-            config[key] = str(Path(value).resolve()) if is_dir else value
-    if not config.get("docs") and not config.get("sessions"):
+            directory = _model_directory(value) if key == "model" else None
+            config[key] = str(directory.resolve()) if directory is not None else value
+    return config
+
+
+def _sources(config: dict[str, Any]) -> dict[str, list[str]]:
+    return {key: sorted(config.get(key, [])) for key in SOURCE_KEYS if config.get(key)}
+
+
+def _describe(sources: dict[str, list[str]]) -> str:
+    return "; ".join(f"{key}: {', '.join(paths)}" for key, paths in sources.items())
+
+
+def _claim(distiller: Distiller, corpus: Path, config: dict[str, Any], replace: bool) -> bool:
+    """Bind the corpus to ``config``'s sources (the caller holds the corpus gate): a corpus
+    built from other sources is refused, or with ``replace`` emptied first. True if it was
+    emptied."""
+    held = _sources(_load_config(distiller.store))
+    wanted = _sources(config)
+    if not held or held == wanted:
+        return False
+    if not replace:
+        raise SourceConflict(
+            f"Corpus {corpus} holds other sources ({_describe(held)}); syncing "
+            f"{_describe(wanted)} into it would mix two trees. Pass --replace to rebuild it "
+            "from the new sources, or choose another --corpus."
+        )
+    distiller.reset()
+    return True
+
+
+def _sync(args: argparse.Namespace) -> int:
+    corpus = _corpus(args, write=True)
+    fresh = not (corpus / "nodes.sqlite").exists()
+    config = _sync_config(args, _stored_config(corpus, must_exist=False))
+    if not _sources(config):
         print("Nothing to distil: pass --docs DIR and/or --sessions FILE.", file=sys.stderr)
         return 2
-    distiller, adapters, models = _open_distiller(corpus, config)
+    opened = _open_distiller(corpus, config)
+    distiller = opened.distiller
     try:
-        distiller.store.meta_set(CONFIG_KEY, json.dumps(config, sort_keys=True))
+        with distiller.gate():  # the check, a replacement and the marks: one holder
+            if _claim(distiller, corpus, config, args.replace):
+                print(f"replaced the previous sources of {corpus}", file=sys.stderr)
+            distiller.store.meta_set(CONFIG_KEY, json.dumps(config, sort_keys=True))
+            reports = [distiller.sync(a) for a in opened.adapters]
+    except BaseException:
+        opened.close()
+        if fresh:
+            _remove_empty_corpus(corpus)
+        raise
+    try:
         if config.get("summarizer", "fake") == "fake" and not args.json:
             print(
                 "summarizer: fake (deterministic l0(...)/rollup(...) texts); pass "
                 "--summarizer model --model DIR for real summaries",
                 file=sys.stderr,
             )
-        reports = [distiller.sync(a) for a in adapters]
-        counters = distiller.counters.snapshot()
-        if args.json:
-            _print({"reports": [r.model_dump(mode="json") for r in reports], "counters": counters})
-        else:
-            for adapter, report in zip(adapters, reports, strict=True):
-                print(
-                    f"{adapter.source_kind}: {report.units} units, {report.unchanged} unchanged, "
-                    f"{report.marked} marked, {report.deletes} deleted, "
-                    f"{report.sweep.failures} failures, {report.sweep.seconds:.2f}s"
-                )
-                for error in report.sweep.errors:
-                    print(f"  failure: {error}", file=sys.stderr)
-            print(
-                f"nodes={distiller.store.count()} summaries={counters['summaries']} "
-                f"shortcircuit={counters['shortcircuit']} dedup={counters['dedup']} "
-                f"blocked={counters['guard_blocked']}"
-            )
-        return 1 if any(r.sweep.failures for r in reports) else 0
+        return _report_sync(args, distiller, opened.adapters, reports)
     finally:
-        distiller.close()
-        models.close()
+        opened.close()
+
+
+def _remove_empty_corpus(corpus: Path) -> None:
+    """A first sync that failed before any node was written leaves no corpus behind."""
+    import shutil
+
+    path = corpus / "nodes.sqlite"
+    try:
+        store = NodeStore(path)
+        try:
+            empty = store.count() == 0
+        finally:
+            store.close()
+    except PicoContextError:
+        return
+    if empty:
+        for name in ("nodes.sqlite", "nodes.sqlite-wal", "nodes.sqlite-shm", "nodes.sweep.lock"):
+            (corpus / name).unlink(missing_ok=True)
+        shutil.rmtree(corpus / "cas", ignore_errors=True)
+        with contextlib.suppress(OSError):
+            corpus.rmdir()  # only if nothing else is in it
+
+
+def _report_sync(
+    args: argparse.Namespace,
+    distiller: Distiller,
+    adapters: Sequence[SourceAdapter],
+    reports: Sequence[SyncReport],
+) -> int:
+    """Print the reports; exit 1 when a unit failed or a source item was skipped."""
+    counters = distiller.counters.snapshot()
+    if args.json:
+        _print({"reports": [r.model_dump(mode="json") for r in reports], "counters": counters})
+    else:
+        for adapter, report in zip(adapters, reports, strict=True):
+            print(
+                f"{adapter.source_kind}: {report.units} units, {report.unchanged} unchanged, "
+                f"{report.marked} marked, {report.deletes} deleted, "
+                f"{report.sweep.failures} failures, {len(report.skipped)} skipped, "
+                f"{report.sweep.seconds:.2f}s"
+            )
+            for error in report.sweep.errors:
+                print(f"  failure: {error}", file=sys.stderr)
+            for item in report.skipped:
+                print(f"  skipped: {item}", file=sys.stderr)
+        print(
+            f"nodes={distiller.store.count()} summaries={counters['summaries']} "
+            f"shortcircuit={counters['shortcircuit']} dedup={counters['dedup']} "
+            f"blocked={counters['guard_blocked']}"
+        )
+    incomplete = any(r.sweep.failures or r.skipped for r in reports)
+    return 1 if incomplete else 0
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -435,9 +592,10 @@ def _watch(args: argparse.Namespace) -> int:
     from picocontext.distill.models import SweepReport
     from picocontext.distill.worker import DistillWorker
 
-    corpus = _corpus(args)
+    corpus = _corpus(args, write=True)
     config = _stored_config(corpus)
-    distiller, adapters, models = _open_distiller(corpus, config)
+    opened = _open_distiller(corpus, config)
+    distiller, adapters = opened.distiller, opened.adapters
 
     def report(r: SweepReport) -> None:
         if r.processed or r.rollup is not None:
@@ -465,15 +623,15 @@ def _watch(args: argparse.Namespace) -> int:
         pass
     finally:
         worker.stop(flush=True)
-        distiller.close()
-        models.close()
+        opened.close()
     return 0
 
 
 def _repair(args: argparse.Namespace) -> int:
-    corpus = _corpus(args)
+    corpus = _corpus(args, write=True)
     config = _stored_config(corpus)
-    distiller, adapters, models = _open_distiller(corpus, config)
+    opened = _open_distiller(corpus, config)
+    distiller, adapters = opened.distiller, opened.adapters
     try:
         dropped = distiller.repair()
         for node_id in dropped:
@@ -484,8 +642,7 @@ def _repair(args: argparse.Namespace) -> int:
         print(f"repaired {len(dropped)} nodes, {failures} failures")
         return 1 if failures else 0
     finally:
-        distiller.close()
-        models.close()
+        opened.close()
 
 
 KNOWN_LIMIT = 64 * 1024 * 1024
@@ -497,7 +654,9 @@ def _known(path: Path) -> dict[str, str]:
         data = json.loads(read_text_bounded(path, KNOWN_LIMIT))
     except InputFileError as exc:
         raise ConfigError(f"--known {exc.message}") from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise ConfigError(f"--known {path} is not JSON (nested too deeply)") from None
+    except ValueError as exc:
         raise ConfigError(f"--known {path} is not JSON ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise ConfigError(

@@ -102,13 +102,13 @@ class _Pending:
     donor: _Pending | None = None
 
 
-_GATES: dict[str, threading.Lock] = {}
+_GATES: dict[str, threading.RLock] = {}
 _GATES_LOCK = threading.Lock()
 
 
-def _gate_for(key: str) -> threading.Lock:
+def _gate_for(key: str) -> threading.RLock:
     with _GATES_LOCK:
-        return _GATES.setdefault(key, threading.Lock())
+        return _GATES.setdefault(key, threading.RLock())
 
 
 class Distiller(Rollup):
@@ -156,6 +156,7 @@ class Distiller(Rollup):
         )
         self.guard_version = guard_version(guard)
         self._gate = _gate_for(str(Path(store.path).resolve()))
+        self._gate_depth = 0
         # Texts written during the current sweep, by address: the rollup reads children it just
         # summarised from here instead of the disk (content-addressed, so always consistent).
         self._fresh: dict[str, str] = {}
@@ -227,25 +228,50 @@ class Distiller(Rollup):
     # -- single flight -------------------------------------------------------------------------
     @contextlib.contextmanager
     def gate(self) -> Iterator[None]:
-        """Serialise sweeps of this corpus across threads and processes."""
+        """Serialise sweeps of this corpus across threads and processes. Re-entrant in the
+        thread that holds it, so a caller can hold it around a check and a sweep."""
         with self._gate:
-            lock_path = Path(self.store.path).with_suffix(".sweep.lock")
-            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
-            try:
-                try:
-                    import fcntl
-
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except ImportError:  # pragma: no cover - non-POSIX: thread lock only
-                    pass
-                self.sweeps_in_flight += 1
-                self.max_sweeps_in_flight = max(self.max_sweeps_in_flight, self.sweeps_in_flight)
+            if self._gate_depth:
+                self._gate_depth += 1
                 try:
                     yield
                 finally:
-                    self.sweeps_in_flight -= 1
+                    self._gate_depth -= 1
+                return
+            with self._exclusive():
+                self._gate_depth = 1
+                try:
+                    yield
+                finally:
+                    self._gate_depth = 0
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The OS file lock of the corpus (other processes), held for the outermost gate."""
+        lock_path = Path(self.store.path).with_suffix(".sweep.lock")
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try:
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except ImportError:  # pragma: no cover - non-POSIX: thread lock only
+                pass
+            self.sweeps_in_flight += 1
+            self.max_sweeps_in_flight = max(self.max_sweeps_in_flight, self.sweeps_in_flight)
+            try:
+                yield
             finally:
-                os.close(fd)
+                self.sweeps_in_flight -= 1
+        finally:
+            os.close(fd)
+
+    def reset(self) -> None:
+        """Forget the whole tree, its marks and its adapter state (blobs stay for ``gc``),
+        under the gate: the corpus is then as a new one, ready for a different source."""
+        with self.gate():
+            self.store.clear()
+            self._record_recipes()
 
     # -- intake ------------------------------------------------------------------------------
     def mark(self, unit: Unit) -> int:
@@ -602,8 +628,12 @@ class Distiller(Rollup):
         )
 
     def sync(self, adapter: SourceAdapter, sweep: bool = True) -> SyncReport:
-        """Reconcile one source adapter's current units with the tree, then sweep."""
-        return self.reconcile(adapter.source_kind, adapter.units(self.store), sweep=sweep)
+        """Reconcile one source adapter's current units with the tree, then sweep. An adapter
+        may expose ``skipped`` (the items its last ``units`` call could not or would not
+        read); the report carries them."""
+        report = self.reconcile(adapter.source_kind, adapter.units(self.store), sweep=sweep)
+        skipped = tuple(str(item) for item in getattr(adapter, "skipped", ()))
+        return report.model_copy(update={"skipped": skipped}) if skipped else report
 
     def pending_ids(self) -> list[str]:
         """Ids of view nodes whose summaries are pending (deferred views), sorted."""

@@ -22,6 +22,10 @@ class NoCorpus(DistillError):
         self.corpus = corpus
 
 
+class SourceConflict(DistillError):
+    """A sync named other sources than the ones the corpus was built from."""
+
+
 class CorruptBlob(DistillError):
     """A CAS blob's bytes do not hash to its address; it is never served."""
 
@@ -84,6 +88,7 @@ __all__ = [
     "MissingBlob",
     "NoCorpus",
     "NodeNotFound",
+    "SourceConflict",
     "SourceError",
     "StoreError",
     "SummarizerError",

@@ -356,6 +356,9 @@ class SyncReport(BaseModel):
     marked: int = 0
     deletes: int = 0
     sweep: SweepReport = SweepReport()
+    # Items of the source that were not read (``path: reason``): unreadable, not UTF-8, too
+    # large, or outside the source folder. Their units are not in the tree.
+    skipped: tuple[str, ...] = ()
 
 
 class DigestSnapshot(BaseModel):

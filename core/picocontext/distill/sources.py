@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 from picocontext.distill.errors import SourceError
 from picocontext.distill.models import Unit
 from picocontext.errors import PicoContextError
+from picocontext.files import InputFileError, SourceWalk, files_under, read_text_bounded
 from picocontext.persistence import ContextStore
 from picocontext.records import Record, Role, Scope
 from picocontext.working import WorkingContext
@@ -98,6 +99,8 @@ class ConversationSource:
       left out; tool calls are named). Its id is ``{user}/{conversation}/{branch}:{record id}``.
     * ``day`` is the UTC date on which the turn was first seen, remembered in the adapter
       state, because records carry no timestamps (see docs/distill.md).
+    * A conversation the store cannot read (a damaged row) is left out and named in
+      :attr:`skipped`; the other conversations are read.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class ConversationSource:
         self._kind = source_kind
         self._budget = budget
         self._clock = clock or (lambda: _dt.datetime.now(_dt.UTC))
+        self.skipped: list[str] = []
 
     @property
     def source_kind(self) -> str:
@@ -130,15 +134,19 @@ class ConversationSource:
         return f"conversation-1:{self._view}:{self._budget}"
 
     def _records(self, scope: Scope) -> tuple[Record, ...]:
+        """The conversation's records; none (and named in :attr:`skipped`) if it cannot be
+        read, so one damaged conversation does not stop the others."""
         try:
             state = self._history.load(scope)
         except PicoContextError as exc:
-            raise SourceError(f"Cannot read conversation {scope}: {exc}") from exc
+            self.skipped.append(f"conversation {scope}: {exc.message}")
+            return ()
         if state is None:
             return ()
         return state.original.records if self._view == "transcript" else state.snapshot.records
 
     def units(self, state: AdapterState | None = None) -> list[Unit]:
+        self.skipped = []
         try:
             scopes = self._history.scopes()
         except PicoContextError as exc:
@@ -186,6 +194,8 @@ def _turns(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
 
 # -- documents -------------------------------------------------------------------------------
 
+# A document larger than this is skipped (and named), never read whole.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 _ATX = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+])\1{2,}\s*$")
@@ -205,6 +215,10 @@ class DocumentFolderSource:
     section id is ``{relative path}:{slug/of/heading/path}`` (``~2`` for a repeated heading),
     so inserting a section above does not rename the ones below. Scopes are ``document``
     (the relative path) and ``folder`` (its parent, ``.`` at the top).
+
+    The folder is a boundary: the walk never follows a symlink out of it. A file that leads
+    outside, is not a regular file, is not UTF-8, cannot be read or holds more than
+    ``max_bytes`` is left out and named in :attr:`skipped`; the rest of the folder is read.
     """
 
     def __init__(
@@ -215,15 +229,19 @@ class DocumentFolderSource:
         max_level: int = 3,
         budget: int = 128,
         exclude: Sequence[str] = (".*", "node_modules", "__pycache__", ".venv", "venv"),
+        max_bytes: int = MAX_DOCUMENT_BYTES,
     ) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            raise SourceError(f"Document folder {self.root} does not exist or is not a folder.")
+            what = "is not a folder" if self.root.exists() else "does not exist"
+            raise SourceError(f"Document folder {self.root} {what}.")
         self._patterns = tuple(patterns)
         self._kind = source_kind
         self._max_level = max_level
         self._budget = budget
         self._exclude = tuple(exclude)
+        self._max_bytes = max_bytes
+        self.skipped: list[str] = []
 
     @property
     def source_kind(self) -> str:
@@ -233,39 +251,50 @@ class DocumentFolderSource:
     def version(self) -> str:
         return f"docs-1:{self._max_level}:{self._budget}"
 
+    def _unwanted(self, path: Path) -> bool:
+        """Excluded names (with everything below them) and files no pattern matches."""
+        if any(fnmatch.fnmatch(path.name, ex) for ex in self._exclude):
+            return True
+        return not path.is_dir() and not any(fnmatch.fnmatch(path.name, p) for p in self._patterns)
+
+    def _walk(self) -> SourceWalk:
+        try:
+            return files_under(self.root, ignore=self._unwanted)
+        except InputFileError as exc:
+            raise SourceError(f"Document folder {exc.message}") from None
+
     def files(self) -> list[Path]:
-        out = []
-        for path in sorted(self.root.rglob("*")):
-            rel = path.relative_to(self.root)
-            if any(fnmatch.fnmatch(part, ex) for part in rel.parts for ex in self._exclude):
-                continue
-            if path.is_file() and any(fnmatch.fnmatch(path.name, p) for p in self._patterns):
-                out.append(path)
-        return out
+        """The documents the next :meth:`units` reads (what the walk refused is skipped)."""
+        return self._walk().files
 
     def units(self, state: AdapterState | None = None) -> list[Unit]:
+        walk = self._walk()
+        self.skipped = list(walk.skipped)
         units: list[Unit] = []
-        for path in self.files():
-            rel = path.relative_to(self.root).as_posix()
+        for path in walk.files:
             try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SourceError(f"Cannot read {path}: {exc}") from exc
-            folder = path.parent.relative_to(self.root).as_posix() or "."
-            for section_id, title, body in split_sections(text, rel, self._max_level):
-                if not body.strip():
-                    continue
-                units.append(
-                    Unit(
-                        source_kind=self._kind,
-                        unit_id=f"{rel}:{section_id}",
-                        text=body,
-                        scopes=(("document", rel), ("folder", folder)),
-                        budget=self._budget,
-                        title=title,
-                    )
-                )
+                text = read_text_bounded(path, self._max_bytes)
+            except InputFileError as exc:
+                self.skipped.append(exc.message)
+                continue
+            units.extend(self._sections(path, text))
         return units
+
+    def _sections(self, path: Path, text: str) -> list[Unit]:
+        rel = path.relative_to(self.root).as_posix()
+        folder = path.parent.relative_to(self.root).as_posix() or "."
+        return [
+            Unit(
+                source_kind=self._kind,
+                unit_id=f"{rel}:{section_id}",
+                text=body,
+                scopes=(("document", rel), ("folder", folder)),
+                budget=self._budget,
+                title=title,
+            )
+            for section_id, title, body in split_sections(text, rel, self._max_level)
+            if body.strip()
+        ]
 
 
 def split_sections(text: str, name: str, max_level: int = 3) -> list[tuple[str, str, str]]:

@@ -125,6 +125,8 @@ class NodeStore:
         self._lock = threading.RLock()
         self._depth = 0
         self.node_writes = 0
+        if self.path.exists() and not self.path.is_file():  # sqlite would block on a FIFO
+            raise StoreError(f"Cannot open the digest store {self.path}: it is not a file.")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(
@@ -137,6 +139,10 @@ class NodeStore:
             self._prepare()
         except sqlite3.Error as exc:
             raise StoreError(f"Cannot open the digest store {self.path}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(
+                f"Cannot create the digest store {self.path}: {exc.strerror or exc}."
+            ) from exc
 
     def _prepare(self) -> None:
         with self.transaction():
@@ -272,11 +278,41 @@ class NodeStore:
         self.node_writes += 1
 
     def delete(self, node_id: str) -> bool:
-        removed = self._x("DELETE FROM digest_nodes WHERE id=?", (node_id,)) > 0
-        self._x("DELETE FROM digest_vectors WHERE id=?", (node_id,))
-        if removed:
-            self.node_writes += 1
+        """Delete a node, its vector, and its id from every node that lists it as a child,
+        in one transaction: no committed state (what a reader sees, or a crash leaves) holds a
+        child id without its node. The parents' hashes are brought up to date by the next
+        rollup, which every delete requests."""
+        with self.transaction():
+            removed = self._x("DELETE FROM digest_nodes WHERE id=?", (node_id,)) > 0
+            self._x("DELETE FROM digest_vectors WHERE id=?", (node_id,))
+            if removed:
+                self.node_writes += 1
+                self._drop_child(node_id)
         return removed
+
+    def _drop_child(self, child_id: str) -> None:
+        rows = self._q(
+            f"SELECT {_COLUMNS} FROM digest_nodes WHERE level > 0 AND instr(child_ids, ?) > 0",
+            (json.dumps(child_id),),
+        )
+        for parent in map(_row_to_node, rows):
+            if child_id in parent.child_ids:
+                kept = tuple(c for c in parent.child_ids if c != child_id)
+                self.upsert(parent.model_copy(update={"child_ids": kept}))
+
+    def clear(self) -> None:
+        """Forget every node, vector, mark, negative-cache entry, adapter state and setting
+        (blobs stay in the CAS for ``gc``): the corpus is then as a new one."""
+        with self.transaction():
+            for table in (
+                "digest_nodes",
+                "digest_vectors",
+                "dirty_refs",
+                "guard_blocked",
+                "meta",
+                "source_state",
+            ):
+                self._x(f"DELETE FROM {table}")
 
     def live_blob_addresses(self) -> set[str]:
         """GC roots: every summary and source blob a live node references."""

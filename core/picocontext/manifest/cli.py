@@ -7,7 +7,9 @@ the entry-point group ``picocontext.pcx_commands``, where the built-ins (``valid
 registered like any third-party subcommand, and, for a checkout that was never installed, from
 :data:`BUILTIN_PCX_COMMANDS`. A plug-in that fails to import is reported and skipped.
 
-Exit codes: 0 ok, 1 the input is invalid (validate), 2 usage or input errors, 3 a gate failed.
+Exit codes: 0 ok, 1 the input is invalid (validate), 2 usage or input errors, 3 a gate failed,
+5 some items failed and the rest was done (``pcx eval``: a leaf file skipped, a case that could
+not be evaluated; each is named on stderr and in ``--json``). A failed gate (3) wins over 5.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from picocontext.cli import Registrar, find_commands, run_command
 from picocontext.errors import PicoContextError
-from picocontext.files import InputFileError, read_bounded, read_text_bounded
+from picocontext.files import InputFileError, files_under, read_bounded, read_text_bounded
 from picocontext.manifest.errors import ManifestError, ManifestInvalid
 from picocontext.manifest.schema import generate_schema, schema_errors, schema_text
 from picocontext.manifest.validate import DEFAULT_LIMITS, Limits, load_manifest, validate_manifest
@@ -39,6 +41,8 @@ SCHEMA_LIMIT = 1024 * 1024
 LEAF_LIMIT = 16 * 1024 * 1024
 EXIT_INVALID = 1
 EXIT_ERROR = 2
+EXIT_GATE = 3
+EXIT_PARTIAL = 5
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -168,19 +172,38 @@ def run_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_leaves(directory: str | None) -> Any:
-    """A resolver over ``DIR/<id>.*`` files, if a leaf directory is given."""
+def _load_leaves(directory: str | None) -> tuple[Any, list[str]]:
+    """A resolver over ``DIR/<id>.<ext>`` files (``DIR/a/b.md`` is leaf ``a/b``), if a leaf
+    directory is given, and the files it skipped (``path: reason``). The folder is a boundary
+    (:func:`~picocontext.files.files_under`: no symlink out of it, no FIFO or device); a file
+    that is not UTF-8 or too large is skipped and named, and the other leaves still load.
+    Dot files (``.DS_Store``) are not leaves."""
     if directory is None:
-        return None
+        return None, []
     from picocontext.manifest.runtime import dict_resolver
 
     base = Path(directory)
     if not base.is_dir():
         raise ManifestError(f"--leaves {directory}: not a directory")
-    leaves = {
-        p.stem: read_text_bounded(p, LEAF_LIMIT) for p in sorted(base.iterdir()) if p.is_file()
-    }
-    return dict_resolver(leaves)
+    walk = files_under(base, ignore=lambda p: p.name.startswith("."))
+    leaves: dict[str, str] = {}
+    skipped = list(walk.skipped)
+    for path in walk.files:
+        try:
+            text = read_text_bounded(path, LEAF_LIMIT)
+        except InputFileError as exc:
+            skipped.append(exc.message)
+            continue
+        leaves[path.relative_to(base).with_suffix("").as_posix()] = text
+    return dict_resolver(leaves), skipped
+
+
+def _chat_token_warnings(manifest: Any) -> None:
+    """Name, before a model navigates, each node its chat template will refuse to render."""
+    from picocontext.manifest.validate import chat_token_errors
+
+    for problem in chat_token_errors(manifest):
+        _err(f"warning: {problem}")
 
 
 def _navigator(args: argparse.Namespace) -> Any:
@@ -243,26 +266,43 @@ def run_eval(args: argparse.Namespace) -> int:
 
     manifest = load_manifest(Path(args.manifest), _limits(args))
     cases = load_cases(args.cases)
+    resolver, skipped = _load_leaves(args.leaves)
+    for line in skipped:
+        _err(f"skipped: {line}")
+    navigator = _navigator(args)
+    if args.navigator == "llm":
+        _chat_token_warnings(manifest)
     report = run_eval(
         manifest,
         cases,
-        _navigator(args),
+        navigator,
         budget=args.budget,
         reserve=args.reserve,
         max_hops=args.max_hops,
         view_level=args.view_level,
-        resolver=_load_leaves(args.leaves),
+        resolver=resolver,
         protocol=None if args.no_protocol else DEFAULT_PROTOCOL,
         use_facets=args.use_facets,
         use_related=args.use_related,
     )
     if args.json:
-        _out(json.dumps(report.to_dict(), indent=2))
+        _out(json.dumps({**report.to_dict(), "skipped": skipped}, indent=2))
     else:
         _out(report.summary(verbose=args.verbose))
+    for case in report.cases:
+        if case.error:
+            _err(f"case not evaluated: {case.query!r} -> {case.target}: {case.error}")
+        elif case.flat_error:
+            _err(f"flat list not asked: {case.query!r} -> {case.target}: {case.flat_error}")
     if args.min_success is not None and report.navigation_success < args.min_success:
         _err(f"gate: navigation_success {report.navigation_success:.3f} < {args.min_success}")
-        return 3
+        return EXIT_GATE
+    if skipped or report.failed_items:
+        _err(
+            f"partial: {len(skipped)} leaf file(s) skipped, {report.failed_items} item(s) "
+            f"not evaluated; the rest is reported (exit {EXIT_PARTIAL})"
+        )
+        return EXIT_PARTIAL
     return 0
 
 

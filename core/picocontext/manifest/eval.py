@@ -13,7 +13,11 @@ full-load tokens) the report carries:
 A case is reached when the navigator opens its target or a node below it: a long document
 the build cut into pages (or a page into sections) is a branch, and reading one of its parts
 reads the target -- the oracle only reveals the parts' lines. A case whose target is not in
-the manifest is an error (fix B11), never a silent miss.
+the manifest is an error (fix B11), never a silent miss. A case that cannot be evaluated --
+the navigator's model refused to render a node (a descriptor with ``<|im_end|>`` in it), a
+leaf's content is missing -- is confined to itself: it is a miss whose ``error`` says why
+(naming the shown nodes that hold a reserved chat token), the other cases are still
+evaluated, and ``EvalReport.errors`` counts them so a caller can say some failed.
 """
 
 from __future__ import annotations
@@ -25,16 +29,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from picocontext.errors import Cancelled, PicoContextError
 from picocontext.manifest.errors import (
     DisclosureRefused,
     EvalError,
     ManifestError,
 )
 from picocontext.manifest.model import Manifest
-from picocontext.manifest.navigator import Navigator
+from picocontext.manifest.navigator import NavAction, Navigator
 from picocontext.manifest.runtime import FrontierEntry, LeafResolver, ViewLevel, render_line
 from picocontext.manifest.session import DEFAULT_PROTOCOL, ModeConfig, NavSession
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
+from picocontext.manifest.validate import reserved_tokens, unique_keys
 
 
 class NavCase(BaseModel):
@@ -65,6 +71,10 @@ class CaseResult(BaseModel):
     oracle_success: bool
     oracle_tokens: int | None
     flat_success: bool
+    # the case could not be evaluated (a navigator or resolver error): it counts as a miss
+    error: str | None = None
+    # the flat-list reference could not be asked (its navigator call failed)
+    flat_error: str | None = None
 
 
 class EvalReport(BaseModel):
@@ -89,6 +99,8 @@ class EvalReport(BaseModel):
     flat_list_tokens: int
     tokenizer: str
     cases: tuple[CaseResult, ...]
+    # cases that could not be evaluated (each names why in ``CaseResult.error``)
+    errors: int = 0
 
     @property
     def disclosure_ratio(self) -> float:
@@ -118,12 +130,19 @@ class EvalReport(BaseModel):
             f"flat_list_success           : {self.flat_list_success:.0%} "
             f"(flat index {self.flat_list_tokens} tokens)",
         ]
-        if verbose:
-            for c in self.cases:
-                mark = "[ok  ]" if c.success else "[MISS]"
+        if self.errors:
+            lines.append(f"errors                      : {self.errors} case(s) not evaluated")
+        for c in self.cases:
+            if verbose or c.error:
+                mark = "[ERR ]" if c.error else "[ok  ]" if c.success else "[MISS]"
                 route = " > ".join(c.path) or "-"
                 lines.append(f"{mark} {c.query!r} -> {c.target}  route: {route}  ({c.stop_reason})")
         return "\n".join(lines)
+
+    @property
+    def failed_items(self) -> int:
+        """Cases not evaluated plus flat-list references not asked."""
+        return self.errors + sum(1 for c in self.cases if c.flat_error and not c.error)
 
 
 MAX_CASES_BYTES = 16 * 1024 * 1024
@@ -133,10 +152,12 @@ def load_cases(path: Path | str) -> list[NavCase]:
     from picocontext.files import InputFileError, read_text_bounded
 
     try:
-        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES))
+        raw = json.loads(read_text_bounded(path, MAX_CASES_BYTES), object_pairs_hook=unique_keys)
     except InputFileError as exc:
         raise EvalError(f"Cannot read cases: {exc.message}") from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise EvalError(f"{path}: JSON nested too deeply to be a cases file") from None
+    except ValueError as exc:
         raise EvalError(f"Cannot read cases from {path}: {exc}") from None
     if not isinstance(raw, list):
         raise EvalError(f"{path}: cases must be a JSON array of {{query, target}} objects")
@@ -145,6 +166,39 @@ def load_cases(path: Path | str) -> list[NavCase]:
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         raise EvalError(f"{path}: bad case: {first['loc']}: {first['msg']}") from exc
+
+
+class CaseFailed(EvalError):
+    """One case could not be evaluated; the others still are."""
+
+
+def _on_screen(manifest: Manifest, entries: Sequence[FrontierEntry]) -> str:
+    """The nodes shown to the navigator that hold a reserved chat token, named."""
+    bad = []
+    for entry in entries:
+        hits = reserved_tokens(entry.node_id, manifest.get(entry.node_id))
+        if hits:
+            bad.append(f"{entry.node_id!r} ({', '.join(hits)})")
+    if not bad:
+        return ""
+    return "; shown nodes with a reserved chat token: " + ", ".join(bad[:5])
+
+
+def _decide(
+    navigator: Navigator,
+    manifest: Manifest,
+    query: str,
+    entries: Sequence[FrontierEntry],
+    budget_remaining: int,
+) -> NavAction:
+    """The navigator's next step; its failure becomes :class:`CaseFailed` naming the nodes
+    on screen that a chat template would refuse."""
+    try:
+        return navigator.decide(query, entries, budget_remaining)
+    except Cancelled:
+        raise
+    except PicoContextError as exc:
+        raise CaseFailed(f"navigator: {exc.message}{_on_screen(manifest, entries)}") from None
 
 
 def check_targets(manifest: Manifest, cases: Sequence[NavCase]) -> None:
@@ -187,13 +241,9 @@ def _session(manifest: Manifest, s: _Settings) -> NavSession:
 
 
 def _oracle(manifest: Manifest, case: NavCase, s: _Settings) -> int | None:
-    session = _session(manifest, s)
-    try:
-        for nid in [*manifest.ancestors(case.target)[1:], case.target]:
-            session.open(nid)
-    except DisclosureRefused:
-        return None
-    return session.spent
+    """Tokens an always-right navigator spends to reach the target (None: it cannot), priced
+    by the runtime without a walk, so a deep chain costs O(depth), not O(depth²)."""
+    return _session(manifest, s).runtime.path_cost(case.target)
 
 
 def _flat(manifest: Manifest, navigator: Navigator, case: NavCase, s: _Settings) -> bool:
@@ -227,7 +277,7 @@ def _flat(manifest: Manifest, navigator: Navigator, case: NavCase, s: _Settings)
         )
     if total > effective:
         return False
-    action = navigator.decide(case.query, entries, effective - total)
+    action = _decide(navigator, manifest, case.query, entries, effective - total)
     if action.verb != "open" or action.ids[0] != case.target:
         return False
     return total + (manifest.nodes[case.target].tokens or 0) <= effective
@@ -271,7 +321,8 @@ def run_case(
     steps = 0
     while not exhausted and len(path) < max_hops and steps < 2 * max_hops:
         steps += 1
-        action = navigator.decide(case.query, session.runtime.peek(), session.budget_remaining)
+        entries = session.runtime.peek()
+        action = _decide(navigator, manifest, case.query, entries, session.budget_remaining)
         if action.verb == "stop":
             reason = f"stopped: {action.reason}" if action.reason else "stopped"
             break
@@ -327,6 +378,10 @@ def run_case(
                 reason = f"reached target via see-also from {nid}"
                 break
     oracle_tokens = _oracle(manifest, case, settings)
+    try:
+        flat, flat_error = _flat(manifest, navigator, case, settings), None
+    except CaseFailed as exc:
+        flat, flat_error = False, exc.message
     return CaseResult(
         query=case.query,
         target=case.target,
@@ -341,8 +396,41 @@ def run_case(
         stop_reason=reason,
         oracle_success=oracle_tokens is not None,
         oracle_tokens=oracle_tokens,
-        flat_success=_flat(manifest, navigator, case, settings),
+        flat_success=flat,
+        flat_error=flat_error,
     )
+
+
+def _failed(case: NavCase, exc: PicoContextError) -> CaseResult:
+    """A case that could not be evaluated: a miss that says why."""
+    return CaseResult(
+        query=case.query,
+        target=case.target,
+        success=False,
+        path=(),
+        first_hop_correct=False,
+        hops=0,
+        tokens_to_answer=None,
+        shown_tokens=0,
+        budget_exhausted=False,
+        stop_reason=f"error: {exc.message}",
+        oracle_success=False,
+        oracle_tokens=None,
+        flat_success=False,
+        error=exc.message,
+    )
+
+
+def _guarded_case(
+    manifest: Manifest, navigator: Navigator, case: NavCase, **kwargs: Any
+) -> CaseResult:
+    """:func:`run_case`, with an error of the project confined to its case."""
+    try:
+        return run_case(manifest, navigator, case, **kwargs)
+    except Cancelled:
+        raise  # the caller stopped the run: not a failure of this case
+    except PicoContextError as exc:
+        return _failed(case, exc)
 
 
 def run_eval(
@@ -379,7 +467,7 @@ def run_eval(
     probe = _session(manifest, settings)
     navigator.prepare(manifest)
     results = [
-        run_case(
+        _guarded_case(
             manifest,
             navigator,
             c,
@@ -417,4 +505,5 @@ def run_eval(
         flat_list_tokens=flat_list_tokens(manifest, settings),
         tokenizer=probe.runtime.counter.name,
         cases=tuple(results),
+        errors=sum(1 for r in results if r.error),
     )

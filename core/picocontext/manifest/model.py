@@ -103,19 +103,49 @@ class Node(BaseModel):
         return self.title or self.what[:40]
 
 
+def _long_string(value: Any) -> str | None:
+    """Where in an extension value (iteratively: it may nest deep) a key or a string is
+    longer than :data:`TEXT_MAX_CHARS`, as ``/a/0/b``; None when every string is bounded."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            if len(item) > TEXT_MAX_CHARS:
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and len(key) > TEXT_MAX_CHARS:
+                    return f"{where}/{key[:40]}..."
+                stack.append((f"{where}/{key}", child))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{where}/{i}", child) for i, child in enumerate(item))
+    return None
+
+
 class Source(BaseModel):
     """Provenance. Open to extra keys (the schema allows them); ``tokenizer`` records which
-    counter produced the costs in this file."""
+    counter produced the costs in this file. Every string in it, extension keys and values
+    included, is bounded like the rest of the format."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    id: Annotated[StrictStr, Field(min_length=1)]
-    kind: StrictStr
-    generated_at: StrictStr | None = None
-    content_hash: StrictStr | None = None
-    tokenizer: StrictStr | None = Field(
+    id: Annotated[StrictStr, Field(min_length=1, max_length=TEXT_MAX_CHARS)]
+    kind: Text
+    generated_at: Text | None = None
+    content_hash: Text | None = None
+    tokenizer: Text | None = Field(
         default=None, description="Counter behind every cost, e.g. heuristic:4chars."
     )
+
+    @model_validator(mode="after")
+    def _bounded_extensions(self) -> Source:
+        where = _long_string(self.__pydantic_extra__ or {})
+        if where is not None:
+            raise ValueError(
+                f"the extension value at {where or '/'} holds a string longer than "
+                f"{TEXT_MAX_CHARS} characters; every string of a manifest is bounded"
+            )
+        return self
 
 
 class Variant(BaseModel):
@@ -170,12 +200,12 @@ class Manifest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     pcx_version: Literal["0.2"]
-    usage: StrictStr | None = None
+    usage: Text | None = None
     source: Source
     variant: Variant
     full_tokens: NonNegInt | None = None
     root: Node
-    nodes: dict[StrictStr, Node]
+    nodes: dict[Text, Node]
 
     @classmethod
     def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Self:

@@ -349,7 +349,9 @@ class Runtime:
             if c not in self._visible and self.manifest.has(c)
         )
 
-    def _splice_text(self, node_id: str, node: Node, level: str) -> str:
+    def _splice_text(
+        self, node_id: str, node: Node, level: str, *, path_shown: bool = False
+    ) -> str:
         if level not in ("full", "summary"):
             raise LevelUnavailable(node_id, level, "leaves render at 'full' or 'summary'")
         assert node.payload is not None
@@ -369,21 +371,22 @@ class Runtime:
         header = f"--- {node_id} ({level}) ---"
         if not self.leaf_context:
             return f"{header}\n{body}"
-        return f"{self._envelope(node_id)}\n{header}\n{body}"
+        return f"{self._envelope(node_id, path_shown)}\n{header}\n{body}"
 
-    def _envelope(self, node_id: str) -> str:
+    def _envelope(self, node_id: str, path_shown: bool = False) -> str:
         """Where the leaf sits: the path, plus the descriptor of any ancestor the model has not
-        been shown (a lateral jump), because the envelope is charged like everything else."""
+        been shown (a lateral jump), because the envelope is charged like everything else.
+        ``path_shown``: price it as reached by opening the path (every ancestor shown)."""
         chain = self.manifest.ancestors(node_id)
         names = [self.manifest.get(a).label for a in chain] + [self.manifest.get(node_id).label]
         lines = ["[context] " + " › ".join(names)]
-        for a in chain:
+        for a in () if path_shown else chain:
             if a != self.manifest.root_id and a not in self._visible:
                 lines.append(f"  - {self.manifest.get(a).label}: {self.manifest.get(a).what}")
         return "\n".join(lines)
 
-    def _leaf_cost(self, node_id: str, node: Node, level: str) -> int:
-        text = self._splice_text(node_id, node, level)
+    def _leaf_cost(self, node_id: str, node: Node, level: str, path_shown: bool = False) -> int:
+        text = self._splice_text(node_id, node, level, path_shown=path_shown)
         cost = self._count(text)
         if self.resolver is None and level == "full":
             # Ref mode: the host splices the content itself; charge its declared size.
@@ -402,6 +405,42 @@ class Runtime:
         if node_id in self._revealed:
             return 0
         return self._reveal_cost(node)
+
+    def path_cost(self, node_id: str, level: str = "full") -> int | None:
+        """``spent`` after opening ``node_id``'s ancestors below the root and then ``node_id``
+        (an always-right navigator), or None when a step would not fit; refused unless the
+        runtime is fresh (nothing opened, looked at or disclosed yet).
+
+        Nothing is opened: each step is priced as :meth:`expand` prices it (the same line and
+        splice costs, the same check against the budget), so a walk down a 100,000-deep chain
+        costs O(path + the children on it) instead of an O(depth) open per level. Nothing on
+        the path can be evicted to make room (it is the path), so ``auto_collapse`` changes
+        nothing; a property test holds this equal to the walk."""
+        if self._pending:
+            self._flush()
+        if self._revealed or self._spliced or self._spent != self.baseline_tokens:
+            raise ManifestError("path_cost prices a walk from a fresh runtime only")
+        path = [*self.manifest.ancestors(node_id)[1:], node_id]
+        shown: set[str] = set()
+        spent = self._spent
+        for nid in path:
+            if nid not in shown:
+                self.require_visible(nid)  # NotOnFrontier, as the walk would raise
+            node = self.manifest.get(nid)
+            if node.is_leaf:
+                if nid != node_id:
+                    raise ManifestError(f"{nid!r} is a leaf on the path to {node_id!r}")
+                cost = self._leaf_cost(nid, node, level, path_shown=True)
+                return spent + cost if spent + cost <= self.effective_budget else None
+            kids = [c for c in node.children or () if self.manifest.has(c)]
+            fresh = [c for c in kids if c not in self._visible and c not in shown]
+            estimate = sum(self.level_cost(c, self.view_level) for c in fresh)
+            if spent + estimate > self.effective_budget:
+                return None
+            for c in dict.fromkeys(fresh):
+                spent += self.level_cost(c, self.view_level)
+                shown.add(c)
+        return spent
 
     # ----------------------------------------------------------------- budget
     def _touch(self, key: str) -> None:

@@ -6,9 +6,11 @@ RecursionError or a hang.
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
 from collections import deque
-from collections.abc import KeysView, Mapping
+from collections.abc import Iterator, KeysView, Mapping
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not, itemgetter
 from pathlib import Path
@@ -376,7 +378,84 @@ def _cycles(unreached: list[str], parent: dict[str, str]) -> list[list[str]]:
     return found
 
 
+# Control tokens of the chat formats a navigator renders through: ChatML and its kin
+# (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>`` ...) and Qwen's tool tags. A chat
+# template refuses text that contains one (it could end a message or forge a turn), so a
+# descriptor carrying one cannot be shown to a model.
+RESERVED_CHAT_TOKEN = re.compile(r"<\|[^\s|<>]{1,64}\|>|</?tool_(?:call|response)>")
+
+
+def _shown_texts(nid: str, node: Node) -> Iterator[tuple[str, str]]:
+    """(field, text) of everything a navigator may render for a node."""
+    yield "id", nid
+    for name in ("title", "what", "when"):
+        value = getattr(node, name)
+        if value:
+            yield name, value
+    for i, keyword in enumerate(node.keywords or ()):
+        yield f"keywords[{i}]", keyword
+    for i, link in enumerate(node.links or ()):
+        yield f"links[{i}]/why", link.why or ""
+    for key, value in (node.facets or {}).items():
+        yield f"facets/{key}", f"{key}={value}"
+
+
+def reserved_tokens(nid: str, node: Node) -> list[str]:
+    """``field: 'token'`` for each reserved chat token in what a navigator renders."""
+    found = []
+    for name, text in _shown_texts(nid, node):
+        if "<" in text and (match := RESERVED_CHAT_TOKEN.search(text)) is not None:
+            found.append(f"{name}: {match.group()!r}")
+    return found
+
+
+def chat_token_errors(manifest: Manifest, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
+    """One error per node field that holds a reserved chat token (see
+    :data:`RESERVED_CHAT_TOKEN`): the render of a model prompt would refuse it."""
+    errs = _Errors(limits.max_errors)
+    for nid, node in [(manifest.root_id, manifest.root), *manifest.nodes.items()]:
+        for hit in reserved_tokens(nid, node):
+            field, _, token = hit.partition(": ")
+            errs.add(
+                f"{_loc(manifest, nid, node)}/{field}: contains the reserved chat token "
+                f"{token}, which a model's chat template refuses to render; remove or reword it"
+            )
+    return errs.final()
+
+
+def _first_repeat(keys: Iterator[str]) -> str:
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            return key
+        seen.add(key)
+    return ""
+
+
+class DuplicateKey(ValueError):
+    """A JSON object with a repeated key (raised by :func:`unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"duplicate key {key[:80]!r} in one JSON object (a parser would silently keep "
+            "only the last value); remove or rename one"
+        )
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: an object with a repeated key is refused
+    with :class:`DuplicateKey`, naming the key."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise DuplicateKey(_first_repeat(k for k, _ in pairs))
+    return obj
+
+
 def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:
+    """The model of ``data``. JSON text may start with a UTF-8 byte order mark, which is
+    dropped (RFC 8259 lets a parser ignore it, and Windows editors write one); an object with
+    a repeated key is refused, since which value wins is up to the parser."""
     if isinstance(data, Mapping):
         return Manifest.model_validate(data)
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -384,7 +463,15 @@ def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:
         raise ManifestInvalid(
             [f"<document>: {len(raw)} bytes exceed the limit of {limits.max_bytes}"]
         )
-    return Manifest.model_validate_json(raw)
+    raw = raw.removeprefix(codecs.BOM_UTF8)
+    manifest = Manifest.model_validate_json(raw)
+    # Checked after the model accepted the text, so malformed JSON keeps pydantic's message;
+    # the second pass is the standard library's C scanner with a small hook.
+    try:
+        json.loads(raw, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise ManifestInvalid([f"<document>: {exc}"]) from None
+    return manifest
 
 
 def validate_manifest(
@@ -392,8 +479,12 @@ def validate_manifest(
     limits: Limits = DEFAULT_LIMITS,
     *,
     warnings: bool = True,
+    chat_tokens: bool = True,
 ) -> ValidationReport:
-    """Parse and check everything; never raises for bad input, returns the errors instead."""
+    """Parse and check everything; never raises for bad input, returns the errors instead.
+
+    ``chat_tokens=False`` skips :func:`chat_token_errors`: a loader whose manifest may never
+    reach a model (or that reports such nodes per case, as ``pcx eval`` does) still loads it."""
     try:
         manifest = data if isinstance(data, Manifest) else _parse(data, limits)
     except ManifestInvalid as exc:
@@ -403,6 +494,8 @@ def validate_manifest(
     except RecursionError:
         return ValidationReport(errors=("<document>: JSON nested too deeply",))
     errors, warns = check_structure(manifest, limits, warnings=warnings)
+    if chat_tokens:
+        errors = (*errors, *chat_token_errors(manifest, limits))[: limits.max_errors + 1]
     return ValidationReport(errors=errors, warnings=warns, manifest=manifest)
 
 
@@ -427,7 +520,8 @@ def load_manifest(
     if isinstance(data, Path):
         source = str(data)
         data = _read_manifest_file(data, limits)
-    report = validate_manifest(data, limits, warnings=False)  # warnings are pcx validate's
+    # Warnings and reserved chat tokens are pcx validate's; a navigation names such nodes.
+    report = validate_manifest(data, limits, warnings=False, chat_tokens=False)
     if not report.ok or report.manifest is None:
         raise ManifestInvalid(report.errors, source)
     return report.manifest

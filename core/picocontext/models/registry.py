@@ -198,6 +198,8 @@ def resolve_model(
     directory = model_dir or (None if name else os.environ.get(MODEL_DIR_ENV))
     if directory:
         path = Path(directory).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ModelError(f"{path} is not a directory; --model-dir names a model directory.")
         if not (path / "config.json").is_file():
             raise ModelError(
                 f"{path} is not an MLX model directory (no config.json). Point --model-dir / "
@@ -207,6 +209,12 @@ def resolve_model(
     explicit = name or os.environ.get(MODEL_ENV)
     chosen = explicit or default_model_name()
     spec = MODELS.get(chosen)
+    if spec is None and Path(chosen).expanduser().exists():
+        kind = "directory" if Path(chosen).expanduser().is_dir() else "file, not a model name"
+        raise ModelError(
+            f"{chosen!r} is a {kind}; pass a model directory with --model-dir, or a known "
+            f"model name: {', '.join(sorted(MODELS))}."
+        )
     if spec is None:
         known = ", ".join(sorted(MODELS))
         raise ModelError(f"Unknown model {chosen!r}. Known models: {known}; or pass --model-dir.")

@@ -217,7 +217,11 @@ class NavigatedConfig(BaseModel):
 
     tail_share: float = Field(default=0.35, gt=0, lt=1)
     nav_share: float = Field(default=0.35, gt=0, lt=1)
-    max_steps: int = Field(default=8, ge=1, le=16)
+    # Tool steps per turn; each one's call and receipt is reserved before the reading budget
+    # is set. None: one per 1,024 tokens of window, 4 to 8 -- an oracle's path through an
+    # archive of up to 25 turns is four opens (group, turn, record, page), and at a
+    # 4,096-token window eight reserved steps took a sixth of the window from reading.
+    max_steps: int | None = Field(default=None, ge=1, le=16)
     view_level: ViewLevel = "brief"
     segment_records: int = Field(default=8, ge=1, le=64)
     group_width: int = Field(default=5, ge=2, le=64)
@@ -233,6 +237,12 @@ class NavigatedConfig(BaseModel):
     # charged to the reading budget. None: the model navigates alone.
     navigator: str | None = None
     prefetch_steps: int = Field(default=4, ge=1, le=16)
+
+    def steps_for(self, window: int) -> int:
+        """The tool steps a turn in a ``window``-token context may take (see ``max_steps``)."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return min(8, max(4, window // 1024))
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> NavigatedConfig:
@@ -498,6 +508,7 @@ class NavigatedPolicy:
             ).token_count
 
         window = budget.context_window
+        steps = cfg.steps_for(window)
         fresh = FreshIds(reserved_ids(state.original.records, snapshot.records))
         index_id = fresh("runtime-history-index")
         empty_index = Record(id=index_id, role=Role.USER, protected=True, body="")
@@ -543,7 +554,7 @@ class NavigatedPolicy:
             # priced at the longest receipt ids a turn writes (step 15, call 30)
             probe = (empty_index, *sample_receipt(CLOSE_TOOL.name, step=15, index=30))
             per_call = prepare(split.view, probe) - fixed + cfg.call_slack
-            room = window - out - fixed - cfg.max_steps * (per_call + refusal)
+            room = window - out - fixed - steps * (per_call + refusal)
             nav_budget = min(int(cfg.nav_share * window), room)
             if nav_budget < cfg.min_nav_tokens:
                 short = BudgetExceeded(
@@ -611,7 +622,7 @@ class NavigatedPolicy:
             text_counter,
             limit=window - out - max(fixed_tools, fixed_final),
             per_call=per_call,
-            max_calls=cfg.max_steps,
+            max_calls=steps,
         )
         info = info.model_copy(
             update={
@@ -636,7 +647,7 @@ class NavigatedPolicy:
             execute=executor,
             system_text=SYSTEM_TEXT,
             guidance=GUIDANCE,
-            max_steps=cfg.max_steps,
+            max_steps=steps,
         )
         return NavPlan(loop=loop, info=info, nav=nav, executor=executor, leaves=dict(leaves))
 
@@ -672,7 +683,10 @@ class NavigatedPolicy:
             cfg.idf_refresh_growth
         )
         options = BuildOptions(
-            budgets=(nav_budget,), leaf_share=cfg.leaf_share, reveal_share=cfg.reveal_share
+            budgets=(nav_budget,),
+            leaf_share=cfg.leaf_share,
+            reveal_share=cfg.reveal_share,
+            check_protocol=PROTOCOL,
         )
         started = time.perf_counter()
         try:

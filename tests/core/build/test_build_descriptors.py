@@ -4,6 +4,7 @@ failure policy (B17), and descriptor limits (B2/B16)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,22 @@ def offline_for(root: SourceNode) -> Callable[[], OfflineEngine]:
         return e
 
     return make
+
+
+def test_hex_identifier_fragments_never_route() -> None:
+    # Telemetry full of hex ids: TF-IDF ranks each rare id first, but nobody asks for
+    # "a6d9a", and each costs several tokens in every line. Words with digits stay.
+    root = SourceNode(id="log", title="Log")
+    for i in range(6):
+        hexes = " ".join(f"{(i * 7919 + k * 104729) & 0xFFFFFF:06x}" for k in range(8))
+        root.children.append(
+            SourceNode(
+                id=f"page-{i}",
+                title=f"Page {i}",
+                content=f"FACT cell{i}=value logged by sensor sweep; samples {hexes} recorded.",
+            )
+        )
+    descs, _ = describe(root, OfflineEngine())
+    words = [w for d in descs.values() for w in (*d.when.replace(",", " ").split(), *d.keywords)]
+    assert not [w for w in words if re.fullmatch(r"(?=.*\d)(?=.*[a-f])[0-9a-f]{3,}", w.lower())]
+    assert any(re.fullmatch(r"cell\d", w) for w in words)

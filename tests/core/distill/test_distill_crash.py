@@ -1,6 +1,7 @@
 """Crash safety (P22): SIGKILL a worker process at random points of its sweeps, at least 20
-times; the restarted worker converges to the same node table as a clean build (P7), every
-mark made before a crash is processed, and every live summary blob still verifies. The
+times; after every kill no node lists a child id whose node is gone (what readers meet before
+the next sync), the restarted worker converges to the same node table as a clean build (P7),
+every mark made before a crash is processed, and every live summary blob still verifies. The
 worker runs the library defaults (deferred views), so kills also land while it writes pending
 view summaries.
 
@@ -64,6 +65,16 @@ def _unit(i: int, version: int) -> Unit:
     )
 
 
+def _dangling_children(corpus: Path) -> list[tuple[str, str]]:
+    """(parent, child id) pairs whose child is not in the store: what a reader would meet."""
+    d = _open(corpus)
+    try:
+        nodes = {n.id: n for n in d.store.nodes()}
+    finally:
+        d.close()
+    return [(n.id, c) for n in nodes.values() for c in n.child_ids if c not in nodes]
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
 def test_kill_nine_during_sweeps_converges_to_a_clean_build(tmp_path: Path) -> None:
     rnd = random.Random(20261130)
@@ -101,6 +112,7 @@ def test_kill_nine_during_sweeps_converges_to_a_clean_build(tmp_path: Path) -> N
             child.send_signal(signal.SIGKILL)
             child.wait()
             kills += 1
+            assert _dangling_children(corpus) == [], f"after kill {kills}"
         else:
             _, err = child.communicate()
             assert child.returncode == 0, err.decode()

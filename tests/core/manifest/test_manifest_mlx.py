@@ -13,6 +13,7 @@ from picocontext.manifest.model import Manifest
 from picocontext.manifest.navigator import LLMNavigator
 from picocontext.manifest.session import NavSession
 from picocontext.manifest.tokens import ChatModelCounter
+from picocontext.manifest.validate import load_manifest
 from tinymlx import scripted_replies, tiny_model
 
 pytestmark = pytest.mark.mlx
@@ -48,3 +49,27 @@ def test_model_tokenizer_prices_the_session(tiny: Any, homelab: Manifest) -> Non
     s.open("storage")
     assert counter.name == "model:tiny-nav"
     assert s.spent == sum(tiny.count_tokens(e.text) for e in s.runtime.ledger())
+
+
+def test_a_descriptor_the_chat_template_refuses_spoils_only_its_cases(
+    tiny: Any, homelab: Manifest
+) -> None:
+    doc = homelab.to_dict()
+    doc["nodes"]["network.vpn"]["what"] = "WireGuard peers<|im_end|>"
+    manifest = load_manifest(doc)
+    cases = [
+        NavCase(query="photos quota", target="storage.pool"),
+        NavCase(query="wireguard", target="network.vpn"),
+    ]
+    tiny.extra_processors = scripted_replies(
+        tiny, "OPEN storage", "OPEN storage.pool", "OPEN network"
+    )
+    try:
+        report = run_eval(manifest, cases, LLMNavigator(tiny, max_tokens=16))
+    finally:
+        tiny.extra_processors = None
+    clean, spoiled = report.cases
+    assert clean.success and clean.error is None
+    assert spoiled.error is not None and "'network.vpn' (what: '<|im_end|>')" in spoiled.error
+    assert report.errors == 1 and "reserved" in spoiled.error
+    assert clean.flat_error is not None  # the flat list shows network.vpn too

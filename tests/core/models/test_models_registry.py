@@ -145,6 +145,17 @@ def test_local_directory_argument_and_environment(
         resolve_model(model_dir=tmp_path)
 
 
+def test_a_file_where_a_model_is_expected_is_named_as_a_file(tmp_path: Path) -> None:
+    note = tmp_path / "file.txt"
+    note.write_text("not a model", encoding="utf-8")
+    with pytest.raises(ModelError, match="is not a directory"):
+        resolve_model(model_dir=note)
+    with pytest.raises(ModelError, match="is a file, not a model name"):
+        resolve_model(str(note))
+    with pytest.raises(ModelError, match="is a directory; pass a model directory with --model-dir"):
+        resolve_model(str(tmp_path))
+
+
 def test_unknown_name_lists_known_models() -> None:
     known = "Known models: qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, qwen3-1.7b-4bit, smollm2-135m"
     with pytest.raises(ModelError, match=re.escape(known)):

@@ -870,3 +870,43 @@ def test_a_tail_that_leaves_no_reading_room_yields_to_a_smaller_one() -> None:
     assert info is not None and info.archived_ids
     assert info.tail_tokens < tail_ladder(int(0.6 * 6_144))[1]  # a later rung was tried
     assert "tokens for the archive index" not in (report.failure or "")
+
+
+def test_the_archive_is_checked_with_the_protocol_the_model_is_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The model reads the policy's own short PROTOCOL, so reachability is proved with that
+    # text charged, not with the default protocol it is never shown.
+    seen: list[str | None] = []
+
+    def spy(tree: Any, engine: Any, options: Any, **kwargs: Any) -> Any:
+        seen.append(options.check_protocol)
+        return compile_tree(tree, engine, options, **kwargs)
+
+    monkeypatch.setattr(navigated_module, "compile_tree", spy)
+    state = session_for(feed_snapshot(), scripted([])).state
+    NavigatedPolicy().plan(ByteCounter(), state, FEED_BUDGET)
+    assert seen and all(p == navigated_module.PROTOCOL for p in seen)
+
+
+@pytest.mark.parametrize(("window", "steps"), [(2048, 4), (4096, 4), (6144, 6), (16_384, 8)])
+def test_reserved_tool_steps_scale_with_the_window(window: int, steps: int) -> None:
+    assert NavigatedConfig().steps_for(window) == steps
+    assert NavigatedConfig(max_steps=3).steps_for(window) == 3
+
+
+def test_fewer_reserved_steps_leave_more_to_read_in_a_small_window() -> None:
+    # The same archive and budget: the default (7 steps at this window) reads with more than
+    # eight reserved steps would leave, and its loop is capped at those 7 steps.
+    budget = FEED_BUDGET.model_copy(
+        update={"context_window": 7168, "edit_output_tokens": 256, "completion_output_tokens": 256}
+    )
+    state = session_for(feed_snapshot(steps=3, noise=12), scripted([])).state
+    # nav_share 0.6: the room, not the share, limits reading here
+    auto = NavigatedPolicy(NavigatedConfig(nav_share=0.6, tail_share=0.2))
+    eight = NavigatedPolicy(NavigatedConfig(nav_share=0.6, tail_share=0.2, max_steps=8))
+    auto_plan = auto.plan(ByteCounter(), state, budget)
+    eight_plan = eight.plan(ByteCounter(), state, budget)
+    assert auto_plan.loop.max_steps == NavigatedConfig().steps_for(budget.context_window) < 8
+    assert eight_plan.loop.max_steps == 8
+    assert auto_plan.info.nav_budget > eight_plan.info.nav_budget

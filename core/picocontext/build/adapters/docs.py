@@ -13,10 +13,9 @@ from pathlib import Path
 
 from picocontext.build.adapters._common import (
     ROOT_ID,
+    SourceScan,
     folder_node,
-    read_text,
     require_dir,
-    sorted_entries,
 )
 from picocontext.build.errors import SourceError
 from picocontext.build.frontmatter import (
@@ -31,8 +30,12 @@ from picocontext.build.ir import IdRegistry, SourceNode, SourceTree, humanize, p
 DOC_SUFFIXES = (".md", ".mdx", ".markdown")
 
 
-def doc_leaf(path: Path, rel: list[str], ids: IdRegistry, top: str) -> SourceNode:
-    text = read_text(path)
+def doc_leaf(
+    scan: SourceScan, path: Path, rel: list[str], ids: IdRegistry, top: str
+) -> SourceNode | None:
+    text = scan.read_or_skip(path)
+    if text is None:
+        return None
     front, body = split_frontmatter(text, str(path))
     stem = path.name.rsplit(".", 1)[0]
     title = as_text(front.get("title")) or first_heading(body) or humanize(stem)
@@ -51,6 +54,7 @@ def doc_leaf(path: Path, rel: list[str], ids: IdRegistry, top: str) -> SourceNod
 
 def load_docs(path: Path, source_id: str) -> SourceTree:
     require_dir(path, "docs")
+    scan = SourceScan(path)
     ids = IdRegistry((ROOT_ID,))
     root = SourceNode(id=ROOT_ID, title=source_id, facets={"kind": "docs"})
     # Iterative walk: (folder, node, relative parts)
@@ -59,16 +63,18 @@ def load_docs(path: Path, source_id: str) -> SourceTree:
     while stack:
         folder, node, rel = stack.pop()
         pending_dirs: list[tuple[Path, SourceNode, list[str]]] = []
-        for entry in sorted_entries(folder):
+        for entry in scan.entries(folder):
             parts = [*rel, entry.name]
             top = parts[0] if len(parts) > 1 else "."
-            if entry.is_dir():
+            if scan.is_dir(entry):
                 child = folder_node(ids, parts, "doc-folder")
                 node.children.append(child)
                 order.append((node, child))
                 pending_dirs.append((entry, child, parts))
             elif entry.suffix.lower() in DOC_SUFFIXES:
-                node.children.append(doc_leaf(entry, parts, ids, top))
+                leaf = doc_leaf(scan, entry, parts, ids, top)
+                if leaf is not None:
+                    node.children.append(leaf)
         stack.extend(reversed(pending_dirs))
     # Drop folders with no documents (deepest first, so emptiness propagates up).
     for parent, child in reversed(order):
@@ -76,4 +82,4 @@ def load_docs(path: Path, source_id: str) -> SourceTree:
             parent.children.remove(child)
     if not root.children:
         raise SourceError(f"docs source {path} has no {'/'.join(DOC_SUFFIXES)} files")
-    return SourceTree(source_id=source_id, kind="docs", root=root)
+    return SourceTree(source_id=source_id, kind="docs", root=root, skipped=scan.skipped)

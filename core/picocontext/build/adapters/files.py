@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from picocontext.build.adapters._common import (
     ROOT_ID,
+    SourceScan,
     folder_node,
     read_text,
     require_dir,
-    sorted_entries,
 )
 from picocontext.build.cluster import group_children
 from picocontext.build.errors import SourceError
@@ -144,9 +145,10 @@ def python_docs(source: str, where: str) -> tuple[str, list[tuple[str, str]]]:
     return ast.get_docstring(tree) or "", items
 
 
-def _text_file(entry: Path, parts: list[str], ids: IdRegistry, top: str) -> SourceNode | None:
+def _text_file(
+    text: str, entry: Path, parts: list[str], ids: IdRegistry, top: str
+) -> SourceNode | None:
     ftype = TEXT_SUFFIXES[entry.suffix.lower()]
-    text = read_text(entry)
     front, body = split_frontmatter(text, str(entry)) if ftype == "md" else ({}, text)
     if not body.strip():
         return None
@@ -187,8 +189,10 @@ def _text_file(entry: Path, parts: list[str], ids: IdRegistry, top: str) -> Sour
     return node
 
 
-def _python_file(entry: Path, parts: list[str], ids: IdRegistry, top: str) -> SourceNode | None:
-    module_doc, items = python_docs(read_text(entry), str(entry))
+def _python_file(
+    text: str, entry: Path, parts: list[str], ids: IdRegistry, top: str
+) -> SourceNode | None:
+    module_doc, items = python_docs(text, str(entry))
     stem = entry.name[:-3]
     facets = {"kind": "file", "folder": top, "filetype": "py"}
     mod_title = stem if stem != "__init__" else (parts[-2] if len(parts) > 1 else "package")
@@ -239,29 +243,31 @@ def load_files(path: Path, source_id: str, max_width: int = DEFAULT_MAX_WIDTH) -
     ids = IdRegistry((ROOT_ID,))
     root = SourceNode(id=ROOT_ID, title=source_id, facets={"kind": "files"})
     warnings: list[str] = []
+    scan: SourceScan | None = None
     if path.is_file():
         folder_entries: list[tuple[Path, SourceNode, list[str]]] = []
-        single = _load_entry(path, [path.name], ids, ".", warnings)
+        single = _load_entry(read_text, path, [path.name], ids, ".", warnings)
         if single is None:
             raise SourceError(f"{path}: no readable text or docstrings")
         root.children.append(single)
     else:
         require_dir(path, "files")
+        scan = SourceScan(path)
         folder_entries = [(path, root, [])]
     folders: list[SourceNode] = []
-    while folder_entries:
+    while scan is not None and folder_entries:
         folder, node, rel = folder_entries.pop()
         subdirs = []
-        for entry in sorted_entries(folder):
+        for entry in scan.entries(folder):
             parts = [*rel, entry.name]
             top = parts[0] if len(parts) > 1 else "."
-            if entry.is_dir():
+            if scan.is_dir(entry):
                 child = folder_node(ids, parts, "folder")
                 node.children.append(child)
                 folders.append(child)
                 subdirs.append((entry, child, parts))
                 continue
-            loaded = _load_entry(entry, parts, ids, top, warnings)
+            loaded = _load_entry(scan.read, entry, parts, ids, top, warnings)
             if loaded is not None:
                 node.children.append(loaded)
         folder_entries.extend(reversed(subdirs))
@@ -273,18 +279,26 @@ def load_files(path: Path, source_id: str, max_width: int = DEFAULT_MAX_WIDTH) -
     for node in list(root.walk()):
         if len(node.children) > max_width:
             group_children(node, max_width, signals, ids)
-    return SourceTree(source_id=source_id, kind="files", root=root, warnings=warnings)
+    skipped = scan.skipped if scan is not None else []
+    return SourceTree(
+        source_id=source_id, kind="files", root=root, warnings=warnings, skipped=skipped
+    )
 
 
 def _load_entry(
-    entry: Path, parts: list[str], ids: IdRegistry, top: str, warnings: list[str]
+    read: Callable[[Path], str],
+    entry: Path,
+    parts: list[str],
+    ids: IdRegistry,
+    top: str,
+    warnings: list[str],
 ) -> SourceNode | None:
     suffix = entry.suffix.lower()
     try:
         if suffix in TEXT_SUFFIXES:
-            return _text_file(entry, parts, ids, top)
+            return _text_file(read(entry), entry, parts, ids, top)
         if suffix in CODE_SUFFIXES:
-            return _python_file(entry, parts, ids, top)
+            return _python_file(read(entry), entry, parts, ids, top)
     except SourceError as exc:
         warnings.append(f"skipped {'/'.join(parts)}: {exc.message}")
     return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from picocontext.build.adapters._common import ROOT_ID, read_text, require_dir
+from picocontext.build.adapters._common import ROOT_ID, SourceScan, require_dir
 from picocontext.build.errors import SourceError
 from picocontext.build.frontmatter import as_text, first_heading, flat_meta, split_frontmatter
 from picocontext.build.ir import IdRegistry, SourceNode, SourceTree, humanize, slug
@@ -32,12 +32,17 @@ def _meta_field(front: dict[str, object], key: str) -> str:
 
 def load_memory(path: Path, source_id: str) -> SourceTree:
     require_dir(path, "memory")
-    files = sorted(p for p in path.glob("*.md") if p.is_file() and p.name != "MEMORY.md")
+    # Not recursive: sub-folders are left out quietly, as they always were.
+    scan = SourceScan(path, ignore=Path.is_dir)
+    files = sorted(p for p in scan.entries(path) if p.suffix == ".md" and p.name != "MEMORY.md")
     if not files:
         raise SourceError(f"memory source {path} has no fact files (*.md other than MEMORY.md)")
     facts: list[tuple[str, str, SourceNode]] = []
     for f in files:
-        front, body = split_frontmatter(read_text(f), str(f))
+        text = scan.read_or_skip(f)
+        if text is None:
+            continue
+        front, body = split_frontmatter(text, str(f))
         mtype = _meta_field(dict(front), "type") or "note"
         ns = _meta_field(dict(front), "namespace") or _NAMESPACE_OF_TYPE.get(
             mtype.lower(), "knowledge"
@@ -79,4 +84,4 @@ def load_memory(path: Path, source_id: str) -> SourceTree:
                 if n == ns and t == mtype:
                     node.id = ids.claim(f"{slug(ns)}/{slug(mtype)}/{slug(node.title)}")
                     type_node.children.append(node)
-    return SourceTree(source_id=source_id, kind="memory", root=root)
+    return SourceTree(source_id=source_id, kind="memory", root=root, skipped=scan.skipped)

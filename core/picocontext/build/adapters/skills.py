@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from picocontext.build.adapters._common import ROOT_ID, read_text, require_dir
+from picocontext.build.adapters._common import ROOT_ID, SourceScan, dot_name, require_dir
 from picocontext.build.errors import SourceError
 from picocontext.build.frontmatter import (
     as_list,
@@ -24,15 +24,19 @@ from picocontext.build.ir import IdRegistry, SourceNode, SourceTree, humanize, s
 
 def load_skills(path: Path, source_id: str) -> SourceTree:
     require_dir(path, "skills")
+    scan = SourceScan(path, ignore=dot_name)
     files = sorted(
-        (p for p in path.rglob("*.md") if not any(s.startswith(".") for s in p.parts)),
+        (p for p in scan.files if p.suffix == ".md"),
         key=lambda p: p.relative_to(path).as_posix(),
     )
     if not files:
         raise SourceError(f"skills source {path} has no .md files")
     parsed = []
     for f in files:
-        front, body = split_frontmatter(read_text(f), str(f))
+        text = scan.read_or_skip(f)
+        if text is None:
+            continue
+        front, body = split_frontmatter(text, str(f))
         name = as_text(front.get("name")) or first_heading(body) or humanize(f.stem)
         category = as_text(front.get("category")).strip()
         parsed.append((f, front, body, name.strip(), category))
@@ -68,4 +72,4 @@ def load_skills(path: Path, source_id: str) -> SourceTree:
                 origin=f.relative_to(path).as_posix(),
             )
         )
-    return SourceTree(source_id=source_id, kind="skills", root=root)
+    return SourceTree(source_id=source_id, kind="skills", root=root, skipped=scan.skipped)

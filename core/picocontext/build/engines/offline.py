@@ -4,7 +4,8 @@
   code blocks and signatures skipped);
 * branch ``what`` -- the title plus the names of what is inside (child titles), so a reader
   sees the subtree's members, not "Docs under X/";
-* ``when`` and ``keywords`` -- the node's salient words by TF-IDF over the corpus; ``contrast``
+* ``when`` and ``keywords`` -- the node's salient words by TF-IDF over the corpus (never a
+  hex identifier's fragment); ``contrast``
   re-ranks them by how rare they are among the siblings, so each line says what separates the
   node from its neighbours rather than what they share.
 """
@@ -27,6 +28,9 @@ _FENCED = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
 _SIGNATURE = re.compile(r"^\s*(def |class |async def |[\w.]+\(.*\)\s*(->.*)?$)")
 _MD_NOISE = re.compile(r"[*_`>#|]|\[([^\]]*)\]\([^)]*\)")
+# A fragment of a hex identifier ("d45630", "b9d"): rare, so TF-IDF ranks it first, but no
+# reader routes by it, and it costs several tokens per word in every line it appears in.
+_HEX_FRAGMENT = re.compile(r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{3,}")
 
 
 def first_sentence(text: str, limit: int = 200) -> str:
@@ -113,6 +117,8 @@ class OfflineEngine:
         out: list[str] = []
         for t in ranked:
             w = surf.get(t, t)
+            if _HEX_FRAGMENT.fullmatch(w.lower()):
+                continue
             if w not in out:
                 out.append(w)
             if len(out) == n:
