@@ -65,6 +65,7 @@ from picocontext.policies.history import (
     text_meter_for,
 )
 from picocontext.policies.registry import PolicyContext, PolicySpec
+from picocontext.prompts import COMPLETION_GUIDANCE, COMPLETION_INSTRUCTIONS
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
 from picocontext.session import (
@@ -95,11 +96,10 @@ PROTOCOL = (
     "verbatim when opened. #n is the record number: higher is newer."
 )
 
-PLAIN_SYSTEM_TEXT = (
-    "You answer inside a small context window. The whole conversation is shown; answer the "
-    "latest user request."
-)
-PLAIN_GUIDANCE = "Answer the latest user request now, in the format it asks for."
+# When everything fits there is nothing to navigate: the prompt is append-only's, word for word,
+# so a column differs from the baseline only where navigation does something.
+PLAIN_SYSTEM_TEXT = COMPLETION_INSTRUCTIONS
+PLAIN_GUIDANCE = COMPLETION_GUIDANCE
 
 NO_ROOM = "No room left in this turn's window: answer now with what you have read."
 

@@ -24,7 +24,7 @@ from picocontext import (
     ToolCall,
 )
 from picocontext.models import ScriptedBackend
-from picocontext.policies import NavigatedPolicy
+from picocontext.policies import AppendOnlyPolicy, NavigatedPolicy
 from picocontext.policies.navigated import NavigatedConfig, NavigatedTurn
 from picocontext.report import RunReport
 
@@ -130,3 +130,17 @@ def test_real_generation_runs_end_to_end(tiny: Any) -> None:
     assert report.calls and report.total_input_tokens > 0
     assert all(p.token_count <= small.context_window for p in report.calls)
     assert session.context == history(turns=6)
+
+
+def test_when_everything_fits_the_prompt_is_append_only_s_word_for_word(tiny: Any) -> None:
+    # Nothing to navigate: the column may differ from the baseline only where navigation acts,
+    # so the real template renders the same tokens for both.
+    def answer(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        return ModelResponse(text="bay 3", generated_tokens=3)
+
+    ours, baseline = ScriptedBackend(answer), ScriptedBackend(answer)
+    report = NavigatedPolicy().turn(ContextSession(history(2), tiny, ours), BUDGET)
+    AppendOnlyPolicy().turn(ContextSession(history(2), tiny, baseline), BUDGET)
+    assert report.failure is None and not report.tool_steps
+    assert len(ours.prompts) == len(baseline.prompts) == 1
+    assert ours.prompts[0].token_ids == baseline.prompts[0].token_ids
