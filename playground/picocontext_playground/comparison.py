@@ -9,6 +9,7 @@ the diagnostics package's; this module only orchestrates and reshapes.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -18,12 +19,17 @@ from pydantic import BaseModel, ConfigDict
 from picocontext import (
     Cancelled,
     CancelToken,
+    ModelInput,
+    Phase,
+    PreparedPrompt,
     RunBudget,
     RunMode,
     RunReport,
     Snapshot,
+    TokenCounter,
     ToolStep,
 )
+from picocontext.models import GenerationProgress
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,
@@ -38,6 +44,13 @@ from picocontext_diagnostics import (
 )
 from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.models import LoadedModel
+from picocontext_playground.sections import (
+    Section,
+    SectionSize,
+    TextCounter,
+    prompt_sections,
+    utf8_bytes,
+)
 from picocontext_playground.settings import ComparisonSettings
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +76,19 @@ class StepView(BaseModel):
     failure: str | None = None
     context_problem: str | None = None
     answer_problem: str | None = None
+    # The exact next input by section (reserved output last), in the model's unit; for a
+    # step whose prompt did not fit, the sections of that rejected prompt.
+    sections: tuple[SectionSize, ...] = ()
+    rejected_prompt: PreparedPrompt | None = None
+    context_window: int | None = None
+
+    @property
+    def over_window_by(self) -> int | None:
+        """How far the rejected prompt plus the reserved output exceeded the window."""
+        if self.rejected_prompt is None or self.context_window is None:
+            return None
+        reserved = sum(s.amount for s in self.sections if s.section is Section.RESERVED)
+        return self.rejected_prompt.token_count + reserved - self.context_window
 
     @property
     def prompt_before(self) -> int | None:
@@ -295,17 +321,53 @@ def task_episode(settings: ComparisonSettings) -> Episode:
     return fixture_episode(scenario, noise_lines=settings.noise_lines)
 
 
+def text_counter(model: LoadedModel) -> TextCounter:
+    """Counts text in the model's unit: its tokenizer for a real model, UTF-8 bytes for the
+    scripted one."""
+    count = getattr(model.raw, "count_tokens", None)
+    if callable(count):
+        return lambda text: int(count(text))
+    return utf8_bytes
+
+
+def measured_step(
+    report: StepReport, counter: TokenCounter, count: TextCounter, budget: RunBudget
+) -> StepView:
+    """The graded step plus its next input by section. A step whose prompt was refused for
+    the window shows the prompt of its working context at the start of the turn: the one the
+    policy had to send and could not."""
+    view = StepView.from_step_report(report)
+    run = report.run
+    if run is None:
+        return view
+    reserved = budget.completion_output_tokens
+    prompt = run.final_prompt
+    rejected: PreparedPrompt | None = None
+    if prompt is None and run.run_start_prompt_tokens + reserved > budget.context_window:
+        rejected = counter.prepare(ModelInput(context=run.run_start, phase=Phase.COMPLETION))
+        prompt = rejected
+    if prompt is None:
+        return view
+    return view.model_copy(
+        update={
+            "sections": prompt_sections(prompt, count, reserved),
+            "rejected_prompt": rejected,
+            "context_window": budget.context_window,
+        }
+    )
+
+
 def _status(settings: ComparisonSettings, steps: int, label: str, index: int, count: int) -> str:
     if settings.task.sequential:
         return f"Running {steps} incoming updates with {label} context (policy {index} of {count})…"
     return f"Running the order lookup with {label} context ({index} of {count})…"
 
 
-def _episode_outcome(report: EpisodeReport) -> PolicyOutcome:
+def _episode_outcome(report: EpisodeReport, steps: Sequence[StepView]) -> PolicyOutcome:
     return PolicyOutcome(
         policy=report.policy,
         title=report.title,
-        steps=tuple(StepView.from_step_report(s) for s in report.steps),
+        steps=tuple(steps),
         planned_steps=report.planned_steps,
         original=report.original,
         revised=report.revised,
@@ -341,6 +403,7 @@ def run_comparison(
     episode = task_episode(settings)
     total = len(episode.steps) * len(policies)
     runner = EpisodeRunner(model.counter, model.backend)
+    count = text_counter(model)
     done = 0
     status = ""
     cancelled = False
@@ -354,10 +417,23 @@ def run_comparison(
             )
             events.status(status)
 
-            def on_step(report: StepReport, name: str = policy.name) -> None:
+            measured: dict[str, StepView] = {}
+
+            def measure(report: StepReport, seen: dict[str, StepView] = measured) -> StepView:
+                view = seen.get(report.step.id)
+                if view is None:
+                    view = measured_step(report, model.counter, count, budget)
+                    seen[report.step.id] = view
+                return view
+
+            def on_step(
+                report: StepReport,
+                name: str = policy.name,
+                measure: Callable[[StepReport], StepView] = measure,
+            ) -> None:
                 nonlocal done
                 done += 1
-                events.step(name, StepView.from_step_report(report))
+                events.step(name, measure(report))
                 events.progress(done, total)
 
             report = runner.run(
@@ -371,7 +447,7 @@ def run_comparison(
             # Steps after a failure never run; count them as done for the progress bar.
             done = index * len(episode.steps)
             events.progress(done, total)
-            outcome = _episode_outcome(report)
+            outcome = _episode_outcome(report, [measure(s) for s in report.steps])
             outcomes.append(outcome)
             events.outcome(outcome)
         status = _final_status(outcomes)
@@ -394,4 +470,70 @@ def run_comparison(
         status=status,
         cancelled=cancelled,
         elapsed_seconds=time.perf_counter() - started,
+    )
+
+
+def _clock(seconds: float) -> str:
+    whole = max(0, round(seconds))
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def generation_line(policy: str, step: int, steps: int, progress: GenerationProgress) -> str:
+    """The live line under the progress bar while a real model works: which policy and step,
+    prefill or tokens generated against the cap, the rate, the time spent and, at the current
+    rate, the longest the rest of this call can take."""
+    head = f"{policy_label(policy)} · step {step} of {steps}"
+    if progress.phase == "prefill":
+        return (
+            f"{head} · reading the prompt: {progress.prefilled:,} of "
+            f"{progress.prefill_total:,} tokens · {_clock(progress.elapsed)} elapsed"
+        )
+    parts = [head, f"generated {progress.generated:,} of at most {progress.max_tokens:,} tokens"]
+    rate = progress.tokens_per_second
+    if rate is not None:
+        parts.append(f"{rate:.1f} tokens/s")
+    parts.append(f"{_clock(progress.elapsed)} elapsed")
+    left = progress.seconds_left_at_most
+    if progress.phase == "decode" and left is not None:
+        parts.append(f"at most {_clock(left)} left in this call")
+    return " · ".join(parts)
+
+
+_DIGITS = re.compile(r"\d+")
+REPEAT_MIN = 4
+
+
+def group_repeats(text: str, minimum: int = REPEAT_MIN) -> str:
+    """Runs of ``minimum`` or more lines that are the same, or the same but for their numbers,
+    shown as the first and last line with a count between them, so a diff of noise lines
+    reads as what it is."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        shape = _DIGITS.sub("#", lines[i])
+        j = i + 1
+        while j < len(lines) and _DIGITS.sub("#", lines[j]) == shape:
+            j += 1
+        run = j - i
+        if run >= minimum and lines[i].strip():
+            same = all(line == lines[i] for line in lines[i:j])
+            kind = "identical lines" if same else "lines alike (only numbers differ)"
+            out += [lines[i], f"    \u22ee \u00d7 {run - 2:,} more {kind}", lines[j - 1]]
+        else:
+            out += lines[i:j]
+        i = j
+    return "\n".join(out)
+
+
+def rejected_text(step: StepView, unit: str) -> str:
+    """Why a step's prompt was not sent, with the numbers of the window check."""
+    prompt = step.rejected_prompt
+    if prompt is None or step.context_window is None:
+        return ""
+    reserved = sum(s.amount for s in step.sections if s.section is Section.RESERVED)
+    return (
+        f"Did not fit: {prompt.token_count:,} {unit} of input + {reserved:,} reserved for the "
+        f"answer = {prompt.token_count + reserved:,}, over the {step.context_window:,} window "
+        f"by {step.over_window_by or 0:,}. This is the prompt it would have sent."
     )

@@ -10,14 +10,24 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QPen, QResizeEvent
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QHelpEvent,
+    QPainter,
+    QPaintEvent,
+    QPen,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QLabel,
     QPlainTextEdit,
     QSizePolicy,
     QTextBrowser,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +41,7 @@ from picocontext_playground.comparison import (
     tool_calls_text,
 )
 from picocontext_playground.qtenv import monospace_font
+from picocontext_playground.sections import Section, SectionSize
 from picocontext_playground.textreport import record_header
 
 PASS = "\u2713"
@@ -67,6 +78,24 @@ def card_excerpt(text: str, limit: int = CARD_ANSWER_CHARS) -> str:
         return text
     rest = len(text) - limit
     return f"{text[:limit]}… (+{rest:,} more characters; full answer in the Decisions tab)"
+
+
+def prompt_line(outcome: PolicyOutcome, unit: str) -> str:
+    """The working context when the first turn started → the last input sent, and the first
+    step whose prompt did not fit (so the card agrees with the chart and Next input)."""
+    last = next((s for s in reversed(outcome.steps) if s.prompt_after is not None), None)
+    where = f" at {last.step_id}" if last is not None else ""
+    text = (
+        f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {unit} "
+        f"(first turn's start {ARROW} last input sent{where})"
+    )
+    rejected = next((s for s in outcome.steps if s.rejected_prompt is not None), None)
+    if rejected is not None and rejected.rejected_prompt is not None:
+        text += (
+            f" · {rejected.step_id} needed {rejected.rejected_prompt.token_count:,} and did "
+            f"not fit (over by {rejected.over_window_by or 0:,})"
+        )
+    return text
 
 
 class ResultCard(QFrame):
@@ -130,9 +159,7 @@ class ResultCard(QFrame):
         self.checks.setText(
             f"Context {outcome.context_passed}/{n} · answers {outcome.answers_passed}/{n}"
         )
-        self.prompt.setText(
-            f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {unit}"
-        )
+        self.prompt.setText(prompt_line(outcome, unit))
         self.usage.setText(
             f"Total input {outcome.total_input:,} · generated {outcome.total_generated:,} · "
             f"prefill computed {outcome.total_prefill:,}"
@@ -518,7 +545,9 @@ class AttemptsView(QTextBrowser):
         super().__init__(parent)
         self.setOpenLinks(False)
 
-    def show_steps(self, steps: Sequence[StepView]) -> None:
+    def show_steps(self, steps: Sequence[StepView], live: tuple[str, str] | None = None) -> None:
+        """Every finished step; ``live`` (heading, text so far) is the running step's model
+        output, streamed while it generates."""
         parts: list[str] = []
         for step in steps:
             parts.append(f"<h4 style='margin: 8px 0 2px 0;'>{html.escape(step.step_id)}</h4>")
@@ -533,7 +562,15 @@ class AttemptsView(QTextBrowser):
             for problem in (step.failure, step.context_problem, answer_problem):
                 if problem:
                     parts.append(f"<p style='color:{RED}; margin: 0;'>{html.escape(problem)}</p>")
+        if live is not None:
+            heading, text = live
+            parts.append(f"<h4 style='margin: 8px 0 2px 0;'>{html.escape(heading)}</h4>")
+            parts.append(f"<p style='color:{MUTED}; margin: 0;'>Model output so far:</p>")
+            parts.append(_pre(text or "(reading the prompt…)"))
         self.setHtml("".join(parts) or "<p>No decisions.</p>")
+        if live is not None:
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     @staticmethod
     def _attempts(run: RunReport) -> list[str]:
@@ -570,3 +607,119 @@ class AttemptsView(QTextBrowser):
             )
             out.append(_pre(clip_result(step.result)))
         return out
+
+
+SECTION_COLORS = {
+    Section.SYSTEM: "#5f6368",
+    Section.TASK: "#0072B2",
+    Section.HISTORY: "#009E73",
+    Section.TOOLS: "#E69F00",
+    Section.VIEWS: "#CC79A7",
+    Section.CONTROL: "#56B4E9",
+    Section.RESERVED: "#d7dbe0",
+}
+
+
+class SectionBar(QWidget):
+    """One step's next input as a stacked bar by section, then the reserved output, drawn
+    against the context window (a red line); the legend under it names every section with
+    its amount. A prompt that did not fit runs past the line."""
+
+    BAR_HEIGHT = 18
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sections: tuple[SectionSize, ...] = ()
+        self.window: int | None = None
+        self.unit = "tokens"
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMouseTracking(True)
+        self._spans: list[tuple[QRectF, SectionSize]] = []
+        self._legend_rows = 1
+
+    def show_sections(self, sections: Sequence[SectionSize], window: int | None, unit: str) -> None:
+        self.sections, self.window, self.unit = tuple(sections), window, unit
+        self._layout_legend()
+        self.updateGeometry()
+        self.update()
+
+    def total(self) -> int:
+        return sum(s.amount for s in self.sections)
+
+    def legend_items(self) -> list[str]:
+        """``Kept history 1,234`` per section, in bar order."""
+        return [f"{s.section.label} {s.amount:,}" for s in self.sections]
+
+    def _layout_legend(self) -> None:
+        metrics = QFontMetrics(self.font())
+        width, rows = 0, 1
+        for item in self.legend_items():
+            step = metrics.horizontalAdvance(item) + 28
+            if width and width + step > max(self.width(), 200):
+                rows, width = rows + 1, 0
+            width += step
+        self._legend_rows = rows
+
+    def sizeHint(self) -> QSize:
+        line = QFontMetrics(self.font()).height()
+        return QSize(400, self.BAR_HEIGHT + 10 + (line + 4) * self._legend_rows)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(200, self.sizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        rows = self._legend_rows
+        self._layout_legend()
+        if rows != self._legend_rows:
+            self.updateGeometry()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            for rect, size in self._spans:
+                if rect.contains(QPointF(event.pos())):
+                    QToolTip.showText(
+                        event.globalPos(),
+                        f"{size.section.label}: {size.amount:,} {self.unit} — "
+                        f"{size.section.explanation}",
+                        self,
+                    )
+                    return True
+            QToolTip.hideText()
+            return True
+        return super().event(event)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        metrics = QFontMetrics(self.font())
+        line = metrics.height()
+        self._spans = []
+        if not self.sections:
+            painter.setPen(QColor(MUTED))
+            painter.drawText(QPointF(2, line), "No input was built for this step.")
+            painter.end()
+            return
+        scale_to = max(self.total(), self.window or 0, 1)
+        width = self.width() - 4
+        x = 2.0
+        for size in self.sections:
+            w = width * size.amount / scale_to
+            rect = QRectF(x, 2, w, self.BAR_HEIGHT)
+            painter.fillRect(rect, QColor(SECTION_COLORS[size.section]))
+            self._spans.append((rect, size))
+            x += w
+        if self.window is not None:
+            wx = 2 + width * self.window / scale_to
+            painter.setPen(QPen(QColor(RED), 2))
+            painter.drawLine(QPointF(wx, 0), QPointF(wx, self.BAR_HEIGHT + 4))
+        # legend, wrapped to the width
+        lx, ly = 2.0, self.BAR_HEIGHT + 8
+        for size, item in zip(self.sections, self.legend_items(), strict=True):
+            step = metrics.horizontalAdvance(item) + 28
+            if lx > 2 and lx + step > self.width():
+                lx, ly = 2.0, ly + line + 4
+            painter.fillRect(QRectF(lx, ly + 2, 10, line - 4), QColor(SECTION_COLORS[size.section]))
+            painter.setPen(QColor("#202124"))
+            painter.drawText(QPointF(lx + 14, ly + line - 3), item)
+            lx += step
+        painter.end()

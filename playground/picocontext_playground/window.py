@@ -34,14 +34,19 @@ from PySide6.QtWidgets import (
 )
 
 from picocontext import CancelToken, ChatModel, diff_snapshots
+from picocontext.models import BYTE_UNIT, TOKEN_UNIT, GenerationProgress
 from picocontext_diagnostics import BUILTIN_POLICIES
 from picocontext_playground import gcguard
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
     StepView,
+    generation_line,
+    group_repeats,
     policy_label,
+    rejected_text,
     step_line,
+    task_episode,
 )
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
@@ -54,9 +59,11 @@ from picocontext_playground.settings import (
 )
 from picocontext_playground.textreport import render_report, write_atomically
 from picocontext_playground.widgets import (
+    RED,
     AttemptsView,
     ContextView,
     ResultCard,
+    SectionBar,
     StepTable,
     TextPane,
     TokenChart,
@@ -69,7 +76,7 @@ from picocontext_playground.worker import PROGRESS_MAX, ComparisonWorker
 DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
-COLUMN_MIN_WIDTH = 440
+COLUMN_MIN_WIDTH = 320
 
 # The tabs next to the comparison, each built by a factory (its module is imported lazily).
 TabFactory = Callable[[QWidget], QWidget]
@@ -116,6 +123,9 @@ class PolicyColumn(QWidget):
         super().__init__(parent)
         self.policy = policy
         self.outcome: PolicyOutcome | None = None
+        self.unit = "tokens"
+        self.live_steps: list[StepView] = []
+        self._live_shown = False
         self.setMinimumWidth(COLUMN_MIN_WIDTH)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -138,6 +148,8 @@ class PolicyColumn(QWidget):
         row.addWidget(self.next_step)
         row.addWidget(self.next_label, 1)
         next_layout.addLayout(row)
+        self.sections = SectionBar()
+        next_layout.addWidget(self.sections)
         self.next_input = TextPane("No completion call made.")
         next_layout.addWidget(self.next_input)
         self.tabs.addTab(self.working, "Working context")
@@ -154,15 +166,28 @@ class PolicyColumn(QWidget):
         """Show a row as soon as a step finishes, before the whole policy is done."""
         if self.steps.rowCount() == 0:
             self.card.headline.setText("Running…")
+        self.live_steps.append(step)
         self.steps.add_step(step)
+        self.attempts.show_steps(self.live_steps)
+
+    def show_live_output(self, step: int, text: str) -> None:
+        """The model's output so far in the step that is running, under the finished ones."""
+        if self.outcome is not None:
+            return
+        if self.tabs.currentWidget() is not self.attempts and not self._live_shown:
+            self.tabs.setCurrentWidget(self.attempts)
+        self._live_shown = True
+        self.card.headline.setText(f"Running step {step}…")
+        self.attempts.show_steps(self.live_steps, live=(f"step-{step} (running)", text))
 
     def show_outcome(self, outcome: PolicyOutcome, unit: str) -> None:
         self.outcome = outcome
+        self.unit = unit
         self.card.show_outcome(outcome, unit)
         self.steps.show_steps(outcome)
         self.working.show_context("Working context", outcome.revised, outcome.original, True)
         self.original.show_context("Original transcript", outcome.original, outcome.revised, False)
-        self.diff.setPlainText(diff_snapshots(outcome.original, outcome.revised))
+        self.diff.setPlainText(group_repeats(diff_snapshots(outcome.original, outcome.revised)))
         self.attempts.show_steps(outcome.steps)
         self.next_step.blockSignals(True)
         self.next_step.clear()
@@ -191,14 +216,25 @@ class PolicyColumn(QWidget):
         if self.outcome is None or not 0 <= index < len(self.outcome.steps):
             self.next_input.setPlainText("")
             self.next_label.setText("")
+            self.sections.show_sections((), None, self.unit)
             return
-        run = self.outcome.steps[index].run
+        step = self.outcome.steps[index]
+        self.sections.show_sections(step.sections, step.context_window, self.unit)
+        self.next_label.setStyleSheet("")
+        run = step.run
+        if step.rejected_prompt is not None:
+            self.next_label.setText(rejected_text(step, self.unit))
+            self.next_label.setStyleSheet(f"color: {RED};")
+            self.next_input.setPlainText(step.rejected_prompt.rendered)
+            return
         if run is None or run.final_prompt is None:
-            self.next_label.setText("No completion call made.")
+            why = step.failure or "the step ended before a prompt was built"
+            self.next_label.setText(f"No completion call made: {why}")
             self.next_input.setPlainText("")
             return
         prompt = run.final_prompt
-        self.next_label.setText(f"Exact next input · {prompt.token_count:,} tokens")
+        window = f" of a {step.context_window:,} window" if step.context_window else ""
+        self.next_label.setText(f"Exact next input · {prompt.token_count:,} {self.unit}{window}")
         self.next_input.setPlainText(prompt.rendered)
 
 
@@ -227,6 +263,7 @@ class MainWindow(QMainWindow):
         self._worker: ComparisonWorker | None = None
         self._cancel: CancelToken | None = None
         self._unit = ""
+        self._steps_per_policy = 0
         self.columns: dict[str, PolicyColumn] = {}
         self._loading = False
         self._model_settings: ComparisonSettings | None = None
@@ -261,19 +298,25 @@ class MainWindow(QMainWindow):
         self.progress.setFixedHeight(10)
         self.status = selectable_label()
         self.status.setStyleSheet("font-weight: bold;")
+        self.live = selectable_label()
+        self.live.setStyleSheet("color: #1b5e9a;")
+        self.live.hide()
         self.caption = selectable_label()
         self.caption.setStyleSheet("color: #5f6368;")
         outer.addWidget(self.progress)
         outer.addWidget(self.status)
+        outer.addWidget(self.live)
         outer.addWidget(self.caption)
+        # The chart sits outside the scrolling columns: it always spans the window's width
+        # and stays in view however many policies there are.
+        self.chart = TokenChart()
+        outer.addWidget(self.chart)
         self.results_scroll = QScrollArea()
         self.results_scroll.setWidgetResizable(True)
         self.results_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.results = QWidget()
         results_layout = QVBoxLayout(self.results)
         results_layout.setContentsMargins(0, 4, 0, 4)
-        self.chart = TokenChart()
-        results_layout.addWidget(self.chart)
         self.columns_box = QHBoxLayout()
         self.columns_box.setSpacing(12)
         results_layout.addLayout(self.columns_box)
@@ -534,7 +577,10 @@ class MainWindow(QMainWindow):
         self.save_button.setEnabled(False)
         self.step_lines = []
         self.chart.clear()
+        self.chart.unit = self._unit_for(self.current_model())
         self.caption.setText("")
+        self.live.setText("")
+        self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(0)
         for column in self.columns.values():
@@ -567,8 +613,10 @@ class MainWindow(QMainWindow):
     def _start(self, settings: ComparisonSettings) -> None:
         self.clear_results()
         self.last_error = None
+        self._steps_per_policy = len(task_episode(settings).steps)
         for index, name in enumerate(settings.policies):
             column = PolicyColumn(name, index)
+            column.unit = self._unit_for(settings.model)
             self.columns[name] = column
             self.columns_box.addWidget(column, 1)
         self._cancel = CancelToken()
@@ -580,6 +628,7 @@ class MainWindow(QMainWindow):
         worker.progress.connect(self._on_progress)
         worker.model_ready.connect(self._on_model_ready)
         worker.step.connect(self._on_step)
+        worker.generation.connect(self._on_generation)
         worker.outcome.connect(self._on_outcome)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
@@ -615,7 +664,27 @@ class MainWindow(QMainWindow):
     @Slot(str, str)
     def _on_model_ready(self, label: str, unit: str) -> None:
         self._unit = unit
+        self.chart.unit = unit
+        self.chart.update()
+        for column in self.columns.values():
+            column.unit = unit
         self.caption.setText(f"Model: {label} · greedy sampling · counts in {unit}")
+
+    @staticmethod
+    def _unit_for(choice: ModelChoice) -> str:
+        return TOKEN_UNIT if choice.real else BYTE_UNIT
+
+    @Slot(str, int, object)
+    def _on_generation(self, policy: str, step: int, progress: object) -> None:
+        """A real model's progress inside one call: the live line and the streamed output."""
+        assert isinstance(progress, GenerationProgress)
+        if not self.running:
+            return
+        self.live.setText(generation_line(policy, step, self._steps_per_policy, progress))
+        self.live.show()
+        column = self.columns.get(policy)
+        if column is not None and progress.phase != "prefill":
+            column.show_live_output(step, progress.text)
 
     @Slot(str, object)
     def _on_step(self, policy: str, step: object) -> None:
@@ -651,6 +720,7 @@ class MainWindow(QMainWindow):
             if column.outcome is None:
                 column.card.headline.setText("Not run (stopped before this policy finished).")
         self.set_status(result.status)
+        self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(PROGRESS_MAX if result.completed else self.progress.value())
 
