@@ -10,7 +10,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -20,6 +20,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPen,
     QResizeEvent,
+    QTextOption,
 )
 from PySide6.QtWidgets import (
     QFrame,
@@ -70,6 +71,14 @@ def selectable_label(text: str = "", *, wrap: bool = True) -> QLabel:
 
 
 CARD_ANSWER_CHARS = 240
+
+
+def elide(text: str, limit: int) -> str:
+    """``text`` cut at the last word boundary before ``limit`` characters, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit].rstrip(" ;,") + "\u2026"
 
 
 def card_excerpt(text: str, limit: int = CARD_ANSWER_CHARS) -> str:
@@ -184,11 +193,14 @@ class StepTable(QTextBrowser):
     grows to show every row."""
 
     HEADERS = ("Step", "Checks", "Prompt", "Retained", "Problem")
-    WIDTHS = (15, 18, 17, 30, 20)
+    WIDTHS = (12, 16, 18, 30, 24)
+    PROBLEM_CHARS = 70  # a longer problem is cut here; the row's tooltip has all of it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setOpenLinks(False)
+        # Break only between words: a value such as receipt-4410 is never split in two.
+        self.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -239,17 +251,18 @@ class StepTable(QTextBrowser):
 
         self._html_rows.append(
             "<tr>"
-            f"<td>{html.escape(step.step_id)}</td>"
-            f"<td>{mark(context, step.context_passed)}<br>{mark(answer, step.answer_passed)}</td>"
-            f"<td>{html.escape(prompt)}</td>"
+            f'<td style="white-space:nowrap;">{html.escape(step.step_id)}</td>'
+            f'<td style="white-space:nowrap;">{mark(context, step.context_passed)}<br>'
+            f"{mark(answer, step.answer_passed)}</td>"
+            f'<td style="white-space:nowrap;">{html.escape(prompt)}</td>'
             f"<td>{html.escape(retained)}</td>"
-            f'<td style="color:{RED};">{html.escape(cells[4])}</td>'
+            f'<td style="color:{RED};">{html.escape(elide(cells[4], self.PROBLEM_CHARS))}</td>'
             "</tr>"
         )
 
     def _render(self) -> None:
         head = "".join(
-            f'<th align="left" width="{w}%">{h}</th>'
+            f'<th align="left" width="{w}%" style="white-space:nowrap;">{h}</th>'
             for h, w in zip(self.HEADERS, self.WIDTHS, strict=True)
         )
         self.setHtml(
@@ -263,6 +276,30 @@ class StepTable(QTextBrowser):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self.fit()  # wrapped cells need a new height when the width changes
+
+    def row_at(self, point: QPointF) -> int | None:
+        """The data row under ``point`` (viewport coordinates), if any."""
+        cursor = self.cursorForPosition(point.toPoint())
+        table = cursor.currentTable()
+        if table is None:
+            return None
+        row = table.cellAt(cursor).row() - 1  # row 0 is the header
+        return row if 0 <= row < len(self.rows) else None
+
+    def row_tooltip(self, row: int) -> str:
+        cells = self.rows[row]
+        lines = [f"{h}: {c}" for h, c in zip(self.HEADERS, cells, strict=True) if c]
+        return "\n".join(lines)
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            row = self.row_at(QPointF(event.pos()))
+            if row is None:
+                QToolTip.hideText()
+            else:
+                QToolTip.showText(event.globalPos(), self.row_tooltip(row), self)
+            return True
+        return super().viewportEvent(event)
 
     def fit(self) -> None:
         """Grow to show every row (the page scrolls, not the table)."""
@@ -470,11 +507,26 @@ class ContextView(QTextBrowser):
     """Records with role, protection, id and body. Against a reference snapshot, records that
     were deleted (shown struck out, red) or replaced (amber) are highlighted."""
 
+    FOLDED_LINES = 1  # lines of a protected body shown while it is folded
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setOpenLinks(False)
         self.document().setDefaultFont(self.font())
         self.mono = monospace_font()
+        # Protected prompts are the same in every column; they start folded to one line.
+        self.unfolded: set[str] = set()
+        self._shown: tuple[str, Snapshot, Snapshot | None, bool] | None = None
+        self.anchorClicked.connect(self._toggle)
+
+    def _toggle(self, url: QUrl) -> None:
+        if url.scheme() != "fold" or self._shown is None:
+            return
+        record_id = url.path()
+        self.unfolded.symmetric_difference_update({record_id})
+        position = self.verticalScrollBar().value()
+        self.show_context(*self._shown)
+        self.verticalScrollBar().setValue(position)
 
     def show_context(
         self, title: str, snapshot: Snapshot, reference: Snapshot | None, working: bool
@@ -482,6 +534,7 @@ class ContextView(QTextBrowser):
         """``working``: show ``snapshot`` with deletions from ``reference`` re-inserted as
         ghosts; otherwise show ``snapshot`` as the transcript, tagging what the working
         context (``reference``) deleted or replaced."""
+        self._shown = (title, snapshot, reference, working)
         parts = [
             f"<p><b>{html.escape(title)}</b> · revision {snapshot.revision} · "
             f"{len(snapshot.records)} records</p>"
@@ -528,9 +581,18 @@ class ContextView(QTextBrowser):
             style += " background-color: #fff4cc;"
             tag = ' <span style="color:#8a5a00; font-weight:bold;">REPLACED</span>'
         body = record.body if record.body else "(empty body)"
+        lines = body.split("\n")
+        fold = ""
+        if record.protected and len(lines) > self.FOLDED_LINES:
+            link = f"fold:{html.escape(record.id)}"
+            if record.id in self.unfolded:
+                fold = f' <a href="{link}">fold</a>'
+            else:
+                body = "\n".join(lines[: self.FOLDED_LINES]) + " \u2026"
+                fold = f' <a href="{link}">show all {len(lines):,} lines</a>'
         return (
             f'<div style="{style}"><p style="margin: 6px 0 0 0; color: {MUTED};">'
-            f"<b>{html.escape(head)}</b>{tag}</p>"
+            f"<b>{html.escape(head)}</b>{tag}{fold}</p>"
             f'<pre style="font-family: {html.escape(self.mono.family())}, monospace; '
             f'white-space: pre-wrap; margin: 2px 0 6px 0; {style}">'
             f"{html.escape(body)}</pre></div>"
