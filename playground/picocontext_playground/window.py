@@ -547,7 +547,9 @@ class MainWindow(QMainWindow):
     def running(self) -> bool:
         return self._thread is not None
 
-    def set_status(self, text: str) -> None:
+    def set_status(self, text: str, error: bool = False) -> None:
+        color = f" color: {RED};" if error else ""
+        self.status.setStyleSheet(f"font-weight: bold;{color}")
         if text != self.status.text():
             self.status.setText(text)
             self.status_changed.emit(text)
@@ -607,7 +609,7 @@ class MainWindow(QMainWindow):
 
     def _not_started(self, message: str) -> None:
         self.last_error = message
-        self.set_status(message)
+        self.set_status(message, error=True)
         self.run_finished.emit(None)
 
     def _start(self, settings: ComparisonSettings) -> None:
@@ -726,10 +728,17 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
+        """The run could not start (a model that would not load): say so in red and drop
+        the empty columns that were waiting for it."""
         self.last_error = message
-        self.set_status(message)
+        self.set_status(message, error=True)
+        self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(0)
+        for column in self.columns.values():
+            self.columns_box.removeWidget(column)
+            column.deleteLater()
+        self.columns = {}
 
     @Slot()
     def _on_thread_finished(self) -> None:

@@ -187,3 +187,44 @@ def test_chart_stays_outside_the_scrolling_columns_and_fits_the_width(
     qtbot.wait(50)
     assert window.chart.width() <= window.width()
     assert window.chart.steps == ["step-1", "step-2", "step-3", "step-4"]
+
+
+def test_a_model_load_error_is_red_and_leaves_no_empty_columns(
+    qt_app: QApplication, qtbot: QtBot
+) -> None:
+    from picocontext import CancelToken
+    from picocontext_playground.errors import SetupError
+    from picocontext_playground.models import LoadedModel, ModelCache
+
+    def failing(settings: ComparisonSettings, progress: object, cancel: CancelToken) -> LoadedModel:
+        raise SetupError("the model directory has no config.json")
+
+    cache = ModelCache(failing)
+    win = MainWindow(PRESSURE, cache)
+    qtbot.addWidget(win)
+    with qtbot.waitSignal(win.run_finished, timeout=10_000):
+        win.start_comparison()
+    assert "no config.json" in win.status.text()
+    assert "#b3261e" in win.status.styleSheet()
+    assert win.columns == {}
+    win.shutdown()
+
+
+def test_loading_label_has_one_ellipsis(qt_app: QApplication, qtbot: QtBot) -> None:
+    from picocontext import CancelToken
+    from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
+
+    def loader(settings: ComparisonSettings, progress: object, cancel: CancelToken) -> LoadedModel:
+        return scripted_model()
+
+    win = MainWindow(PRESSURE, ModelCache(loader))
+    qtbot.addWidget(win)
+    seen: list[str] = []
+    win.status_changed.connect(seen.append)
+    win.model_combo.setCurrentIndex(win.model_combo.findData(ModelChoice.DIRECTORY.value))
+    win.model_dir.setText("/nonexistent-model")
+    with qtbot.waitSignal(win.run_finished, timeout=10_000):
+        win.start_comparison()
+    loading = [s for s in seen if s.startswith("Loading")]
+    assert loading and all("……" not in s for s in loading)
+    win.shutdown()
