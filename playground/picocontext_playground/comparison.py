@@ -9,12 +9,13 @@ the diagnostics package's; this module only orchestrates and reshapes.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext import (
     Cancelled,
@@ -25,11 +26,15 @@ from picocontext import (
     RunBudget,
     RunMode,
     RunReport,
+    Scope,
     Snapshot,
     TokenCounter,
     ToolStep,
 )
+from picocontext.distill import DigestSnapshot
+from picocontext.manifest import Manifest
 from picocontext.models import GenerationProgress
+from picocontext.policies import ContextPolicy, DistilledPolicy, NavigatedPolicy
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,
@@ -81,6 +86,10 @@ class StepView(BaseModel):
     sections: tuple[SectionSize, ...] = ()
     rejected_prompt: PreparedPrompt | None = None
     context_window: int | None = None
+    # What the step's policy built, for "Open in Manifest" / "Open in Digest" (kept out of
+    # serialised reports: they are large and rebuilt by rerunning the step).
+    manifest: Manifest | None = Field(default=None, exclude=True)
+    digest: DigestSnapshot | None = Field(default=None, exclude=True)
 
     @property
     def over_window_by(self) -> int | None:
@@ -357,6 +366,18 @@ def measured_step(
     )
 
 
+def step_artefacts(
+    policy: ContextPolicy, scope: Scope
+) -> tuple[Manifest | None, DigestSnapshot | None]:
+    """The manifest a navigated turn compiled, or the digest tree a distilled turn left."""
+    if isinstance(policy, NavigatedPolicy):
+        turns = policy.turns(scope)
+        return (turns[-1].manifest if turns else None), None
+    if isinstance(policy, DistilledPolicy):
+        return None, policy.distiller(scope).snapshot()
+    return None, None
+
+
 def _status(settings: ComparisonSettings, steps: int, label: str, index: int, count: int) -> str:
     if settings.task.sequential:
         return f"Running {steps} incoming updates with {label} context (policy {index} of {count})…"
@@ -426,6 +447,20 @@ def run_comparison(
                     seen[report.step.id] = view
                 return view
 
+            def on_turn(
+                report: StepReport,
+                instance: ContextPolicy,
+                scope: Scope,
+                seen: dict[str, StepView] = measured,
+                name: str = policy.name,
+            ) -> None:
+                manifest, digest = step_artefacts(instance, scope)
+                view = seen[report.step.id]
+                if manifest is not None or digest is not None:
+                    view = view.model_copy(update={"manifest": manifest, "digest": digest})
+                    seen[report.step.id] = view
+                events.step(name, view)
+
             def on_step(
                 report: StepReport,
                 name: str = policy.name,
@@ -433,7 +468,9 @@ def run_comparison(
             ) -> None:
                 nonlocal done
                 done += 1
-                events.step(name, measure(report))
+                view = measure(report)
+                if report.run is None:  # no turn ran, so on_turn will not announce it
+                    events.step(name, view)
                 events.progress(done, total)
 
             report = runner.run(
@@ -443,6 +480,7 @@ def run_comparison(
                 episode_tokens or budget.total_tokens,
                 on_step=on_step,
                 cancel=token,
+                on_turn=on_turn,
             )
             # Steps after a failure never run; count them as done for the progress bar.
             done = index * len(episode.steps)
@@ -537,3 +575,30 @@ def rejected_text(step: StepView, unit: str) -> str:
         f"answer = {prompt.token_count + reserved:,}, over the {step.context_window:,} window "
         f"by {step.over_window_by or 0:,}. This is the prompt it would have sent."
     )
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    return []
+
+
+def used_nodes(step: StepView) -> dict[str, list[str]]:
+    """Every id-like argument of the step's tool calls → the verbs that named it, in order
+    (``{"turn-1": ["open", "close"]}``); what is not a node of the artefact is ignored by the
+    tab that highlights them."""
+    used: dict[str, list[str]] = {}
+    for call in step.run.tool_steps if step.run is not None else ():
+        try:
+            arguments = json.loads(call.arguments) if call.arguments else {}
+        except ValueError:
+            continue
+        for name in _strings(arguments):
+            verbs = used.setdefault(name, [])
+            if call.name not in verbs:
+                verbs.append(call.name)
+    return used

@@ -56,6 +56,7 @@ from picocontext_playground import gcguard
 
 ChatModelFactory = Callable[[], ChatModel]
 _HIDDEN = QBrush(QColor(150, 150, 150))
+_USED = QBrush(QColor("#fff4cc"))
 
 
 _PCX_NAME = re.compile(r"^(?P<source>.+)\.pcx\.(?P<budget>[^.]+)\.json$")
@@ -202,6 +203,7 @@ class ManifestTab(QWidget):
         self.tree.setHeaderLabels(["node", "title", "kind", "tokens", "facets", "links"])
         self.tree.setColumnCount(6)
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         left_box.addWidget(self.tree)
         actions = QHBoxLayout()
         self.expand_button = QPushButton("Open")
@@ -349,6 +351,32 @@ class ManifestTab(QWidget):
         self._set_enabled(True)
         self.reset_session()
 
+    def show_run_manifest(
+        self, manifest: Manifest, origin: str, used: dict[str, list[str]]
+    ) -> None:
+        """A manifest a navigated step compiled during a run (no file, no leaf store: the
+        leaves were that run's own records), with the nodes the model's verbs touched
+        highlighted and named in the status line."""
+        self.path = None
+        self.resolver = None
+        self.cases_edit.setText("")
+        self.show_manifest(manifest)
+        self.path_label.setText(f"{origin} · {len(manifest.nodes) + 1} nodes")
+        for node_id, verbs in used.items():
+            item = self._items.get(node_id)
+            if item is None:
+                continue
+            for column in range(self.tree.columnCount()):
+                item.setBackground(column, _USED)
+            item.setToolTip(1, f"{item.text(1)}\nthe model used: {', '.join(verbs)}")
+            parent = item.parent()
+            while parent is not None:
+                parent.setExpanded(True)
+                parent = parent.parent()
+        touched = ", ".join(f"{node} ({'/'.join(v)})" for node, v in used.items()) or "none"
+        self.status.setStyleSheet("")
+        self.status.setText(f"Nodes the model used in this step (highlighted): {touched}.")
+
     def _fill_tree(self, m: Manifest) -> None:
         self.tree.clear()
         self._items = {}
@@ -373,6 +401,7 @@ class ManifestTab(QWidget):
                     ]
                 )
                 child.setToolTip(0, f"what: {node.what}\nwhen: {node.when}")
+                child.setToolTip(1, node.title or "")
                 child.setData(0, Qt.ItemDataRole.UserRole, cid)
                 item.insertChild(0, child)
                 self._items[cid] = child

@@ -47,6 +47,7 @@ from picocontext_playground.comparison import (
     rejected_text,
     step_line,
     task_episode,
+    used_nodes,
 )
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
@@ -117,7 +118,10 @@ def default_model() -> ModelChoice:
 
 
 class PolicyColumn(QWidget):
-    """Card, step table and detail tabs of one policy."""
+    """Card, step table and detail tabs of one policy. ``artefact_requested`` carries
+    ``(kind, step)``, kind ``manifest`` or ``digest``, when a link button is pressed."""
+
+    artefact_requested = Signal(str, object)
 
     def __init__(self, policy: str, index: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -148,6 +152,22 @@ class PolicyColumn(QWidget):
         row.addWidget(self.next_step)
         row.addWidget(self.next_label, 1)
         next_layout.addLayout(row)
+        links = QHBoxLayout()
+        self.open_manifest = QPushButton("Open in Manifest")
+        self.open_manifest.setToolTip(
+            "The manifest this step compiled from the archived history, with the nodes the "
+            "model opened, looked at or closed highlighted"
+        )
+        self.open_manifest.clicked.connect(self._open_manifest)
+        self.open_digest = QPushButton("Open in Digest")
+        self.open_digest.setToolTip(
+            "The digest tree this step distilled, with the nodes the model asked for highlighted"
+        )
+        self.open_digest.clicked.connect(self._open_digest)
+        links.addWidget(self.open_manifest)
+        links.addWidget(self.open_digest)
+        links.addStretch(1)
+        next_layout.addLayout(links)
         self.sections = SectionBar()
         next_layout.addWidget(self.sections)
         self.next_input = TextPane("No completion call made.")
@@ -211,14 +231,36 @@ class PolicyColumn(QWidget):
         needed = int(document.size().height()) + self.tabs.tabBar().sizeHint().height() + 16
         self.tabs.setMinimumHeight(max(DETAIL_HEIGHT, min(limit, needed)))
 
+    def selected_step(self) -> StepView | None:
+        index = self.next_step.currentIndex()
+        if self.outcome is None or not 0 <= index < len(self.outcome.steps):
+            return None
+        return self.outcome.steps[index]
+
+    @Slot()
+    def _open_manifest(self) -> None:
+        step = self.selected_step()
+        if step is not None and step.manifest is not None:
+            self.artefact_requested.emit("manifest", step)
+
+    @Slot()
+    def _open_digest(self) -> None:
+        step = self.selected_step()
+        if step is not None and step.digest is not None:
+            self.artefact_requested.emit("digest", step)
+
     @Slot(int)
     def _show_next_input(self, index: int) -> None:
         if self.outcome is None or not 0 <= index < len(self.outcome.steps):
+            self.open_manifest.hide()
+            self.open_digest.hide()
             self.next_input.setPlainText("")
             self.next_label.setText("")
             self.sections.show_sections((), None, self.unit)
             return
         step = self.outcome.steps[index]
+        self.open_manifest.setVisible(step.manifest is not None)
+        self.open_digest.setVisible(step.digest is not None)
         self.sections.show_sections(step.sections, step.context_window, self.unit)
         self.next_label.setStyleSheet("")
         run = step.run
@@ -619,6 +661,7 @@ class MainWindow(QMainWindow):
         for index, name in enumerate(settings.policies):
             column = PolicyColumn(name, index)
             column.unit = self._unit_for(settings.model)
+            column.artefact_requested.connect(self._open_artefact)
             self.columns[name] = column
             self.columns_box.addWidget(column, 1)
         self._cancel = CancelToken()
@@ -751,6 +794,35 @@ class MainWindow(QMainWindow):
         gcguard.release()
         self._sync_enabled()
         self.run_finished.emit(self.result)
+
+    # -- links to the Manifest and Digest tabs ------------------------------------------------
+    def extra_tab(self, label: str) -> QWidget | None:
+        for index in range(self.tabs.count()):
+            if self.tabs.tabText(index) == label:
+                return self.tabs.widget(index)
+        return None
+
+    @Slot(str, object)
+    def _open_artefact(self, kind: str, step: object) -> None:
+        """Show what a step built in its tab: the manifest a navigated step compiled or the
+        digest tree a distilled step left, with the nodes the model used highlighted."""
+        from picocontext_playground.digest_tab import DigestTab
+        from picocontext_playground.manifest_tab import ManifestTab
+
+        assert isinstance(step, StepView)
+        column = self.sender()
+        policy = column.policy if isinstance(column, PolicyColumn) else ""
+        origin = f"{policy_label(policy)} · {step.step_id}"
+        used = used_nodes(step)
+        label = "Manifest" if kind == "manifest" else "Digest"
+        tab = self.extra_tab(label)
+        if kind == "manifest" and isinstance(tab, ManifestTab) and step.manifest is not None:
+            tab.show_run_manifest(step.manifest, origin, used)
+        elif kind == "digest" and isinstance(tab, DigestTab) and step.digest is not None:
+            tab.show_run_digest(step.digest, origin, used)
+        else:
+            return
+        self.tabs.setCurrentWidget(tab)
 
     # -- sharing the model with other tabs ---------------------------------------------------
     def chat_model_factory(self) -> ChatModel:

@@ -228,3 +228,53 @@ def test_loading_label_has_one_ellipsis(qt_app: QApplication, qtbot: QtBot) -> N
     loading = [s for s in seen if s.startswith("Loading")]
     assert loading and all("……" not in s for s in loading)
     win.shutdown()
+
+
+def test_navigated_step_opens_its_manifest_with_the_used_nodes_highlighted(
+    window: MainWindow, finished: ComparisonResult
+) -> None:
+    from picocontext_playground.manifest_tab import ManifestTab
+    from picocontext_playground.comparison import used_nodes
+
+    column = window.columns["navigated"]
+    last = finished.outcomes[2].steps[-1]
+    assert last.manifest is not None
+    used = used_nodes(last)
+    assert used and all(verbs for verbs in used.values())
+    column.tabs.setCurrentIndex(column.tabs.count() - 1)
+    assert column.open_manifest.isVisible() and not column.open_digest.isVisible()
+    column.open_manifest.click()
+    tab = window.tabs.currentWidget()
+    assert isinstance(tab, ManifestTab) and tab.manifest == last.manifest
+    assert "Navigated · step-4" in tab.path_label.text()
+    highlighted = [
+        node for node, item in tab._items.items() if item.background(0).color().name() == "#fff4cc"
+    ]
+    assert highlighted and set(highlighted) <= set(used)
+    assert "Nodes the model used" in tab.status.text()
+    assert window.columns["editable"].open_manifest.isHidden()
+
+
+def test_distilled_step_opens_its_digest_tree(
+    window: MainWindow, finished: ComparisonResult
+) -> None:
+    from picocontext_playground.digest_tab import DigestTab
+
+    column = window.columns["distilled"]
+    last = finished.outcomes[3].steps[-1]
+    assert last.digest is not None and last.digest.nodes
+    column.tabs.setCurrentIndex(column.tabs.count() - 1)
+    assert column.open_digest.isVisible()
+    column.open_digest.click()
+    tab = window.tabs.currentWidget()
+    assert isinstance(tab, DigestTab) and tab.snapshot == last.digest
+    assert tab.root_label.text().startswith("Distilled · step-4 · ")
+    assert tab.tree.topLevelItemCount() > 0
+    assert not tab.hint.isVisible()
+
+
+def test_artefacts_stay_out_of_serialised_steps(finished: ComparisonResult) -> None:
+    step = finished.outcomes[2].steps[-1]
+    dumped = step.model_dump()
+    assert "manifest" not in dumped and "digest" not in dumped
+    assert "sections" in dumped
