@@ -397,13 +397,52 @@ def _episode_outcome(report: EpisodeReport, steps: Sequence[StepView]) -> Policy
     )
 
 
+# The core's failure messages are exact and short; a person comparing policies reads these.
+_PLAIN = {
+    "Token budget exceeded: input plus reserved output exceeds the context window": (
+        "the prompt plus the room kept for the answer no longer fit in the context window"
+    ),
+    "Token budget exceeded: completion hit its output limit": (
+        "the answer ran into its length limit before the model finished it"
+    ),
+    "Token budget exceeded: edit generation hit its output limit": (
+        "a decision ran into its length limit before the model finished it"
+    ),
+    "Token budget exceeded: tool step hit its output limit": (
+        "a tool call ran into its length limit before the model finished it"
+    ),
+    "Token budget exceeded: total input/output allowance cannot reserve the next completion": (
+        "the turn's token allowance was used up before the answer"
+    ),
+    "Token budget exceeded: total input/output allowance cannot reserve the summary": (
+        "the turn's token allowance was used up before the summary"
+    ),
+    "Token budget exceeded: episode token allowance exhausted": (
+        "the episode's token allowance was used up"
+    ),
+    "The bounded edit/recovery limit was reached": (
+        "the model made no valid edit or keep decision within the allowed attempts"
+    ),
+}
+
+
+def plain_failure(text: str) -> str:
+    """A failure in plain words (the exact message in parentheses), or ``text`` unchanged
+    when it is not one of the core's budget or attempt messages."""
+    key = text.rstrip(".")
+    plain = _PLAIN.get(key)
+    if plain is None:
+        return text
+    return f"{plain[:1].upper()}{plain[1:]} ({key[:1].lower()}{key[1:]})."
+
+
 def _final_status(outcomes: list[PolicyOutcome]) -> str:
     failed = [o for o in outcomes if not o.passed]
     if not failed:
         return "Finished. Every policy passed every check; compare the cost of each column."
     names = ", ".join(o.label for o in failed)
     first = next((o.failure for o in failed if o.failure), None)
-    tail = f" First failure: {first.rstrip('.')}." if first else ""
+    tail = f" First failure: {plain_failure(first)}" if first else ""
     return f"Finished. Failed checks in: {names}.{tail} Inspect the columns below."
 
 

@@ -39,6 +39,7 @@ from picocontext_playground.comparison import (
     StepView,
     clip_result,
     no_decision_text,
+    plain_failure,
     tool_calls_text,
 )
 from picocontext_playground.qtenv import monospace_font
@@ -179,7 +180,7 @@ class ResultCard(QFrame):
         answer = last.answer if last is not None and last.answer else "(no answer)"
         self.answer.setText(f"Last answer: {card_excerpt(answer)}")
         if outcome.failure:
-            self.failure.setText(f"Failure: {outcome.failure}")
+            self.failure.setText(f"Failure: {plain_failure(outcome.failure)}")
             self.failure.show()
         else:
             self.failure.hide()
@@ -194,7 +195,7 @@ class StepTable(QTextBrowser):
 
     HEADERS = ("Step", "Checks", "Prompt", "Retained", "Problem")
     WIDTHS = (12, 16, 18, 30, 24)
-    PROBLEM_CHARS = 70  # a longer problem is cut here; the row's tooltip has all of it
+    PROBLEM_CHARS = 48  # a longer problem is cut here; the row's tooltip has all of it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -238,7 +239,8 @@ class StepTable(QTextBrowser):
     def _append(self, step: StepView) -> None:
         # After a run failure the answer is absent or partial; its parse error adds nothing.
         answer_problem = None if step.failure else step.answer_problem
-        problems = [p for p in (step.failure, step.context_problem, answer_problem) if p]
+        failure = plain_failure(step.failure) if step.failure else None
+        problems = [p for p in (failure, step.context_problem, answer_problem) if p]
         retained = "; ".join(f"{k}={v}" for k, v in sorted(step.retained.items())) or "(none)"
         context = f"{PASS if step.context_passed else FAIL} context"
         answer = f"{PASS if step.answer_passed else FAIL} answer"
@@ -320,6 +322,12 @@ class ChartSeries:
     points: tuple[tuple[int | None, int | None] | None, ...]
 
 
+PALE_BAR_NOTE = (
+    "Pale bar: the working context when the turn started, before the policy trimmed or "
+    "replaced anything; it may pass the window line because that text is never sent."
+)
+
+
 class TokenChart(QWidget):
     """Grouped bars per step: a pale bar for the prompt at the start of the turn and a solid
     bar for the exact next input, one pair per policy; painted with QPainter (no QtCharts)."""
@@ -330,11 +338,11 @@ class TokenChart(QWidget):
         self.steps: list[str] = []
         self.unit = "tokens"
         self.limit: int | None = None
-        self.setMinimumHeight(260)
+        self.setMinimumHeight(220)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:
-        return QSize(800, 280)
+        return QSize(800, 240)
 
     def set_data(
         self,
@@ -376,11 +384,12 @@ class TokenChart(QWidget):
         metrics = QFontMetrics(self.font())
         line = metrics.height()
         painter.setPen(QColor("#202124"))
-        title = (
-            f"Prompt size per step in {self.unit}: pale bar = prompt when the turn started, "
-            "solid bar = the exact next input"
+        painter.drawText(
+            QPointF(8, line),
+            f"Prompt size per step in {self.unit}: solid bar = the exact input sent",
         )
-        painter.drawText(QPointF(8, line), title)
+        painter.setPen(QColor(MUTED))
+        painter.drawText(QPointF(8, line * 2), PALE_BAR_NOTE)
         if not self.steps or not self.series:
             painter.setPen(QColor(MUTED))
             painter.drawText(
@@ -393,7 +402,7 @@ class TokenChart(QWidget):
         axis_top = ((top_value // tick) + 1) * tick
         left = metrics.horizontalAdvance(f"{axis_top:,}") + 16
         legend_h = line + 8
-        plot = QRectF(left, line * 2, self.width() - left - 12, 0)
+        plot = QRectF(left, line * 3, self.width() - left - 12, 0)
         plot.setBottom(self.height() - line - 8 - legend_h)
         # grid and axis labels
         for value in range(0, axis_top + 1, tick):

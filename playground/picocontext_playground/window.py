@@ -43,6 +43,7 @@ from picocontext_playground.comparison import (
     StepView,
     generation_line,
     group_repeats,
+    plain_failure,
     policy_label,
     rejected_text,
     step_line,
@@ -270,7 +271,7 @@ class PolicyColumn(QWidget):
             self.next_input.setPlainText(step.rejected_prompt.rendered)
             return
         if run is None or run.final_prompt is None:
-            why = step.failure or "the step ended before a prompt was built"
+            why = plain_failure(step.failure) if step.failure else "the step ended early"
             self.next_label.setText(f"No completion call made: {why}")
             self.next_input.setPlainText("")
             return
@@ -353,6 +354,7 @@ class MainWindow(QMainWindow):
         # and stays in view however many policies there are.
         self.chart = TokenChart()
         outer.addWidget(self.chart)
+        outer.addWidget(self._view_picker())
         self.results_scroll = QScrollArea()
         self.results_scroll.setWidgetResizable(True)
         self.results_scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -464,6 +466,54 @@ class MainWindow(QMainWindow):
             self.prefix_cache,
         ]
         return box
+
+    def _view_picker(self) -> QWidget:
+        """All columns side by side (each at least COLUMN_MIN_WIDTH, scrolling sideways
+        when they do not fit) or two chosen policies at full width."""
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 2, 0, 0)
+        self.view_mode = QComboBox()
+        self.view_mode.addItem("All policies side by side", "all")
+        self.view_mode.addItem("Compare two", "two")
+        self.left_pick = QComboBox()
+        self.right_pick = QComboBox()
+        for widget in (self.view_mode, self.left_pick, self.right_pick):
+            widget.currentIndexChanged.connect(self._apply_view)
+        row.addWidget(QLabel("Columns"))
+        row.addWidget(self.view_mode)
+        versus = QLabel("vs")
+        row.addWidget(self.left_pick)
+        row.addWidget(versus)
+        row.addWidget(self.right_pick)
+        row.addStretch(1)
+        self._pick_labels: list[QWidget] = [versus]
+        self.view_box = box
+        box.hide()
+        return box
+
+    def _fill_view_picker(self, policies: tuple[str, ...]) -> None:
+        for pick, default in ((self.left_pick, 0), (self.right_pick, 1)):
+            pick.blockSignals(True)
+            pick.clear()
+            for name in policies:
+                pick.addItem(policy_label(name), name)
+            pick.setCurrentIndex(min(default, len(policies) - 1))
+            pick.blockSignals(False)
+        self.view_box.setVisible(len(policies) > 2)
+        self._apply_view()
+
+    @Slot()
+    def _apply_view(self) -> None:
+        two = self.view_mode.currentData() == "two" and len(self.columns) > 2
+        for widget in (self.left_pick, self.right_pick, *self._pick_labels):
+            widget.setVisible(two)
+        chosen = {self.left_pick.currentData(), self.right_pick.currentData()}
+        for name, column in self.columns.items():
+            column.setVisible(not two or name in chosen)
+
+    def visible_columns(self) -> list[str]:
+        return [name for name, column in self.columns.items() if not column.isHidden()]
 
     def _add_extra_tabs(self) -> list[str]:
         """Every extra tab, in order. One that fails to build becomes a page naming the
@@ -631,6 +681,7 @@ class MainWindow(QMainWindow):
             self.columns_box.removeWidget(column)
             column.deleteLater()
         self.columns = {}
+        self.view_box.hide()
 
     @Slot()
     def start_comparison(self) -> None:
@@ -664,6 +715,7 @@ class MainWindow(QMainWindow):
             column.artefact_requested.connect(self._open_artefact)
             self.columns[name] = column
             self.columns_box.addWidget(column, 1)
+        self._fill_view_picker(settings.policies)
         self._cancel = CancelToken()
         thread = QThread(self)
         worker = ComparisonWorker(settings, self.cache, self._cancel)

@@ -278,3 +278,16 @@ def test_artefacts_stay_out_of_serialised_steps(finished: ComparisonResult) -> N
     dumped = step.model_dump()
     assert "manifest" not in dumped and "digest" not in dumped
     assert "sections" in dumped
+
+
+def test_compare_two_shows_the_chosen_pair_at_full_width(
+    window: MainWindow, finished: ComparisonResult
+) -> None:
+    assert window.view_box.isVisible()  # five policies: the picker is offered
+    assert window.visible_columns() == list(FIVE)
+    window.view_mode.setCurrentIndex(window.view_mode.findData("two"))
+    assert window.visible_columns() == ["append-only", "editable"]
+    window.right_pick.setCurrentIndex(window.right_pick.findData("navigated"))
+    assert window.visible_columns() == ["append-only", "navigated"]
+    window.view_mode.setCurrentIndex(window.view_mode.findData("all"))
+    assert window.visible_columns() == list(FIVE)
