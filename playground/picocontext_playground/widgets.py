@@ -72,6 +72,13 @@ def selectable_label(text: str = "", *, wrap: bool = True) -> QLabel:
 
 
 CARD_ANSWER_CHARS = 240
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def breakable(text: str) -> str:
+    """JSON without spaces gets a line-break opportunity after each comma, so a label wraps
+    between entries instead of cutting a value such as receipt-4410 in two."""
+    return text.replace(",", "," + ZERO_WIDTH_SPACE)
 
 
 def elide(text: str, limit: int) -> str:
@@ -94,10 +101,11 @@ def prompt_line(outcome: PolicyOutcome, unit: str) -> str:
     """The working context when the first turn started → the last input sent, and the first
     step whose prompt did not fit (so the card agrees with the chart and Next input)."""
     last = next((s for s in reversed(outcome.steps) if s.prompt_after is not None), None)
-    where = f" at {last.step_id}" if last is not None else ""
+    where = f", {last.step_id}" if last is not None else ""
+    short = "bytes" if "bytes" in unit else "tokens"
     text = (
-        f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {unit} "
-        f"(first turn's start {ARROW} last input sent{where})"
+        f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {short} "
+        f"(first turn's start {ARROW} last sent{where})"
     )
     rejected = next((s for s in outcome.steps if s.rejected_prompt is not None), None)
     if rejected is not None and rejected.rejected_prompt is not None:
@@ -178,7 +186,8 @@ class ResultCard(QFrame):
         self.calls.setText(f"{calls[:1].upper()}{calls[1:]} · {outcome.elapsed_seconds:.2f} s")
         last = outcome.last_run
         answer = last.answer if last is not None and last.answer else "(no answer)"
-        self.answer.setText(f"Last answer: {card_excerpt(answer)}")
+        self.answer.setText(f"Last answer: {breakable(card_excerpt(answer))}")
+        self.answer.setToolTip(answer if len(answer) < 4000 else card_excerpt(answer, 4000))
         if outcome.failure:
             self.failure.setText(f"Failure: {plain_failure(outcome.failure)}")
             self.failure.show()
@@ -338,8 +347,8 @@ class TokenChart(QWidget):
         self.steps: list[str] = []
         self.unit = "tokens"
         self.limit: int | None = None
-        self.setMinimumHeight(220)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumHeight(170)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
 
     def sizeHint(self) -> QSize:
         return QSize(800, 240)
@@ -701,7 +710,7 @@ class SectionBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.sections: tuple[SectionSize, ...] = ()
-        self.window: int | None = None
+        self.limit: int | None = None
         self.unit = "tokens"
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMouseTracking(True)
@@ -709,7 +718,7 @@ class SectionBar(QWidget):
         self._legend_rows = 1
 
     def show_sections(self, sections: Sequence[SectionSize], window: int | None, unit: str) -> None:
-        self.sections, self.window, self.unit = tuple(sections), window, unit
+        self.sections, self.limit, self.unit = tuple(sections), window, unit
         self._layout_legend()
         self.updateGeometry()
         self.update()
@@ -770,7 +779,7 @@ class SectionBar(QWidget):
             painter.drawText(QPointF(2, line), "No input was built for this step.")
             painter.end()
             return
-        scale_to = max(self.total(), self.window or 0, 1)
+        scale_to = max(self.total(), self.limit or 0, 1)
         width = self.width() - 4
         x = 2.0
         for size in self.sections:
@@ -779,8 +788,8 @@ class SectionBar(QWidget):
             painter.fillRect(rect, QColor(SECTION_COLORS[size.section]))
             self._spans.append((rect, size))
             x += w
-        if self.window is not None:
-            wx = 2 + width * self.window / scale_to
+        if self.limit is not None:
+            wx = 2 + width * self.limit / scale_to
             painter.setPen(QPen(QColor(RED), 2))
             painter.drawLine(QPointF(wx, 0), QPointF(wx, self.BAR_HEIGHT + 4))
         # legend, wrapped to the width

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSplitter,
     QTabWidget,
     QTextBrowser,
     QVBoxLayout,
@@ -79,6 +80,7 @@ DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
 COLUMN_MIN_WIDTH = 320
+CHART_HEIGHT = 200
 
 # The tabs next to the comparison, each built by a factory (its module is imported lazily).
 TabFactory = Callable[[QWidget], QWidget]
@@ -353,8 +355,6 @@ class MainWindow(QMainWindow):
         # The chart sits outside the scrolling columns: it always spans the window's width
         # and stays in view however many policies there are.
         self.chart = TokenChart()
-        outer.addWidget(self.chart)
-        outer.addWidget(self._view_picker())
         self.results_scroll = QScrollArea()
         self.results_scroll.setWidgetResizable(True)
         self.results_scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -366,7 +366,20 @@ class MainWindow(QMainWindow):
         results_layout.addLayout(self.columns_box)
         results_layout.addStretch(1)
         self.results_scroll.setWidget(self.results)
-        outer.addWidget(self.results_scroll, 1)
+        below = QWidget()
+        below_layout = QVBoxLayout(below)
+        below_layout.setContentsMargins(0, 0, 0, 0)
+        below_layout.addWidget(self._view_picker())
+        below_layout.addWidget(self.results_scroll, 1)
+        # The chart and the columns share the height; drag the handle to give either more.
+        self.results_split = QSplitter(Qt.Orientation.Vertical)
+        self.results_split.addWidget(self.chart)
+        self.results_split.addWidget(below)
+        self.results_split.setChildrenCollapsible(False)
+        self.results_split.setStretchFactor(0, 0)
+        self.results_split.setStretchFactor(1, 1)
+        self.results_split.setSizes([CHART_HEIGHT, 10_000])
+        outer.addWidget(self.results_split, 1)
         self.tabs.addTab(page, "Comparison")
         self.extra_tabs = self._add_extra_tabs()
 

@@ -84,13 +84,13 @@ class ComparisonWorker(QObject):
     def _watch(self, raw: object) -> None:
         """Listen to a real model's generations (stand-ins have no progress to report)."""
         if hasattr(raw, "progress_listener"):
-            raw.progress_listener = self._generation  # type: ignore[attr-defined]
+            raw.progress_listener = self._generation
             raw.prefill_step_size = PREFILL_CHUNK  # type: ignore[attr-defined]
 
     @staticmethod
     def _unwatch(raw: object) -> None:
         if hasattr(raw, "progress_listener"):
-            raw.progress_listener = None  # type: ignore[attr-defined]
+            raw.progress_listener = None
 
     def _load_progress(self, label: str, fraction: float | None) -> None:
         self.status.emit(label)

@@ -89,7 +89,8 @@ def test_live_progress_streams_output_and_stop_acts_within_one_token(
 
     win.start_comparison()
     qtbot.waitUntil(lambda: win.cache._model is not None, timeout=60_000)
-    raw = win.cache._model.raw if win.cache._model is not None else None
+    assert win.cache._model is not None
+    raw = win.cache._model.raw
     count_steps(raw)
     qtbot.waitUntil(lambda: "generated" in win.live.text(), timeout=60_000)
     assert raw.prefill_step_size == PREFILL_CHUNK

@@ -11,7 +11,7 @@ from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from picocontext import ModelInput, Phase, PreparedPrompt, Record, Role, Snapshot, ToolCall
+from picocontext import ModelInput, Phase, PreparedPrompt, Record, Role, Scope, Snapshot, ToolCall
 from picocontext.models import ByteCounter
 from picocontext_playground.comparison import ComparisonResult, group_repeats
 from picocontext_playground.sections import Section, classify, prompt_sections, utf8_bytes
@@ -23,7 +23,7 @@ FIVE = ("append-only", "editable", "navigated", "distilled", "sliding-window")
 PRESSURE = ComparisonSettings(
     model=ModelChoice.SCRIPTED, task=Task.RETENTION, pressure=True, policies=FIVE
 )
-SCOPE = {"user_id": "u", "conversation_id": "c", "branch_id": "b"}
+SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_section_bar_shows_the_next_input_by_section_against_the_window(
     step = finished.outcomes[1].steps[-1]
     run = step.run
     assert run is not None and run.final_prompt is not None
-    assert bar.window == finished.budget.context_window
+    assert bar.limit == finished.budget.context_window
     input_total = sum(s.amount for s in bar.sections if s.section is not Section.RESERVED)
     assert input_total == run.final_prompt.token_count
     legend = bar.legend_items()
@@ -233,8 +233,8 @@ def test_loading_label_has_one_ellipsis(qt_app: QApplication, qtbot: QtBot) -> N
 def test_navigated_step_opens_its_manifest_with_the_used_nodes_highlighted(
     window: MainWindow, finished: ComparisonResult
 ) -> None:
-    from picocontext_playground.manifest_tab import ManifestTab
     from picocontext_playground.comparison import used_nodes
+    from picocontext_playground.manifest_tab import ManifestTab
 
     column = window.columns["navigated"]
     last = finished.outcomes[2].steps[-1]
@@ -291,3 +291,24 @@ def test_compare_two_shows_the_chosen_pair_at_full_width(
     assert window.visible_columns() == ["append-only", "navigated"]
     window.view_mode.setCurrentIndex(window.view_mode.findData("all"))
     assert window.visible_columns() == list(FIVE)
+
+
+def test_failures_read_in_plain_words_and_keep_the_exact_message() -> None:
+    from picocontext_playground.comparison import plain_failure
+
+    exact = "Token budget exceeded: input plus reserved output exceeds the context window"
+    text = plain_failure(exact)
+    assert text.startswith("The prompt plus the room kept for the answer no longer fit")
+    assert "input plus reserved output exceeds the context window" in text
+    limit = plain_failure("The bounded edit/recovery limit was reached.")
+    assert "no valid edit or keep decision" in limit
+    assert plain_failure("something else") == "something else"
+
+
+def test_card_answers_wrap_between_entries(window: MainWindow, finished: ComparisonResult) -> None:
+    from picocontext_playground.widgets import ZERO_WIDTH_SPACE, breakable
+
+    assert breakable('{"a":"x-1","b":"y"}') == '{"a":"x-1",' + ZERO_WIDTH_SPACE + '"b":"y"}'
+    card = window.columns["editable"].card
+    assert ZERO_WIDTH_SPACE in card.answer.text()
+    assert card.answer.toolTip().startswith('{"facts":')

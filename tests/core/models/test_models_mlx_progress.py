@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from picocontext import Cancelled, CancelToken, ModelInput, Phase, Record, Role, Snapshot
+from picocontext import Cancelled, CancelToken, ModelInput, Phase, Record, Role, Scope, Snapshot
 from picocontext.models import GenerationProgress
 
 pytest.importorskip("mlx_lm")
@@ -55,7 +55,7 @@ def model(tiny_model: MLXModel) -> Iterator[MLXModel]:
 def long_prompt(model: MLXModel, lines: int) -> Any:
     body = "\n".join(f"Sensor sweep {i}: relay idle, sample dropped." for i in range(lines))
     snapshot = Snapshot(
-        scope={"user_id": "u", "conversation_id": "c", "branch_id": "b"},
+        scope=Scope(user_id="u", conversation_id="c", branch_id="b"),
         revision=0,
         records=(Record(id="task", role=Role.USER, body=body, protected=True),),
     )
