@@ -81,6 +81,7 @@ MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
 COLUMN_MIN_WIDTH = 320
 CHART_HEIGHT = 200
+NO_POLICY = "Tick at least one policy to run a comparison."
 
 # The tabs next to the comparison, each built by a factory (its module is imported lazily).
 TabFactory = Callable[[QWidget], QWidget]
@@ -591,7 +592,7 @@ class MainWindow(QMainWindow):
         except ValueError as exc:
             raise SetupError(str(exc)) from None
 
-    def _ready_text(self, initial: bool = False) -> str:
+    def _idle_text(self, initial: bool) -> str:
         task = self.current_task()
         choice = self.current_model()
         if initial and choice is ModelChoice.QWEN3:
@@ -621,6 +622,12 @@ class MainWindow(QMainWindow):
         self.clear_results()
         self.set_status(self._ready_text())
 
+    def _ready_text(self, initial: bool = False) -> str:
+        """What Run would do, or why it cannot (a greyed-out button must say why)."""
+        if not any(box.isChecked() for box in self.policy_boxes.values()):
+            return NO_POLICY
+        return self._idle_text(initial)
+
     def _sync_enabled(self) -> None:
         running = self.running
         for widget in self._inputs:
@@ -637,6 +644,9 @@ class MainWindow(QMainWindow):
             self.prefix_cache.setEnabled(real)
         any_policy = any(box.isChecked() for box in self.policy_boxes.values())
         self.run_button.setEnabled(not running and any_policy)
+        self.run_button.setToolTip(
+            "Run every selected policy on the same task (Ctrl+R)" if any_policy else NO_POLICY
+        )
         self.stop_button.setEnabled(running)
         self.save_button.setEnabled(not running and self.result is not None)
 

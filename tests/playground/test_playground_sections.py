@@ -312,3 +312,14 @@ def test_card_answers_wrap_between_entries(window: MainWindow, finished: Compari
     card = window.columns["editable"].card
     assert ZERO_WIDTH_SPACE in card.answer.text()
     assert card.answer.toolTip().startswith('{"facts":')
+
+
+def test_with_no_policy_ticked_the_grey_run_button_says_why(window: MainWindow) -> None:
+    from picocontext_playground.window import NO_POLICY
+
+    for box in window.policy_boxes.values():
+        box.setChecked(False)
+    assert not window.run_button.isEnabled()
+    assert window.status.text() == NO_POLICY and window.run_button.toolTip() == NO_POLICY
+    window.policy_boxes["editable"].setChecked(True)
+    assert window.run_button.isEnabled() and window.status.text().startswith("Ready")
