@@ -196,15 +196,17 @@ class ResultCard(QFrame):
 
 
 class StepTable(QTextBrowser):
-    """One row per step: both checks, prompt size, retained state and the problem, if any.
+    """Per step: both checks and the prompt size on one line, then what it retained and the
+    problem, if any, on a line of their own (so a column as narrow as COLUMN_MIN_WIDTH never
+    cuts a value off or squeezes a cell to one word per line).
 
-    An HTML table in a text browser rather than a QTableWidget: cells wrap (at word
-    boundaries, else anywhere), so even a narrow column never cuts a value off, and the widget
-    grows to show every row."""
+    An HTML table in a text browser rather than a QTableWidget: text wraps only between
+    words, long problems are elided (the row's tooltip has everything), and the widget grows
+    to show every row."""
 
     HEADERS = ("Step", "Checks", "Prompt", "Retained", "Problem")
-    WIDTHS = (12, 16, 18, 30, 24)
-    PROBLEM_CHARS = 48  # a longer problem is cut here; the row's tooltip has all of it
+    SHOWN = (("Step", 18), ("Checks", 34), (f"Prompt start {ARROW} sent", 48))
+    PROBLEM_CHARS = 90  # a longer problem is cut here; the row's tooltip has all of it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -233,7 +235,8 @@ class StepTable(QTextBrowser):
             cells = (f"step-{missing + 1}", "not run", "", "", "the episode stopped earlier")
             self.rows.append(cells)
             self._html_rows.append(
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+                f"<tr><td>{cells[0]}</td><td colspan='2'>not run</td></tr>"
+                f"<tr><td></td><td colspan='2' style='color:{MUTED};'>{cells[4]}</td></tr>"
             )
         self._render()
 
@@ -253,31 +256,32 @@ class StepTable(QTextBrowser):
         retained = "; ".join(f"{k}={v}" for k, v in sorted(step.retained.items())) or "(none)"
         context = f"{PASS if step.context_passed else FAIL} context"
         answer = f"{PASS if step.answer_passed else FAIL} answer"
-        prompt = f"{_num(step.prompt_before)} {ARROW} {_num(step.prompt_after)}"
+        sent = "did not fit" if step.rejected_prompt is not None else _num(step.prompt_after)
+        prompt = f"{_num(step.prompt_before)} {ARROW} {sent}"
         cells = (step.step_id, f"{context} {answer}", prompt, retained, "; ".join(problems))
         self.rows.append(cells)
 
         def mark(text: str, ok: bool) -> str:
-            return f'<span style="color:{GREEN if ok else RED};">{html.escape(text)}</span>'
+            kept_together = html.escape(text).replace(" ", "&nbsp;")
+            return f'<span style="color:{GREEN if ok else RED};">{kept_together}</span>'
 
+        detail = f"<span style='color:{MUTED};'>kept</span> {html.escape(retained)}"
+        if cells[4]:
+            problem = html.escape(elide(cells[4], self.PROBLEM_CHARS))
+            detail += f"<br><span style='color:{RED};'>{problem}</span>"
         self._html_rows.append(
             "<tr>"
-            f'<td style="white-space:nowrap;">{html.escape(step.step_id)}</td>'
-            f'<td style="white-space:nowrap;">{mark(context, step.context_passed)}<br>'
-            f"{mark(answer, step.answer_passed)}</td>"
-            f'<td style="white-space:nowrap;">{html.escape(prompt)}</td>'
-            f"<td>{html.escape(retained)}</td>"
-            f'<td style="color:{RED};">{html.escape(elide(cells[4], self.PROBLEM_CHARS))}</td>'
+            f"<td><b>{html.escape(step.step_id)}</b></td>"
+            f"<td>{mark(context, step.context_passed)} {mark(answer, step.answer_passed)}</td>"
+            f"<td>{html.escape(prompt)}</td>"
             "</tr>"
+            f"<tr><td></td><td colspan='2' style='padding-bottom:4px;'>{detail}</td></tr>"
         )
 
     def _render(self) -> None:
-        head = "".join(
-            f'<th align="left" width="{w}%" style="white-space:nowrap;">{h}</th>'
-            for h, w in zip(self.HEADERS, self.WIDTHS, strict=True)
-        )
+        head = "".join(f'<th align="left" width="{w}%">{h}</th>' for h, w in self.SHOWN)
         self.setHtml(
-            '<table width="100%" cellspacing="0" cellpadding="3">'
+            '<table width="100%" cellspacing="0" cellpadding="2">'
             f'<tr style="background-color:#eef1f4;">{head}</tr>'
             + "".join(self._html_rows)
             + "</table>"
@@ -294,7 +298,7 @@ class StepTable(QTextBrowser):
         table = cursor.currentTable()
         if table is None:
             return None
-        row = table.cellAt(cursor).row() - 1  # row 0 is the header
+        row = (table.cellAt(cursor).row() - 1) // 2  # row 0 is the header; two per step
         return row if 0 <= row < len(self.rows) else None
 
     def row_tooltip(self, row: int) -> str:
