@@ -8,10 +8,12 @@ always belongs to the settings shown.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -310,6 +312,10 @@ class MainWindow(QMainWindow):
         self._cancel: CancelToken | None = None
         self._unit = ""
         self._steps_per_policy = 0
+        self._last_generation: tuple[str, int, GenerationProgress, float] | None = None
+        self._live_clock = QTimer(self)
+        self._live_clock.setInterval(1000)
+        self._live_clock.timeout.connect(self._refresh_live)
         self.columns: dict[str, PolicyColumn] = {}
         self._loading = False
         self._model_settings: ComparisonSettings | None = None
@@ -698,6 +704,7 @@ class MainWindow(QMainWindow):
         self.caption.setText("")
         self.live.setText("")
         self.live.hide()
+        self._last_generation = None
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(0)
         for column in self.columns.values():
@@ -800,11 +807,25 @@ class MainWindow(QMainWindow):
         assert isinstance(progress, GenerationProgress)
         if not self.running:
             return
-        self.live.setText(generation_line(policy, step, self._steps_per_policy, progress))
+        self._last_generation = (policy, step, progress, time.monotonic())
+        self._refresh_live()
         self.live.show()
+        if not self._live_clock.isActive():
+            self._live_clock.start()
         column = self.columns.get(policy)
         if column is not None and progress.phase != "prefill":
             column.show_live_output(step, progress.text)
+
+    @Slot()
+    def _refresh_live(self) -> None:
+        """The live line with its clock moving between reports (a prefill chunk on a big
+        model can take seconds, and a frozen clock looks like a hang)."""
+        if self._last_generation is None or not self.running:
+            self._live_clock.stop()
+            return
+        policy, step, progress, received = self._last_generation
+        now = replace(progress, elapsed=progress.elapsed + time.monotonic() - received)
+        self.live.setText(generation_line(policy, step, self._steps_per_policy, now))
 
     @Slot(str, object)
     def _on_step(self, policy: str, step: object) -> None:

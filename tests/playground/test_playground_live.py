@@ -106,3 +106,14 @@ def test_live_progress_streams_output_and_stop_acts_within_one_token(
     assert not win.live.isVisible()
     assert raw.progress_listener is None  # the window stops listening after the run
     raw.extra_processors = None
+
+
+def test_stopcheck_recognises_both_phases_of_the_live_line() -> None:
+    """The real-model Stop measurement waits for these words in the live line."""
+    from picocontext_playground.stopcheck import PHASE_TEXT
+
+    reading = GenerationProgress("prefill", 0, 10, 0, 5, 0.0)
+    writing = GenerationProgress("decode", 10, 10, 1, 5, 0.1)
+    assert PHASE_TEXT["prefill"] in generation_line("editable", 1, 4, reading)
+    assert PHASE_TEXT["decode"] in generation_line("editable", 1, 4, writing)
+    assert PHASE_TEXT["decode"] not in generation_line("editable", 1, 4, reading)
