@@ -604,15 +604,16 @@ def group_repeats(text: str, minimum: int = REPEAT_MIN) -> str:
 
 
 def rejected_text(step: StepView, unit: str) -> str:
-    """Why a step's prompt was not sent, with the numbers of the window check."""
+    """Why a step sent no prompt, with the numbers of the window check."""
     prompt = step.rejected_prompt
     if prompt is None or step.context_window is None:
         return ""
     reserved = sum(s.amount for s in step.sections if s.section is Section.RESERVED)
     return (
-        f"Did not fit: {prompt.token_count:,} {unit} of input + {reserved:,} reserved for the "
-        f"answer = {prompt.token_count + reserved:,}, over the {step.context_window:,} window "
-        f"by {step.over_window_by or 0:,}. This is the prompt it would have sent."
+        f"Did not fit: the working context at the start of the turn renders to "
+        f"{prompt.token_count:,} {unit}; with {reserved:,} reserved for the answer that is "
+        f"{prompt.token_count + reserved:,}, over the {step.context_window:,} window by "
+        f"{step.over_window_by or 0:,}. That prompt is shown below; none was sent."
     )
 
 

@@ -110,8 +110,8 @@ def prompt_line(outcome: PolicyOutcome, unit: str) -> str:
     rejected = next((s for s in outcome.steps if s.rejected_prompt is not None), None)
     if rejected is not None and rejected.rejected_prompt is not None:
         text += (
-            f" · {rejected.step_id} needed {rejected.rejected_prompt.token_count:,} and did "
-            f"not fit (over by {rejected.over_window_by or 0:,})"
+            f" · {rejected.step_id} started at {rejected.rejected_prompt.token_count:,}: "
+            f"did not fit (over the window by {rejected.over_window_by or 0:,})"
         )
     return text
 
