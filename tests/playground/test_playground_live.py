@@ -117,3 +117,31 @@ def test_stopcheck_recognises_both_phases_of_the_live_line() -> None:
     assert PHASE_TEXT["prefill"] in generation_line("editable", 1, 4, reading)
     assert PHASE_TEXT["decode"] in generation_line("editable", 1, 4, writing)
     assert PHASE_TEXT["decode"] not in generation_line("editable", 1, 4, reading)
+
+
+@pytest.mark.mlx
+def test_sections_count_real_model_tokens_and_add_up_exactly(tiny_dir: Path) -> None:
+    from picocontext import ModelInput, Phase, Record, Role, Scope, Snapshot
+    from picocontext.models import MLXModel
+    from picocontext_playground.sections import Section, prompt_sections
+
+    records = (
+        Record(id="rules", role=Role.SYSTEM, body="Keep the notebook exact."),
+        Record(id="task", role=Role.USER, body="Track every fact.", protected=True),
+        Record(id="note", role=Role.ASSISTANT, body="heron=KX-7302-B " * 30),
+    )
+    snapshot = Snapshot(
+        scope=Scope(user_id="u", conversation_id="c", branch_id="b"), revision=0, records=records
+    )
+    model = MLXModel.load(tiny_dir, model_id="tiny")
+    try:
+        prompt = model.prepare(ModelInput(context=snapshot, phase=Phase.COMPLETION))
+        sizes = prompt_sections(prompt, model.count_tokens, 512)
+        by = {s.section: s.amount for s in sizes}
+        assert sum(a for s, a in by.items() if s is not Section.RESERVED) == prompt.token_count
+        assert set(by) >= {Section.SYSTEM, Section.TASK, Section.HISTORY, Section.CONTROL}
+        # the kept note, in real tokens (not bytes), with its message and record header
+        note_tokens = model.count_tokens(records[2].body)
+        assert note_tokens <= by[Section.HISTORY] <= note_tokens + 64  # + its header
+    finally:
+        model.close()
