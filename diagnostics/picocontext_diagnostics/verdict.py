@@ -140,6 +140,8 @@ def _sentence(
     )
     if base is not None and base is not t and winner.work_change is not None:
         text += f", {winner.work_change_text} against {base.label}"
+        if not base.passed:
+            text += ", which did not pass"
     text += ")"
     if len(passing) == 1 and len(rows) > 1:
         text += "; it was the only policy to pass every check"

@@ -4,9 +4,12 @@
     picocontext --smoke                           order lookup, headless
     picocontext --episode-smoke retention         exact retention, headless
     picocontext --episode-smoke state-updates --pressure --report out/r.txt --image out/r.png
+    picocontext --episode-smoke retention --backend scripted --report out/r.html
 
 Smoke runs write ``out/smoke-<task>.txt`` and ``.png`` unless --report/--image (or
-$PICOCONTEXT_SMOKE_REPORT / $PICOCONTEXT_SMOKE_IMAGE) say otherwise.
+$PICOCONTEXT_SMOKE_REPORT / $PICOCONTEXT_SMOKE_IMAGE) say otherwise. The report's extension
+chooses its format: ``.txt`` text, ``.json`` the whole run for scripts, ``.html`` one
+self-contained page. Both paths are checked before the run starts.
 
 Exit codes: 0 the run completed (even with failed checks; the report says which), 1 the run
 was stopped (Ctrl-C), 2 setup error (bad arguments, no model, unwritable output, no display).
@@ -111,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report",
         type=Path,
-        help=f"text report path (${REPORT_ENV}; default out/smoke-<task>.txt)",
+        help=f"report path; .txt, .json or .html chooses the format (${REPORT_ENV}; "
+        "default out/smoke-<task>.txt)",
     )
     parser.add_argument(
         "--image",
@@ -243,6 +247,8 @@ def _run_args(args: argparse.Namespace) -> int:
             image = image or default_output(settings, "png")
         if not headless and (args.report or args.image):
             raise SetupError("--report and --image apply to --smoke and --episode-smoke")
+        if headless:
+            check_outputs(report, image)
         from picocontext_playground.qtenv import choose_platform
 
         platform_name = choose_platform(headless)
@@ -259,6 +265,16 @@ def _run_args(args: argparse.Namespace) -> int:
     except SetupError as exc:
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return EXIT_SETUP
+
+
+def check_outputs(report: Path | None, image: Path | None) -> None:
+    """Refuse an unknown report format or an unwritable report/image path up front."""
+    from picocontext_playground.reports import check_report_path, check_writable
+
+    if report is not None:
+        check_report_path(report, "--report")
+    if image is not None:
+        check_writable(image, "--image")
 
 
 def _window(settings: ComparisonSettings) -> int:

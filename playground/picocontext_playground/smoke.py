@@ -1,9 +1,10 @@
 """Headless smoke runs: the same window, the same button, then a report and a screenshot.
 
 The run goes through :class:`~picocontext_playground.window.MainWindow` exactly as a click on
-**Run comparison** would (worker thread, signals, rendering). When it ends, the text report is
-written and the real window — enlarged so every result pane is visible — is grabbed with
-``QWidget.grab`` into a PNG. Nothing is drawn separately for the image.
+**Run comparison** would (worker thread, signals, rendering). When it ends, the report is
+written (the extension chooses text, JSON or HTML) and the real window — enlarged so every
+result pane is visible — is grabbed with ``QWidget.grab`` into a PNG. Nothing is drawn
+separately for the image.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
 from picocontext_playground.qtenv import application, require_glyphs
+from picocontext_playground.reports import check_report_path, check_writable, render
 from picocontext_playground.settings import ComparisonSettings
 from picocontext_playground.textreport import render_report, summary_block, write_atomically
 from picocontext_playground.window import COLUMN_MIN_WIDTH, MainWindow
@@ -98,6 +100,14 @@ def run_smoke(
     """Run one comparison headlessly; write the report and the PNG; return the exit code:
     0 when the run completed (failed checks included — the report says so), 1 when it was
     stopped, 2 when it could not start."""
+    try:
+        if report_path is not None:
+            check_report_path(report_path, "report")
+        if image_path is not None:
+            check_writable(image_path, "image")
+    except SetupError as exc:
+        echo(f"picocontext: cannot write output: {exc.message}")
+        return EXIT_SETUP
     app = application()
     require_glyphs(app)
     interrupted = False
@@ -116,12 +126,11 @@ def run_smoke(
         if result is None:
             echo(f"picocontext: {window.last_error or 'the comparison did not start'}")
             return EXIT_SETUP
-        text = render_report(result)
         if report_path is not None:
-            write_atomically(report_path, text.encode("utf-8"))
+            write_atomically(report_path, render(result, report_path).encode("utf-8"))
             echo(f"Report: {report_path}")
         else:
-            echo(text)
+            echo(render_report(result))
         if image_path is not None:
             fit_for_capture(window)
             write_atomically(image_path, grab_png(window))

@@ -1,6 +1,7 @@
 """The plain-text report the smoke modes write (and the window can save).
 
-Everything a reader needs to audit a run without the app: model and settings, budgets, one
+It opens with the verdict — the sentence and the ranked table — so the conclusion comes first;
+then everything a reader needs to audit a run without the app: model and settings, budgets, one
 summary per policy, then for every step the expected and retained notebook, the answer, every
 decision attempt with the model's own output and arguments, the diff, and the exact next input
 the model received. Nothing is shortened.
@@ -14,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from picocontext import Record, RunReport, Snapshot
+from picocontext_diagnostics.verdict import Verdict
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
@@ -22,6 +24,7 @@ from picocontext_playground.comparison import (
     no_decision_text,
     tool_calls_text,
 )
+from picocontext_playground.runverdict import headline, result_verdict, table
 
 RULE = "=" * 78
 
@@ -165,11 +168,30 @@ def context_lines(title: str, snapshot: Snapshot) -> list[str]:
     return lines
 
 
+def verdict_lines(verdict: Verdict) -> list[str]:
+    """The ranked verdict table as aligned plain-text columns."""
+    headers, rows = table(verdict)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    last = len(headers) - 1
+
+    def line(cells: tuple[str, ...]) -> str:
+        parts = [c if i == last else c.ljust(widths[i]) for i, c in enumerate(cells)]
+        return "  " + "  ".join(parts).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
 def render_report(result: ComparisonResult) -> str:
     """The whole report as text (UTF-8, newline-terminated)."""
+    verdict = result_verdict(result)
     lines = [
         "PicoContext playground report",
         f"Task: {result.title}",
+        f"Verdict: {headline(result, verdict)}",
+        "",
+        f"VERDICT · winner: {verdict.winner or 'none'} · counts in {result.token_unit}",
+        *verdict_lines(verdict),
+        "",
         f"Model: {result.model_label} ({result.model_id})",
         f"Token unit: {result.token_unit}",
         *[f"Model note: {d}" for d in result.model_details],

@@ -1,4 +1,5 @@
-"""The main window: controls, progress, status and one result column per policy.
+"""The main window: File menu, controls, progress, status, the verdict and one result column
+per policy.
 
 The window only collects settings, starts a :class:`~picocontext_playground.worker.
 ComparisonWorker` in a ``QThread`` and renders what the worker sends back. Changing the task,
@@ -14,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QThread, QTimer, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QFont, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -56,13 +57,15 @@ from picocontext_playground.comparison import (
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
 from picocontext_playground.qtenv import APP_NAME
+from picocontext_playground.reports import FORMATS, dialog_filters, report_format, write_report
+from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
     ComparisonSettings,
     ModelChoice,
     Task,
 )
-from picocontext_playground.textreport import render_report, write_atomically
+from picocontext_playground.verdict_view import VerdictView
 from picocontext_playground.widgets import (
     RED,
     AttemptsView,
@@ -78,6 +81,7 @@ from picocontext_playground.widgets import (
 )
 from picocontext_playground.worker import PROGRESS_MAX, ComparisonWorker
 
+RUN_TIP = "Run every selected policy on the same task (Ctrl+R)"
 DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
@@ -359,6 +363,8 @@ class MainWindow(QMainWindow):
         outer.addWidget(self.status)
         outer.addWidget(self.live)
         outer.addWidget(self.caption)
+        self.verdict = VerdictView()  # hidden until a run finishes; never scrolls away
+        outer.addWidget(self.verdict)
         # The chart sits outside the scrolling columns: it always spans the window's width
         # and stays in view however many policies there are.
         self.chart = TokenChart()
@@ -389,6 +395,36 @@ class MainWindow(QMainWindow):
         outer.addWidget(self.results_split, 1)
         self.tabs.addTab(page, "Comparison")
         self.extra_tabs = self._add_extra_tabs()
+        self._build_menu()
+
+    def _build_menu(self) -> None:
+        """File: open a manifest or a digest corpus in their tabs, save or export the shown
+        run, quit."""
+        menu = self.menuBar().addMenu("&File")
+
+        def action(text: str, slot: Callable[[], object], keys: QKeySequence | None) -> QAction:
+            act = QAction(text, self)
+            act.triggered.connect(slot)
+            if keys is not None:
+                act.setShortcut(keys)
+            menu.addAction(act)
+            return act
+
+        self.open_manifest_action = action(
+            "Open manifest…",
+            self._open_manifest_dialog,
+            QKeySequence(QKeySequence.StandardKey.Open),
+        )
+        self.open_digest_action = action("Open digest corpus…", self._open_digest_dialog, None)
+        menu.addSeparator()
+        self.save_action = action(
+            "Save report…", self._save_dialog, QKeySequence(QKeySequence.StandardKey.Save)
+        )
+        self.export_action = action("Export… (JSON)", self._export_dialog, QKeySequence("Ctrl+E"))
+        menu.addSeparator()
+        self.quit_action = action("Quit", self.close, QKeySequence(QKeySequence.StandardKey.Quit))
+        self.save_action.setEnabled(False)
+        self.export_action.setEnabled(False)
 
     def _controls(self) -> QWidget:
         box = QFrame()
@@ -456,7 +492,7 @@ class MainWindow(QMainWindow):
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self.start_comparison)
         self.run_button.setShortcut(QKeySequence("Ctrl+R"))
-        self.run_button.setToolTip("Run every selected policy on the same task (Ctrl+R)")
+        self.run_button.setToolTip(RUN_TIP)
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
         self.stop_button.setEnabled(False)
@@ -598,9 +634,12 @@ class MainWindow(QMainWindow):
         except ValueError as exc:
             raise SetupError(str(exc)) from None
 
-    def _idle_text(self, initial: bool) -> str:
+    def _ready_text(self, initial: bool = False) -> str:
+        """What Run would do, or why it cannot (a greyed-out button must say why)."""
         task = self.current_task()
         choice = self.current_model()
+        if not any(box.isChecked() for box in self.policy_boxes.values()):
+            return NO_POLICY
         if initial and choice is ModelChoice.QWEN3:
             return "Ready. The first run downloads Qwen3-1.7B-4bit (about 1 GB) once."
         if initial:
@@ -628,12 +667,6 @@ class MainWindow(QMainWindow):
         self.clear_results()
         self.set_status(self._ready_text())
 
-    def _ready_text(self, initial: bool = False) -> str:
-        """What Run would do, or why it cannot (a greyed-out button must say why)."""
-        if not any(box.isChecked() for box in self.policy_boxes.values()):
-            return NO_POLICY
-        return self._idle_text(initial)
-
     def _sync_enabled(self) -> None:
         running = self.running
         for widget in self._inputs:
@@ -650,11 +683,20 @@ class MainWindow(QMainWindow):
             self.prefix_cache.setEnabled(real)
         any_policy = any(box.isChecked() for box in self.policy_boxes.values())
         self.run_button.setEnabled(not running and any_policy)
-        self.run_button.setToolTip(
-            "Run every selected policy on the same task (Ctrl+R)" if any_policy else NO_POLICY
-        )
+        self.run_button.setToolTip(RUN_TIP if any_policy else NO_POLICY)
         self.stop_button.setEnabled(running)
-        self.save_button.setEnabled(not running and self.result is not None)
+        self._sync_save()
+
+    def _sync_save(self) -> None:
+        saveable = self.has_report
+        self.save_button.setEnabled(saveable)
+        self.save_action.setEnabled(saveable)
+        self.export_action.setEnabled(saveable)
+
+    @property
+    def has_report(self) -> bool:
+        """A run finished at least one policy and nothing is running: there is a report."""
+        return not self.running and self.result is not None and bool(self.result.outcomes)
 
     @Slot()
     def _browse(self) -> None:
@@ -676,28 +718,90 @@ class MainWindow(QMainWindow):
             self.status_changed.emit(text)
 
     def save_report(self, path: Path) -> None:
-        """Write the text report of the shown result (the same text the smoke mode writes)."""
-        if self.result is None:
+        """Write the shown result's report in the format ``path``'s extension names (the same
+        report the smoke mode writes)."""
+        if self.result is None or not self.result.outcomes:
             raise SetupError("There is no finished run to save.")
-        write_atomically(path, render_report(self.result).encode("utf-8"))
+        report_format(path, "Save report:")
+        write_report(self.result, path)
 
     @Slot()
     def _save_dialog(self) -> None:
-        chosen, _filter = QFileDialog.getSaveFileName(
-            self, "Save report", "picocontext-report.txt", "Text (*.txt)"
+        chosen, chosen_filter = QFileDialog.getSaveFileName(
+            self, "Save report", "picocontext-report.txt", dialog_filters()
         )
+        self._save_chosen(chosen, chosen_filter)
+
+    @Slot()
+    def _export_dialog(self) -> None:
+        label = FORMATS[".json"][0]
+        chosen, _ = QFileDialog.getSaveFileName(
+            self, "Export the run as JSON", "picocontext-run.json", f"{label} (*.json)"
+        )
+        self._save_chosen(chosen, f"{label} (*.json)")
+
+    def _save_chosen(self, chosen: str, chosen_filter: str) -> None:
+        """Save to a dialog's answer; a name without a known extension takes the filter's."""
         if not chosen:
             return
+        path = Path(chosen)
+        if path.suffix.lower() not in FORMATS:
+            ext = next((e for e in FORMATS if f"*{e}" in chosen_filter), ".txt")
+            path = path.with_name(path.name + ext)
         try:
-            self.save_report(Path(chosen))
+            self.save_report(path)
         except (OSError, SetupError) as exc:
             self.set_status(f"Could not save the report: {exc}")
         else:
-            self.set_status(f"Saved the report to {chosen}.")
+            self.set_status(f"Saved the report to {path}.")
+
+    # -- opening artefacts in their tabs ---------------------------------------------------
+    def tab_named(self, label: str) -> QWidget | None:
+        for index in range(self.tabs.count()):
+            if self.tabs.tabText(index) == label:
+                return self.tabs.widget(index)
+        return None
+
+    def open_manifest(self, path: Path) -> bool:
+        """Show the Manifest tab and load ``path`` there (its errors show in the tab)."""
+        from picocontext_playground.manifest_tab import ManifestTab
+
+        tab = self.tab_named("Manifest")
+        if not isinstance(tab, ManifestTab):
+            self.set_status("The Manifest tab is not available (see its tab for why).")
+            return False
+        self.tabs.setCurrentWidget(tab)
+        return tab.load_path(path)
+
+    def open_digest(self, path: Path) -> bool:
+        """Show the Digest tab and open the corpus folder ``path`` there."""
+        from picocontext_playground.digest_tab import DigestTab
+
+        tab = self.tab_named("Digest")
+        if not isinstance(tab, DigestTab):
+            self.set_status("The Digest tab is not available (see its tab for why).")
+            return False
+        self.tabs.setCurrentWidget(tab)
+        return tab.open_corpus(path)
+
+    @Slot()
+    def _open_manifest_dialog(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(
+            self, "Open pcx manifest", "", "pcx manifests (*.json);;All files (*)"
+        )
+        if name:
+            self.open_manifest(Path(name))
+
+    @Slot()
+    def _open_digest_dialog(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Open a digest corpus")
+        if chosen:
+            self.open_digest(Path(chosen))
 
     def clear_results(self) -> None:
         self.result = None
-        self.save_button.setEnabled(False)
+        self._sync_save()
+        self.verdict.clear()
         self.step_lines = []
         self.chart.clear()
         self.chart.unit = self._unit_for(self.current_model())
@@ -860,7 +964,10 @@ class MainWindow(QMainWindow):
         for column in self.columns.values():
             if column.outcome is None:
                 column.card.headline.setText("Not run (stopped before this policy finished).")
-        self.set_status(result.status)
+        verdict = result_verdict(result)
+        if result.outcomes:
+            self.verdict.show_verdict(verdict, headline(result, verdict))
+        self.set_status(result.status if result.cancelled else f"Finished. {verdict.sentence}")
         self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(PROGRESS_MAX if result.completed else self.progress.value())
@@ -892,12 +999,6 @@ class MainWindow(QMainWindow):
         self.run_finished.emit(self.result)
 
     # -- links to the Manifest and Digest tabs ------------------------------------------------
-    def extra_tab(self, label: str) -> QWidget | None:
-        for index in range(self.tabs.count()):
-            if self.tabs.tabText(index) == label:
-                return self.tabs.widget(index)
-        return None
-
     @Slot(str, object)
     def _open_artefact(self, kind: str, step: object) -> None:
         """Show what a step built in its tab: the manifest a navigated step compiled or the
@@ -911,7 +1012,7 @@ class MainWindow(QMainWindow):
         origin = f"{policy_label(policy)} · {step.step_id}"
         used = used_nodes(step)
         label = "Manifest" if kind == "manifest" else "Digest"
-        tab = self.extra_tab(label)
+        tab = self.tab_named(label)
         if kind == "manifest" and isinstance(tab, ManifestTab) and step.manifest is not None:
             tab.show_run_manifest(step.manifest, origin, used)
         elif kind == "digest" and isinstance(tab, DigestTab) and step.digest is not None:

@@ -86,3 +86,12 @@ def test_the_winner_passed_and_did_the_least_work_whatever_the_order(
     assert winner.passed
     assert winner.model_work == min(p.model_work for p in passing)
     assert [r.rank for r in verdict.rows] == list(range(1, len(policies) + 1))
+
+
+def test_a_winner_dearer_than_a_failed_baseline_says_the_baseline_did_not_pass() -> None:
+    failed = totals("append-only", passed=3, work=1000)
+    verdict = decide([failed, totals("editable", work=1500)])
+    assert verdict.winner == "editable"
+    assert "+50 % against Append-only, which did not pass)" in verdict.sentence
+    passing = decide([totals("append-only", work=2000), totals("editable", work=1000)])
+    assert "which did not pass" not in passing.sentence

@@ -52,6 +52,7 @@ from picocontext.build.shape import (
 from picocontext.build.signals import IdfSnapshot, Signals, node_text
 from picocontext.cancel import CancelToken
 from picocontext.manifest.model import Manifest
+from picocontext.manifest.session import DEFAULT_PROTOCOL
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
 from picocontext.manifest.validate import dump_json
 
@@ -77,6 +78,17 @@ class BuildOptions(BaseModel):
     reveal_share: float = Field(default=0.3, gt=0, le=1)
     leaf_share: float = Field(default=0.35, gt=0, le=1)
     max_attempts: int = Field(default=8, ge=1)
+    # The protocol text the reader will be shown first. The self-check proves every leaf
+    # reachable with it charged: a policy with a short protocol of its own must not be refused
+    # a build because the default protocol (three times longer) would not have fitted.
+    # ``None``: the default protocol, the manifest's own usage text.
+    check_protocol: str | None = None
+
+
+def _checked(manifest: Manifest, counter: TextCounter, options: BuildOptions) -> CheckResult:
+    """The self-check with the protocol text the reader will be shown."""
+    protocol = options.check_protocol if options.check_protocol is not None else DEFAULT_PROTOCOL
+    return self_check(manifest, counter, protocol)
 
 
 class Progress:
@@ -479,7 +491,7 @@ def _shape_budget(
     if settled is not None:
         attempts += 1
         shaped, stats, desc, manifest = attempt(*settled)
-        check = self_check(manifest, counter)
+        check = _checked(manifest, counter, options)
         if check.ok:
             return manifest, shaped, desc, check, settled[0], stats, attempts, dict(prior or {})
     for verbosity in VERBOSITIES:
@@ -507,7 +519,7 @@ def _shape_budget(
             if any(overrides.get(k) != v for k, v in merged.items()):
                 overrides.update(merged)
                 continue
-            check = self_check(manifest, counter)
+            check = _checked(manifest, counter, options)
             if check.ok:
                 done = state_of(verbosity, width, leaf_cap, overrides)
                 return manifest, shaped, desc, check, verbosity, stats, attempts, done

@@ -672,7 +672,10 @@ class NavigatedPolicy:
             cfg.idf_refresh_growth
         )
         options = BuildOptions(
-            budgets=(nav_budget,), leaf_share=cfg.leaf_share, reveal_share=cfg.reveal_share
+            budgets=(nav_budget,),
+            leaf_share=cfg.leaf_share,
+            reveal_share=cfg.reveal_share,
+            check_protocol=PROTOCOL,
         )
         started = time.perf_counter()
         try:

@@ -11,8 +11,10 @@ from picocontext.build.adapters import load_source
 from picocontext.build.compiler import BuildOptions, compile_tree
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import SelfCheckFailed
+from picocontext.build.ir import SourceTree
 from picocontext.build.shape import oracle_cost, paginate, self_check
 from picocontext.manifest.model import Manifest
+from picocontext.manifest.session import DEFAULT_PROTOCOL
 from picocontext.manifest.tokens import HeuristicCounter
 from picocontext.manifest.validate import validate_manifest
 
@@ -121,3 +123,28 @@ def test_self_check_reports_structure_errors() -> None:
     }
     check = self_check(Manifest.model_validate(data), HeuristicCounter())
     assert any("duplicate child ref" in p for p in check.problems)
+
+
+def _passes(tree: SourceTree, budget: int, protocol: str | None) -> bool:
+    try:
+        compile_tree(
+            tree, OfflineEngine(), BuildOptions(budgets=(budget,), check_protocol=protocol)
+        )
+    except SelfCheckFailed:
+        return False
+    return True
+
+
+def test_the_self_check_charges_the_protocol_the_reader_is_shown(tmp_path: Path) -> None:
+    # A reader shown a one-line protocol has room the default protocol's text would take: at
+    # the smallest budget that passes with it, the default protocol must not pass.
+    wide_corpus(tmp_path, n=12)
+    tree = load_source(tmp_path, "docs", "small")
+    short = "Lines: id [kind] title: what."
+    low, high = 64, 4096
+    assert _passes(tree, high, short) and not _passes(tree, low, short)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if _passes(tree, mid, short) else (mid, high)
+    assert not _passes(tree, high, None)
+    assert _passes(tree, high + 2 * HeuristicCounter().count(DEFAULT_PROTOCOL), None)

@@ -870,3 +870,20 @@ def test_a_tail_that_leaves_no_reading_room_yields_to_a_smaller_one() -> None:
     assert info is not None and info.archived_ids
     assert info.tail_tokens < tail_ladder(int(0.6 * 6_144))[1]  # a later rung was tried
     assert "tokens for the archive index" not in (report.failure or "")
+
+
+def test_the_archive_is_checked_with_the_protocol_the_model_is_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The model reads the policy's own short PROTOCOL, so reachability is proved with that
+    # text charged, not with the default protocol it is never shown.
+    seen: list[str | None] = []
+
+    def spy(tree: Any, engine: Any, options: Any, **kwargs: Any) -> Any:
+        seen.append(options.check_protocol)
+        return compile_tree(tree, engine, options, **kwargs)
+
+    monkeypatch.setattr(navigated_module, "compile_tree", spy)
+    state = session_for(feed_snapshot(), scripted([])).state
+    NavigatedPolicy().plan(ByteCounter(), state, FEED_BUDGET)
+    assert seen and all(p == navigated_module.PROTOCOL for p in seen)
