@@ -27,9 +27,11 @@ from picocontext import (
     Role,
     RunBudget,
     RunReport,
+    Scope,
     Snapshot,
     TokenCounter,
 )
+from picocontext.policies import ContextPolicy
 from picocontext_diagnostics.episodes import MAX_STEPS, Episode, Step
 from picocontext_diagnostics.errors import InvalidEpisode
 from picocontext_diagnostics.grading import (
@@ -125,6 +127,8 @@ class EpisodeReport(BaseModel):
 
 
 StepCallback = Callable[[StepReport], None]
+# A step that ran a turn, the policy object that ran it, and the session's scope.
+TurnCallback = Callable[[StepReport, ContextPolicy, Scope], None]
 
 
 def validate_episode_bounds(episode: Episode, episode_tokens: int) -> None:
@@ -163,10 +167,13 @@ class EpisodeRunner:
         episode_tokens: int = DEFAULT_EPISODE_TOKENS,
         on_step: StepCallback | None = None,
         cancel: CancelToken | None = None,
+        on_turn: TurnCallback | None = None,
     ) -> EpisodeReport:
         """Run every step of ``episode`` under ``policy``. Bad bounds raise
         :class:`InvalidEpisode`; cancellation raises :class:`picocontext.Cancelled`; every
-        other problem is a reported step failure."""
+        other problem is a reported step failure. ``on_turn`` sees each step that ran a turn
+        together with the live policy object, while it still holds that turn's artefacts
+        (a navigated policy's manifest, a distilled policy's digest tree)."""
         validate_episode_bounds(episode, episode_tokens)
         budget = budget or sequential_budget()
         started = time.perf_counter()
@@ -184,6 +191,8 @@ class EpisodeRunner:
                 reports.append(report)
                 if on_step is not None:
                     on_step(report)
+                if on_turn is not None and report.run is not None:
+                    on_turn(report, runs.instance, session.context.scope)
                 _check(cancel)
                 if report.failure is not None:
                     failure = report.failure

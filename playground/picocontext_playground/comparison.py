@@ -9,21 +9,32 @@ the diagnostics package's; this module only orchestrates and reshapes.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext import (
     Cancelled,
     CancelToken,
+    ModelInput,
+    Phase,
+    PreparedPrompt,
     RunBudget,
     RunMode,
     RunReport,
+    Scope,
     Snapshot,
+    TokenCounter,
     ToolStep,
 )
+from picocontext.distill import DigestSnapshot
+from picocontext.manifest import Manifest
+from picocontext.models import GenerationProgress
+from picocontext.policies import ContextPolicy, DistilledPolicy, NavigatedPolicy
 from picocontext_diagnostics import (
     BUILTIN_POLICIES,
     DEFAULT_EPISODE_TOKENS,
@@ -38,6 +49,13 @@ from picocontext_diagnostics import (
 )
 from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.models import LoadedModel
+from picocontext_playground.sections import (
+    Section,
+    SectionSize,
+    TextCounter,
+    prompt_sections,
+    utf8_bytes,
+)
 from picocontext_playground.settings import ComparisonSettings
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +81,23 @@ class StepView(BaseModel):
     failure: str | None = None
     context_problem: str | None = None
     answer_problem: str | None = None
+    # The exact next input by section (reserved output last), in the model's unit; for a
+    # step whose prompt did not fit, the sections of that rejected prompt.
+    sections: tuple[SectionSize, ...] = ()
+    rejected_prompt: PreparedPrompt | None = None
+    context_window: int | None = None
+    # What the step's policy built, for "Open in Manifest" / "Open in Digest" (kept out of
+    # serialised reports: they are large and rebuilt by rerunning the step).
+    manifest: Manifest | None = Field(default=None, exclude=True)
+    digest: DigestSnapshot | None = Field(default=None, exclude=True)
+
+    @property
+    def over_window_by(self) -> int | None:
+        """How far the rejected prompt plus the reserved output exceeded the window."""
+        if self.rejected_prompt is None or self.context_window is None:
+            return None
+        reserved = sum(s.amount for s in self.sections if s.section is Section.RESERVED)
+        return self.rejected_prompt.token_count + reserved - self.context_window
 
     @property
     def prompt_before(self) -> int | None:
@@ -295,17 +330,65 @@ def task_episode(settings: ComparisonSettings) -> Episode:
     return fixture_episode(scenario, noise_lines=settings.noise_lines)
 
 
+def text_counter(model: LoadedModel) -> TextCounter:
+    """Counts text in the model's unit: its tokenizer for a real model, UTF-8 bytes for the
+    scripted one."""
+    count = getattr(model.raw, "count_tokens", None)
+    if callable(count):
+        return lambda text: int(count(text))
+    return utf8_bytes
+
+
+def measured_step(
+    report: StepReport, counter: TokenCounter, count: TextCounter, budget: RunBudget
+) -> StepView:
+    """The graded step plus its next input by section. A step whose prompt was refused for
+    the window shows the prompt of its working context at the start of the turn: the one the
+    policy had to send and could not."""
+    view = StepView.from_step_report(report)
+    run = report.run
+    if run is None:
+        return view
+    reserved = budget.completion_output_tokens
+    prompt = run.final_prompt
+    rejected: PreparedPrompt | None = None
+    if prompt is None and run.run_start_prompt_tokens + reserved > budget.context_window:
+        rejected = counter.prepare(ModelInput(context=run.run_start, phase=Phase.COMPLETION))
+        prompt = rejected
+    if prompt is None:
+        return view
+    return view.model_copy(
+        update={
+            "sections": prompt_sections(prompt, count, reserved),
+            "rejected_prompt": rejected,
+            "context_window": budget.context_window,
+        }
+    )
+
+
+def step_artefacts(
+    policy: ContextPolicy, scope: Scope
+) -> tuple[Manifest | None, DigestSnapshot | None]:
+    """The manifest a navigated turn compiled, or the digest tree a distilled turn left."""
+    if isinstance(policy, NavigatedPolicy):
+        turns = policy.turns(scope)
+        return (turns[-1].manifest if turns else None), None
+    if isinstance(policy, DistilledPolicy):
+        return None, policy.distiller(scope).snapshot()
+    return None, None
+
+
 def _status(settings: ComparisonSettings, steps: int, label: str, index: int, count: int) -> str:
     if settings.task.sequential:
         return f"Running {steps} incoming updates with {label} context (policy {index} of {count})…"
     return f"Running the order lookup with {label} context ({index} of {count})…"
 
 
-def _episode_outcome(report: EpisodeReport) -> PolicyOutcome:
+def _episode_outcome(report: EpisodeReport, steps: Sequence[StepView]) -> PolicyOutcome:
     return PolicyOutcome(
         policy=report.policy,
         title=report.title,
-        steps=tuple(StepView.from_step_report(s) for s in report.steps),
+        steps=tuple(steps),
         planned_steps=report.planned_steps,
         original=report.original,
         revised=report.revised,
@@ -314,13 +397,52 @@ def _episode_outcome(report: EpisodeReport) -> PolicyOutcome:
     )
 
 
+# The core's failure messages are exact and short; a person comparing policies reads these.
+_PLAIN = {
+    "Token budget exceeded: input plus reserved output exceeds the context window": (
+        "the prompt plus the room kept for the answer no longer fit in the context window"
+    ),
+    "Token budget exceeded: completion hit its output limit": (
+        "the answer ran into its length limit before the model finished it"
+    ),
+    "Token budget exceeded: edit generation hit its output limit": (
+        "a decision ran into its length limit before the model finished it"
+    ),
+    "Token budget exceeded: tool step hit its output limit": (
+        "a tool call ran into its length limit before the model finished it"
+    ),
+    "Token budget exceeded: total input/output allowance cannot reserve the next completion": (
+        "the turn's token allowance was used up before the answer"
+    ),
+    "Token budget exceeded: total input/output allowance cannot reserve the summary": (
+        "the turn's token allowance was used up before the summary"
+    ),
+    "Token budget exceeded: episode token allowance exhausted": (
+        "the episode's token allowance was used up"
+    ),
+    "The bounded edit/recovery limit was reached": (
+        "the model made no valid edit or keep decision within the allowed attempts"
+    ),
+}
+
+
+def plain_failure(text: str) -> str:
+    """A failure in plain words (the exact message in parentheses), or ``text`` unchanged
+    when it is not one of the core's budget or attempt messages."""
+    key = text.rstrip(".")
+    plain = _PLAIN.get(key)
+    if plain is None:
+        return text
+    return f"{plain[:1].upper()}{plain[1:]} ({key[:1].lower()}{key[1:]})."
+
+
 def _final_status(outcomes: list[PolicyOutcome]) -> str:
     failed = [o for o in outcomes if not o.passed]
     if not failed:
         return "Finished. Every policy passed every check; compare the cost of each column."
     names = ", ".join(o.label for o in failed)
     first = next((o.failure for o in failed if o.failure), None)
-    tail = f" First failure: {first.rstrip('.')}." if first else ""
+    tail = f" First failure: {plain_failure(first)}" if first else ""
     return f"Finished. Failed checks in: {names}.{tail} Inspect the columns below."
 
 
@@ -341,6 +463,7 @@ def run_comparison(
     episode = task_episode(settings)
     total = len(episode.steps) * len(policies)
     runner = EpisodeRunner(model.counter, model.backend)
+    count = text_counter(model)
     done = 0
     status = ""
     cancelled = False
@@ -354,10 +477,39 @@ def run_comparison(
             )
             events.status(status)
 
-            def on_step(report: StepReport, name: str = policy.name) -> None:
+            measured: dict[str, StepView] = {}
+
+            def measure(report: StepReport, seen: dict[str, StepView] = measured) -> StepView:
+                view = seen.get(report.step.id)
+                if view is None:
+                    view = measured_step(report, model.counter, count, budget)
+                    seen[report.step.id] = view
+                return view
+
+            def on_turn(
+                report: StepReport,
+                instance: ContextPolicy,
+                scope: Scope,
+                seen: dict[str, StepView] = measured,
+                name: str = policy.name,
+            ) -> None:
+                manifest, digest = step_artefacts(instance, scope)
+                view = seen[report.step.id]
+                if manifest is not None or digest is not None:
+                    view = view.model_copy(update={"manifest": manifest, "digest": digest})
+                    seen[report.step.id] = view
+                events.step(name, view)
+
+            def on_step(
+                report: StepReport,
+                name: str = policy.name,
+                measure: Callable[[StepReport], StepView] = measure,
+            ) -> None:
                 nonlocal done
                 done += 1
-                events.step(name, StepView.from_step_report(report))
+                view = measure(report)
+                if report.run is None:  # no turn ran, so on_turn will not announce it
+                    events.step(name, view)
                 events.progress(done, total)
 
             report = runner.run(
@@ -367,11 +519,12 @@ def run_comparison(
                 episode_tokens or budget.total_tokens,
                 on_step=on_step,
                 cancel=token,
+                on_turn=on_turn,
             )
             # Steps after a failure never run; count them as done for the progress bar.
             done = index * len(episode.steps)
             events.progress(done, total)
-            outcome = _episode_outcome(report)
+            outcome = _episode_outcome(report, [measure(s) for s in report.steps])
             outcomes.append(outcome)
             events.outcome(outcome)
         status = _final_status(outcomes)
@@ -395,3 +548,97 @@ def run_comparison(
         cancelled=cancelled,
         elapsed_seconds=time.perf_counter() - started,
     )
+
+
+def _clock(seconds: float) -> str:
+    whole = max(0, round(seconds))
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def generation_line(policy: str, step: int, steps: int, progress: GenerationProgress) -> str:
+    """The live line under the progress bar while a real model works: which policy and step,
+    prefill or tokens generated against the cap, the rate, the time spent and, at the current
+    rate, the longest the rest of this call can take."""
+    head = f"{policy_label(policy)} · step {step} of {steps}"
+    if progress.phase == "prefill":
+        return (
+            f"{head} · reading the prompt: {progress.prefilled:,} of "
+            f"{progress.prefill_total:,} tokens · {_clock(progress.elapsed)} elapsed"
+        )
+    parts = [head, f"generated {progress.generated:,} of at most {progress.max_tokens:,} tokens"]
+    rate = progress.tokens_per_second
+    if rate is not None:
+        parts.append(f"{rate:.1f} tokens/s")
+    parts.append(f"{_clock(progress.elapsed)} elapsed")
+    left = progress.seconds_left_at_most
+    if progress.phase == "decode" and left is not None:
+        parts.append(f"at most {_clock(left)} left in this call")
+    return " · ".join(parts)
+
+
+_DIGITS = re.compile(r"\d+")
+REPEAT_MIN = 4
+
+
+def group_repeats(text: str, minimum: int = REPEAT_MIN) -> str:
+    """Runs of ``minimum`` or more lines that are the same, or the same but for their numbers,
+    shown as the first and last line with a count between them, so a diff of noise lines
+    reads as what it is."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        shape = _DIGITS.sub("#", lines[i])
+        j = i + 1
+        while j < len(lines) and _DIGITS.sub("#", lines[j]) == shape:
+            j += 1
+        run = j - i
+        if run >= minimum and lines[i].strip():
+            same = all(line == lines[i] for line in lines[i:j])
+            kind = "identical lines" if same else "lines alike (only numbers differ)"
+            out += [lines[i], f"    \u22ee \u00d7 {run - 2:,} more {kind}", lines[j - 1]]
+        else:
+            out += lines[i:j]
+        i = j
+    return "\n".join(out)
+
+
+def rejected_text(step: StepView, unit: str) -> str:
+    """Why a step sent no prompt, with the numbers of the window check."""
+    prompt = step.rejected_prompt
+    if prompt is None or step.context_window is None:
+        return ""
+    reserved = sum(s.amount for s in step.sections if s.section is Section.RESERVED)
+    return (
+        f"Did not fit: the working context at the start of the turn renders to "
+        f"{prompt.token_count:,} {unit}; with {reserved:,} reserved for the answer that is "
+        f"{prompt.token_count + reserved:,}, over the {step.context_window:,} window by "
+        f"{step.over_window_by or 0:,}. That prompt is shown below; none was sent."
+    )
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    return []
+
+
+def used_nodes(step: StepView) -> dict[str, list[str]]:
+    """Every id-like argument of the step's tool calls → the verbs that named it, in order
+    (``{"turn-1": ["open", "close"]}``); what is not a node of the artefact is ignored by the
+    tab that highlights them."""
+    used: dict[str, list[str]] = {}
+    for call in step.run.tool_steps if step.run is not None else ():
+        try:
+            arguments = json.loads(call.arguments) if call.arguments else {}
+        except ValueError:
+            continue
+        for name in _strings(arguments):
+            verbs = used.setdefault(name, [])
+            if call.name not in verbs:
+                verbs.append(call.name)
+    return used

@@ -8,6 +8,7 @@ The widget shows state; the core computes it. It renders a
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -44,6 +45,7 @@ from picocontext_playground.qtenv import monospace_font
 COLUMNS = ("Node", "Level", "Kind", "Tokens", "ContentHash", "SemHash")
 _CHANGED = QBrush(QColor(255, 236, 179))
 _NEW = QBrush(QColor(200, 235, 200))
+_USED = QBrush(QColor("#fff4cc"))
 _ID_ROLE = Qt.ItemDataRole.UserRole
 _POPULATED = Qt.ItemDataRole.UserRole + 1
 
@@ -58,6 +60,9 @@ class DigestTab(QWidget):
         self.remembered: dict[str, str] = {}
         self.diff: MapResult | None = None
         self.resolved: ResolveResult | None = None
+        self.used: dict[str, list[str]] = {}
+        self.origin = ""
+        self._example_dir: tempfile.TemporaryDirectory[str] | None = None
         self._build()
         if tools is not None:
             self.set_tools(tools)
@@ -78,11 +83,28 @@ class DigestTab(QWidget):
             bar.addWidget(w)
         bar.addWidget(self.root_label, 1)
 
+        self.hint = QWidget()
+        hint_row = QHBoxLayout(self.hint)
+        hint_row.setContentsMargins(0, 0, 0, 0)
+        hint_text = QLabel(
+            "No digest yet. Open a corpus folder written by `picocontext distill sync` (it "
+            "holds nodes.sqlite and cas/), use Open in Digest on a distilled step of a run, or "
+            "open the bundled example: resources/corpora/docs distilled with the deterministic "
+            "stand-in summarizer."
+        )
+        hint_text.setWordWrap(True)
+        self.example_button = QPushButton("Open example")
+        self.example_button.clicked.connect(self.open_example)
+        hint_row.addWidget(hint_text, 1)
+        hint_row.addWidget(self.example_button)
+
         self.tree = QTreeWidget()
         self.tree.setColumnCount(len(COLUMNS))
         self.tree.setHeaderLabels(list(COLUMNS))
         header = self.tree.header()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # Titles are never cut: the node column takes its contents' width and the tree
+        # scrolls sideways when the hashes do not fit next to it.
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         for col in range(1, len(COLUMNS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(False)
@@ -126,6 +148,7 @@ class DigestTab(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
+        layout.addWidget(self.hint)
         layout.addWidget(split, 1)
         layout.addWidget(self.status)
         self._set_enabled(False)
@@ -142,6 +165,8 @@ class DigestTab(QWidget):
         self.reload()
 
     def open_corpus(self, path: Path) -> bool:
+        if self._example_dir is None or not path.is_relative_to(self._example_dir.name):
+            self.origin = ""
         try:
             tools = DigestTools.open(path)
         except PicoContextError as exc:
@@ -171,14 +196,71 @@ class DigestTab(QWidget):
     def show_snapshot(self, snapshot: DigestSnapshot) -> None:
         self.snapshot = snapshot
         self.diff = None
-        root = snapshot.node(ROOT_ID)
-        self.root_label.setText(
-            f"root {root.content_hash[:16]}…  ·  {len(snapshot.nodes)} nodes"
-            if root is not None
-            else f"no root  ·  {len(snapshot.nodes)} nodes"
-        )
+        self.used = {}
+        self._show_root()
+        self.hint.hide()
         self._fill_tree()
         self.status.setText("")
+
+    def _show_root(self) -> None:
+        """The root hash and node count of the snapshot on screen (after every reload)."""
+        root = self.snapshot.node(ROOT_ID)
+        count = len(self.snapshot.nodes)
+        self.root_label.setText(
+            f"{self.origin}root {root.content_hash[:16]}…  ·  {count} nodes"
+            if root is not None
+            else f"{self.origin}no root  ·  {count} nodes"
+        )
+
+    def show_run_digest(
+        self, snapshot: DigestSnapshot, origin: str, used: dict[str, list[str]]
+    ) -> None:
+        """The digest tree a distilled step left during a run (read-only: the run's corpus
+        is gone), with the nodes the model's calls named highlighted."""
+        if self.tools is not None:
+            self.tools.close()
+            self.tools = None
+        self.remembered = {}
+        self.origin = f"{origin} · "
+        self.show_snapshot(snapshot)
+        self.used = dict(used)
+        self._fill_tree()
+        self._set_enabled(False)
+        named = ", ".join(f"{n} ({'/'.join(v)})" for n, v in used.items()) or "none"
+        self.status.setText(f"Nodes the model asked for in this step (highlighted): {named}.")
+
+    def open_example(self) -> bool:
+        """Distil the bundled docs corpus with the deterministic summarizer into a temporary
+        folder owned by this tab, and open it."""
+        from picocontext.distill import (
+            DistillConfig,
+            Distiller,
+            DocumentFolderSource,
+            FakeSummarizer,
+            LexicalEmbedder,
+        )
+        from picocontext_playground.manifest_tab import resource_path
+
+        source = resource_path("corpora", "docs")
+        if source is None:
+            self._error("The bundled example corpus is missing from this installation.")
+            return False
+        if self._example_dir is None:
+            self._example_dir = tempfile.TemporaryDirectory(prefix="picocontext-digest-")
+        corpus = Path(self._example_dir.name) / "docs"
+        try:
+            distiller = Distiller.open(
+                corpus, FakeSummarizer(), LexicalEmbedder(), config=DistillConfig(corpus="docs")
+            )
+            try:
+                distiller.sync(DocumentFolderSource(source))
+            finally:
+                distiller.close()
+        except PicoContextError as exc:
+            self._error(str(exc))
+            return False
+        self.origin = "example (resources/corpora/docs, stand-in summaries) · "
+        return self.open_corpus(corpus)
 
     def _fill_tree(self) -> None:
         """Top-level items now; children are added when an item is first expanded, so a
@@ -218,6 +300,10 @@ class DigestTab(QWidget):
             brush = _NEW if node.id not in self.remembered else _CHANGED
             for col in range(len(COLUMNS)):
                 item.setBackground(col, brush)
+        if node.id in self.used:
+            for col in range(len(COLUMNS)):
+                item.setBackground(col, _USED)
+            item.setToolTip(0, f"{node.id}\nthe model used: {', '.join(self.used[node.id])}")
         if any(c in self._nodes for c in node.child_ids):
             item.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.ShowIndicator)
         return item
@@ -331,6 +417,7 @@ class DigestTab(QWidget):
             return None
         self.snapshot = snapshot
         self.diff = diff
+        self._show_root()
         self._fill_tree()
         self._set_enabled(True)
         changed = diff.changed

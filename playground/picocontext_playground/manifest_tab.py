@@ -8,6 +8,8 @@ hands back an :class:`~picocontext.manifest.eval.EvalReport`.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,16 +56,42 @@ from picocontext_playground import gcguard
 
 ChatModelFactory = Callable[[], ChatModel]
 _HIDDEN = QBrush(QColor(150, 150, 150))
+_USED = QBrush(QColor("#fff4cc"))
+
+
+_PCX_NAME = re.compile(r"^(?P<source>.+)\.pcx\.(?P<budget>[^.]+)\.json$")
 
 
 def leaves_next_to(path: Path) -> LeafResolver | None:
-    """A resolver over ``<manifest dir>/leaves/<id>.<ext>`` when that folder exists."""
+    """A resolver for a manifest's leaf texts: ``<name>.leaves.<budget>.json`` next to a
+    ``<name>.pcx.<budget>.json`` (what ``pcx build`` writes), else a ``leaves/`` folder with
+    one ``<id>.<ext>`` file per leaf; ``None`` when neither exists."""
+    match = _PCX_NAME.match(path.name)
+    if match:
+        built = path.with_name(f"{match['source']}.leaves.{match['budget']}.json")
+        if built.is_file():
+            loaded = json.loads(built.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                return dict_resolver({str(k): str(v) for k, v in loaded.items()})
     folder = path.parent / "leaves"
     if not folder.is_dir():
         return None
     return dict_resolver(
         {p.stem: p.read_text(encoding="utf-8") for p in folder.iterdir() if p.is_file()}
     )
+
+
+def resource_path(*parts: str) -> Path | None:
+    """A file under the bundled ``resources/`` (package data in a wheel, else the checkout)."""
+    here = Path(__file__).resolve().parent
+    for base in (here, here.parents[1]):
+        candidate = base.joinpath("resources", *parts)
+        if candidate.exists():
+            return candidate
+    return None
+
+
+EXAMPLE_MANIFEST = ("manifests", "homelab", "homelab.pcx.2k.json")
 
 
 class _EvalThread(QThread):
@@ -121,8 +149,12 @@ class ManifestTab(QWidget):
         self.view_level.addItems(["title", "brief", "full"])
         self.view_level.setCurrentText("brief")
         self.budget = QSpinBox()
-        self.budget.setRange(1, 10_000_000)
+        # 0 shows as a hint until a manifest sets its own budget; a change applies at once.
+        self.budget.setRange(0, 10_000_000)
+        self.budget.setSpecialValueText("budget (from the manifest)")
         self.budget.setPrefix("budget ")
+        self.budget.setEnabled(False)
+        self.budget.valueChanged.connect(self._budget_changed)
         self.reserve = QSpinBox()
         self.reserve.setRange(0, 10_000_000)
         self.reserve.setPrefix("reserve ")
@@ -142,6 +174,22 @@ class ManifestTab(QWidget):
         bar.addStretch(1)
         root.addLayout(bar)
 
+        hint_row = QHBoxLayout()
+        self.hint = QWidget()
+        hint_row.setContentsMargins(0, 0, 0, 0)
+        hint_text = QLabel(
+            "No manifest yet. Open a pcx manifest (a file ending in .pcx.<budget>.json, as "
+            "written by pcx build; its leaves and cases.json are found next to it), or open "
+            "the bundled example."
+        )
+        hint_text.setWordWrap(True)
+        self.example_button = QPushButton("Open example")
+        self.example_button.clicked.connect(self.open_example)
+        hint_row.addWidget(hint_text, 1)
+        hint_row.addWidget(self.example_button)
+        self.hint.setLayout(hint_row)
+        root.addWidget(self.hint)
+
         self.budget_bar = QProgressBar()
         self.budget_bar.setFormat("%v / %m tokens")
         self.budget_label = QLabel("")
@@ -155,6 +203,7 @@ class ManifestTab(QWidget):
         self.tree.setHeaderLabels(["node", "title", "kind", "tokens", "facets", "links"])
         self.tree.setColumnCount(6)
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         left_box.addWidget(self.tree)
         actions = QHBoxLayout()
         self.expand_button = QPushButton("Open")
@@ -272,11 +321,19 @@ class ManifestTab(QWidget):
             return False
         self.path = path
         self.resolver = resolver if resolver is not None else leaves_next_to(path)
+        # Cases belong to the manifest next to them: a new manifest never keeps another's.
         cases = path.parent / "cases.json"
-        if cases.is_file() and not self.cases_edit.text():
-            self.cases_edit.setText(str(cases))
+        self.cases_edit.setText(str(cases) if cases.is_file() else "")
         self.show_manifest(manifest)
         return True
+
+    def open_example(self) -> bool:
+        """Load the bundled example manifest (with its leaves and eval cases)."""
+        path = resource_path(*EXAMPLE_MANIFEST)
+        if path is None:
+            self._error("The bundled example manifest is missing from this installation.")
+            return False
+        return self.load_path(path)
 
     def show_manifest(self, manifest: Manifest) -> None:
         self.manifest = manifest
@@ -285,11 +342,40 @@ class ManifestTab(QWidget):
             f"{len(manifest.nodes) + 1} nodes · costs by {manifest.tokenizer or 'unstated'}"
         )
         self.budget.blockSignals(True)
+        self.budget.setMinimum(1)
         self.budget.setValue(manifest.variant.budget)
+        self.budget.setEnabled(True)
         self.budget.blockSignals(False)
+        self.hint.hide()
         self._fill_tree(manifest)
         self._set_enabled(True)
         self.reset_session()
+
+    def show_run_manifest(
+        self, manifest: Manifest, origin: str, used: dict[str, list[str]]
+    ) -> None:
+        """A manifest a navigated step compiled during a run (no file, no leaf store: the
+        leaves were that run's own records), with the nodes the model's verbs touched
+        highlighted and named in the status line."""
+        self.path = None
+        self.resolver = None
+        self.cases_edit.setText("")
+        self.show_manifest(manifest)
+        self.path_label.setText(f"{origin} · {len(manifest.nodes) + 1} nodes")
+        for node_id, verbs in used.items():
+            item = self._items.get(node_id)
+            if item is None:
+                continue
+            for column in range(self.tree.columnCount()):
+                item.setBackground(column, _USED)
+            item.setToolTip(1, f"{item.text(1)}\nthe model used: {', '.join(verbs)}")
+            parent = item.parent()
+            while parent is not None:
+                parent.setExpanded(True)
+                parent = parent.parent()
+        touched = ", ".join(f"{node} ({'/'.join(v)})" for node, v in used.items()) or "none"
+        self.status.setStyleSheet("")
+        self.status.setText(f"Nodes the model used in this step (highlighted): {touched}.")
 
     def _fill_tree(self, m: Manifest) -> None:
         self.tree.clear()
@@ -315,6 +401,7 @@ class ManifestTab(QWidget):
                     ]
                 )
                 child.setToolTip(0, f"what: {node.what}\nwhen: {node.when}")
+                child.setToolTip(1, node.title or "")
                 child.setData(0, Qt.ItemDataRole.UserRole, cid)
                 item.insertChild(0, child)
                 self._items[cid] = child
@@ -415,6 +502,11 @@ class ManifestTab(QWidget):
         self.status.setText("")
         self.output_view.setPlainText(out)
         self._render()
+
+    def _budget_changed(self, value: int) -> None:
+        """A new budget starts a new session over the loaded manifest right away."""
+        if self.manifest is not None and value > 0:
+            self.reset_session()
 
     def _error(self, message: str) -> None:
         self.status.setText(message)

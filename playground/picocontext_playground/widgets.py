@@ -10,14 +10,25 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QPen, QResizeEvent
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, QUrl
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetrics,
+    QHelpEvent,
+    QPainter,
+    QPaintEvent,
+    QPen,
+    QResizeEvent,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QLabel,
     QPlainTextEdit,
     QSizePolicy,
     QTextBrowser,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -28,9 +39,11 @@ from picocontext_playground.comparison import (
     StepView,
     clip_result,
     no_decision_text,
+    plain_failure,
     tool_calls_text,
 )
 from picocontext_playground.qtenv import monospace_font
+from picocontext_playground.sections import Section, SectionSize
 from picocontext_playground.textreport import record_header
 
 PASS = "\u2713"
@@ -59,6 +72,21 @@ def selectable_label(text: str = "", *, wrap: bool = True) -> QLabel:
 
 
 CARD_ANSWER_CHARS = 240
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def breakable(text: str) -> str:
+    """JSON without spaces gets a line-break opportunity after each comma, so a label wraps
+    between entries instead of cutting a value such as receipt-4410 in two."""
+    return text.replace(",", "," + ZERO_WIDTH_SPACE)
+
+
+def elide(text: str, limit: int) -> str:
+    """``text`` cut at the last word boundary before ``limit`` characters, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit].rstrip(" ;,") + "\u2026"
 
 
 def card_excerpt(text: str, limit: int = CARD_ANSWER_CHARS) -> str:
@@ -67,6 +95,25 @@ def card_excerpt(text: str, limit: int = CARD_ANSWER_CHARS) -> str:
         return text
     rest = len(text) - limit
     return f"{text[:limit]}… (+{rest:,} more characters; full answer in the Decisions tab)"
+
+
+def prompt_line(outcome: PolicyOutcome, unit: str) -> str:
+    """The working context when the first turn started → the last input sent, and the first
+    step whose prompt did not fit (so the card agrees with the chart and Next input)."""
+    last = next((s for s in reversed(outcome.steps) if s.prompt_after is not None), None)
+    where = f", {last.step_id}" if last is not None else ""
+    short = "bytes" if "bytes" in unit else "tokens"
+    text = (
+        f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {short} "
+        f"(first turn's start {ARROW} last sent{where})"
+    )
+    rejected = next((s for s in outcome.steps if s.rejected_prompt is not None), None)
+    if rejected is not None and rejected.rejected_prompt is not None:
+        text += (
+            f" · {rejected.step_id} started at {rejected.rejected_prompt.token_count:,}: "
+            f"did not fit (over the window by {rejected.over_window_by or 0:,})"
+        )
+    return text
 
 
 class ResultCard(QFrame):
@@ -130,9 +177,7 @@ class ResultCard(QFrame):
         self.checks.setText(
             f"Context {outcome.context_passed}/{n} · answers {outcome.answers_passed}/{n}"
         )
-        self.prompt.setText(
-            f"Prompt {_num(outcome.prompt_before)} {ARROW} {_num(outcome.prompt_after)} {unit}"
-        )
+        self.prompt.setText(prompt_line(outcome, unit))
         self.usage.setText(
             f"Total input {outcome.total_input:,} · generated {outcome.total_generated:,} · "
             f"prefill computed {outcome.total_prefill:,}"
@@ -141,27 +186,33 @@ class ResultCard(QFrame):
         self.calls.setText(f"{calls[:1].upper()}{calls[1:]} · {outcome.elapsed_seconds:.2f} s")
         last = outcome.last_run
         answer = last.answer if last is not None and last.answer else "(no answer)"
-        self.answer.setText(f"Last answer: {card_excerpt(answer)}")
+        self.answer.setText(f"Last answer: {breakable(card_excerpt(answer))}")
+        self.answer.setToolTip(answer if len(answer) < 4000 else card_excerpt(answer, 4000))
         if outcome.failure:
-            self.failure.setText(f"Failure: {outcome.failure}")
+            self.failure.setText(f"Failure: {plain_failure(outcome.failure)}")
             self.failure.show()
         else:
             self.failure.hide()
 
 
 class StepTable(QTextBrowser):
-    """One row per step: both checks, prompt size, retained state and the problem, if any.
+    """Per step: both checks and the prompt size on one line, then what it retained and the
+    problem, if any, on a line of their own (so a column as narrow as COLUMN_MIN_WIDTH never
+    cuts a value off or squeezes a cell to one word per line).
 
-    An HTML table in a text browser rather than a QTableWidget: cells wrap (at word
-    boundaries, else anywhere), so even a narrow column never cuts a value off, and the widget
-    grows to show every row."""
+    An HTML table in a text browser rather than a QTableWidget: text wraps only between
+    words, long problems are elided (the row's tooltip has everything), and the widget grows
+    to show every row."""
 
     HEADERS = ("Step", "Checks", "Prompt", "Retained", "Problem")
-    WIDTHS = (15, 18, 17, 30, 20)
+    SHOWN = (("Step", 18), ("Checks", 34), (f"Prompt start {ARROW} sent", 48))
+    PROBLEM_CHARS = 90  # a longer problem is cut here; the row's tooltip has all of it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setOpenLinks(False)
+        # Break only between words: a value such as receipt-4410 is never split in two.
+        self.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -184,7 +235,8 @@ class StepTable(QTextBrowser):
             cells = (f"step-{missing + 1}", "not run", "", "", "the episode stopped earlier")
             self.rows.append(cells)
             self._html_rows.append(
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+                f"<tr><td>{cells[0]}</td><td colspan='2'>not run</td></tr>"
+                f"<tr><td></td><td colspan='2' style='color:{MUTED};'>{cells[4]}</td></tr>"
             )
         self._render()
 
@@ -199,34 +251,37 @@ class StepTable(QTextBrowser):
     def _append(self, step: StepView) -> None:
         # After a run failure the answer is absent or partial; its parse error adds nothing.
         answer_problem = None if step.failure else step.answer_problem
-        problems = [p for p in (step.failure, step.context_problem, answer_problem) if p]
+        failure = plain_failure(step.failure) if step.failure else None
+        problems = [p for p in (failure, step.context_problem, answer_problem) if p]
         retained = "; ".join(f"{k}={v}" for k, v in sorted(step.retained.items())) or "(none)"
         context = f"{PASS if step.context_passed else FAIL} context"
         answer = f"{PASS if step.answer_passed else FAIL} answer"
-        prompt = f"{_num(step.prompt_before)} {ARROW} {_num(step.prompt_after)}"
+        sent = "did not fit" if step.rejected_prompt is not None else _num(step.prompt_after)
+        prompt = f"{_num(step.prompt_before)} {ARROW} {sent}"
         cells = (step.step_id, f"{context} {answer}", prompt, retained, "; ".join(problems))
         self.rows.append(cells)
 
         def mark(text: str, ok: bool) -> str:
-            return f'<span style="color:{GREEN if ok else RED};">{html.escape(text)}</span>'
+            kept_together = html.escape(text).replace(" ", "&nbsp;")
+            return f'<span style="color:{GREEN if ok else RED};">{kept_together}</span>'
 
+        detail = f"<span style='color:{MUTED};'>kept</span> {html.escape(retained)}"
+        if cells[4]:
+            problem = html.escape(elide(cells[4], self.PROBLEM_CHARS))
+            detail += f"<br><span style='color:{RED};'>{problem}</span>"
         self._html_rows.append(
             "<tr>"
-            f"<td>{html.escape(step.step_id)}</td>"
-            f"<td>{mark(context, step.context_passed)}<br>{mark(answer, step.answer_passed)}</td>"
+            f"<td><b>{html.escape(step.step_id)}</b></td>"
+            f"<td>{mark(context, step.context_passed)} {mark(answer, step.answer_passed)}</td>"
             f"<td>{html.escape(prompt)}</td>"
-            f"<td>{html.escape(retained)}</td>"
-            f'<td style="color:{RED};">{html.escape(cells[4])}</td>'
             "</tr>"
+            f"<tr><td></td><td colspan='2' style='padding-bottom:4px;'>{detail}</td></tr>"
         )
 
     def _render(self) -> None:
-        head = "".join(
-            f'<th align="left" width="{w}%">{h}</th>'
-            for h, w in zip(self.HEADERS, self.WIDTHS, strict=True)
-        )
+        head = "".join(f'<th align="left" width="{w}%">{h}</th>' for h, w in self.SHOWN)
         self.setHtml(
-            '<table width="100%" cellspacing="0" cellpadding="3">'
+            '<table width="100%" cellspacing="0" cellpadding="2">'
             f'<tr style="background-color:#eef1f4;">{head}</tr>'
             + "".join(self._html_rows)
             + "</table>"
@@ -236,6 +291,30 @@ class StepTable(QTextBrowser):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self.fit()  # wrapped cells need a new height when the width changes
+
+    def row_at(self, point: QPointF) -> int | None:
+        """The data row under ``point`` (viewport coordinates), if any."""
+        cursor = self.cursorForPosition(point.toPoint())
+        table = cursor.currentTable()
+        if table is None:
+            return None
+        row = (table.cellAt(cursor).row() - 1) // 2  # row 0 is the header; two per step
+        return row if 0 <= row < len(self.rows) else None
+
+    def row_tooltip(self, row: int) -> str:
+        cells = self.rows[row]
+        lines = [f"{h}: {c}" for h, c in zip(self.HEADERS, cells, strict=True) if c]
+        return "\n".join(lines)
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            row = self.row_at(QPointF(event.pos()))
+            if row is None:
+                QToolTip.hideText()
+            else:
+                QToolTip.showText(event.globalPos(), self.row_tooltip(row), self)
+            return True
+        return super().viewportEvent(event)
 
     def fit(self) -> None:
         """Grow to show every row (the page scrolls, not the table)."""
@@ -256,6 +335,12 @@ class ChartSeries:
     points: tuple[tuple[int | None, int | None] | None, ...]
 
 
+PALE_BAR_NOTE = (
+    "Pale bar: the working context when the turn started, before the policy trimmed or "
+    "replaced anything; it may pass the window line because that text is never sent."
+)
+
+
 class TokenChart(QWidget):
     """Grouped bars per step: a pale bar for the prompt at the start of the turn and a solid
     bar for the exact next input, one pair per policy; painted with QPainter (no QtCharts)."""
@@ -266,11 +351,11 @@ class TokenChart(QWidget):
         self.steps: list[str] = []
         self.unit = "tokens"
         self.limit: int | None = None
-        self.setMinimumHeight(260)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumHeight(170)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
 
     def sizeHint(self) -> QSize:
-        return QSize(800, 280)
+        return QSize(800, 240)
 
     def set_data(
         self,
@@ -312,11 +397,12 @@ class TokenChart(QWidget):
         metrics = QFontMetrics(self.font())
         line = metrics.height()
         painter.setPen(QColor("#202124"))
-        title = (
-            f"Prompt size per step in {self.unit}: pale bar = prompt when the turn started, "
-            "solid bar = the exact next input"
+        painter.drawText(
+            QPointF(8, line),
+            f"Prompt size per step in {self.unit}: solid bar = the exact input sent",
         )
-        painter.drawText(QPointF(8, line), title)
+        painter.setPen(QColor(MUTED))
+        painter.drawText(QPointF(8, line * 2), PALE_BAR_NOTE)
         if not self.steps or not self.series:
             painter.setPen(QColor(MUTED))
             painter.drawText(
@@ -329,7 +415,7 @@ class TokenChart(QWidget):
         axis_top = ((top_value // tick) + 1) * tick
         left = metrics.horizontalAdvance(f"{axis_top:,}") + 16
         legend_h = line + 8
-        plot = QRectF(left, line * 2, self.width() - left - 12, 0)
+        plot = QRectF(left, line * 3, self.width() - left - 12, 0)
         plot.setBottom(self.height() - line - 8 - legend_h)
         # grid and axis labels
         for value in range(0, axis_top + 1, tick):
@@ -443,11 +529,26 @@ class ContextView(QTextBrowser):
     """Records with role, protection, id and body. Against a reference snapshot, records that
     were deleted (shown struck out, red) or replaced (amber) are highlighted."""
 
+    FOLDED_LINES = 1  # lines of a protected body shown while it is folded
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setOpenLinks(False)
         self.document().setDefaultFont(self.font())
         self.mono = monospace_font()
+        # Protected prompts are the same in every column; they start folded to one line.
+        self.unfolded: set[str] = set()
+        self._shown: tuple[str, Snapshot, Snapshot | None, bool] | None = None
+        self.anchorClicked.connect(self._toggle)
+
+    def _toggle(self, url: QUrl) -> None:
+        if url.scheme() != "fold" or self._shown is None:
+            return
+        record_id = url.path()
+        self.unfolded.symmetric_difference_update({record_id})
+        position = self.verticalScrollBar().value()
+        self.show_context(*self._shown)
+        self.verticalScrollBar().setValue(position)
 
     def show_context(
         self, title: str, snapshot: Snapshot, reference: Snapshot | None, working: bool
@@ -455,6 +556,7 @@ class ContextView(QTextBrowser):
         """``working``: show ``snapshot`` with deletions from ``reference`` re-inserted as
         ghosts; otherwise show ``snapshot`` as the transcript, tagging what the working
         context (``reference``) deleted or replaced."""
+        self._shown = (title, snapshot, reference, working)
         parts = [
             f"<p><b>{html.escape(title)}</b> · revision {snapshot.revision} · "
             f"{len(snapshot.records)} records</p>"
@@ -501,9 +603,18 @@ class ContextView(QTextBrowser):
             style += " background-color: #fff4cc;"
             tag = ' <span style="color:#8a5a00; font-weight:bold;">REPLACED</span>'
         body = record.body if record.body else "(empty body)"
+        lines = body.split("\n")
+        fold = ""
+        if record.protected and len(lines) > self.FOLDED_LINES:
+            link = f"fold:{html.escape(record.id)}"
+            if record.id in self.unfolded:
+                fold = f' <a href="{link}">fold</a>'
+            else:
+                body = "\n".join(lines[: self.FOLDED_LINES]) + " \u2026"
+                fold = f' <a href="{link}">show all {len(lines):,} lines</a>'
         return (
             f'<div style="{style}"><p style="margin: 6px 0 0 0; color: {MUTED};">'
-            f"<b>{html.escape(head)}</b>{tag}</p>"
+            f"<b>{html.escape(head)}</b>{tag}{fold}</p>"
             f'<pre style="font-family: {html.escape(self.mono.family())}, monospace; '
             f'white-space: pre-wrap; margin: 2px 0 6px 0; {style}">'
             f"{html.escape(body)}</pre></div>"
@@ -518,7 +629,9 @@ class AttemptsView(QTextBrowser):
         super().__init__(parent)
         self.setOpenLinks(False)
 
-    def show_steps(self, steps: Sequence[StepView]) -> None:
+    def show_steps(self, steps: Sequence[StepView], live: tuple[str, str] | None = None) -> None:
+        """Every finished step; ``live`` (heading, text so far) is the running step's model
+        output, streamed while it generates."""
         parts: list[str] = []
         for step in steps:
             parts.append(f"<h4 style='margin: 8px 0 2px 0;'>{html.escape(step.step_id)}</h4>")
@@ -533,7 +646,15 @@ class AttemptsView(QTextBrowser):
             for problem in (step.failure, step.context_problem, answer_problem):
                 if problem:
                     parts.append(f"<p style='color:{RED}; margin: 0;'>{html.escape(problem)}</p>")
+        if live is not None:
+            heading, text = live
+            parts.append(f"<h4 style='margin: 8px 0 2px 0;'>{html.escape(heading)}</h4>")
+            parts.append(f"<p style='color:{MUTED}; margin: 0;'>Model output so far:</p>")
+            parts.append(_pre(text or "(reading the prompt…)"))
         self.setHtml("".join(parts) or "<p>No decisions.</p>")
+        if live is not None:
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     @staticmethod
     def _attempts(run: RunReport) -> list[str]:
@@ -570,3 +691,119 @@ class AttemptsView(QTextBrowser):
             )
             out.append(_pre(clip_result(step.result)))
         return out
+
+
+SECTION_COLORS = {
+    Section.SYSTEM: "#5f6368",
+    Section.TASK: "#0072B2",
+    Section.HISTORY: "#009E73",
+    Section.TOOLS: "#E69F00",
+    Section.VIEWS: "#CC79A7",
+    Section.CONTROL: "#56B4E9",
+    Section.RESERVED: "#d7dbe0",
+}
+
+
+class SectionBar(QWidget):
+    """One step's next input as a stacked bar by section, then the reserved output, drawn
+    against the context window (a red line); the legend under it names every section with
+    its amount. A prompt that did not fit runs past the line."""
+
+    BAR_HEIGHT = 18
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sections: tuple[SectionSize, ...] = ()
+        self.limit: int | None = None
+        self.unit = "tokens"
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMouseTracking(True)
+        self._spans: list[tuple[QRectF, SectionSize]] = []
+        self._legend_rows = 1
+
+    def show_sections(self, sections: Sequence[SectionSize], window: int | None, unit: str) -> None:
+        self.sections, self.limit, self.unit = tuple(sections), window, unit
+        self._layout_legend()
+        self.updateGeometry()
+        self.update()
+
+    def total(self) -> int:
+        return sum(s.amount for s in self.sections)
+
+    def legend_items(self) -> list[str]:
+        """``Kept history 1,234`` per section, in bar order."""
+        return [f"{s.section.label} {s.amount:,}" for s in self.sections]
+
+    def _layout_legend(self) -> None:
+        metrics = QFontMetrics(self.font())
+        width, rows = 0, 1
+        for item in self.legend_items():
+            step = metrics.horizontalAdvance(item) + 28
+            if width and width + step > max(self.width(), 200):
+                rows, width = rows + 1, 0
+            width += step
+        self._legend_rows = rows
+
+    def sizeHint(self) -> QSize:
+        line = QFontMetrics(self.font()).height()
+        return QSize(400, self.BAR_HEIGHT + 10 + (line + 4) * self._legend_rows)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(200, self.sizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        rows = self._legend_rows
+        self._layout_legend()
+        if rows != self._legend_rows:
+            self.updateGeometry()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            for rect, size in self._spans:
+                if rect.contains(QPointF(event.pos())):
+                    QToolTip.showText(
+                        event.globalPos(),
+                        f"{size.section.label}: {size.amount:,} {self.unit} — "
+                        f"{size.section.explanation}",
+                        self,
+                    )
+                    return True
+            QToolTip.hideText()
+            return True
+        return super().event(event)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        metrics = QFontMetrics(self.font())
+        line = metrics.height()
+        self._spans = []
+        if not self.sections:
+            painter.setPen(QColor(MUTED))
+            painter.drawText(QPointF(2, line), "No input was built for this step.")
+            painter.end()
+            return
+        scale_to = max(self.total(), self.limit or 0, 1)
+        width = self.width() - 4
+        x = 2.0
+        for size in self.sections:
+            w = width * size.amount / scale_to
+            rect = QRectF(x, 2, w, self.BAR_HEIGHT)
+            painter.fillRect(rect, QColor(SECTION_COLORS[size.section]))
+            self._spans.append((rect, size))
+            x += w
+        if self.limit is not None:
+            wx = 2 + width * self.limit / scale_to
+            painter.setPen(QPen(QColor(RED), 2))
+            painter.drawLine(QPointF(wx, 0), QPointF(wx, self.BAR_HEIGHT + 4))
+        # legend, wrapped to the width
+        lx, ly = 2.0, self.BAR_HEIGHT + 8
+        for size, item in zip(self.sections, self.legend_items(), strict=True):
+            step = metrics.horizontalAdvance(item) + 28
+            if lx > 2 and lx + step > self.width():
+                lx, ly = 2.0, ly + line + 4
+            painter.fillRect(QRectF(lx, ly + 2, 10, line - 4), QColor(SECTION_COLORS[size.section]))
+            painter.setPen(QColor("#202124"))
+            painter.drawText(QPointF(lx + 14, ly + line - 3), item)
+            lx += step
+        painter.end()

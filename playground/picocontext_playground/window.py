@@ -9,10 +9,12 @@ always belongs to the settings shown.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSplitter,
     QTabWidget,
     QTextBrowser,
     QVBoxLayout,
@@ -35,14 +38,21 @@ from PySide6.QtWidgets import (
 )
 
 from picocontext import CancelToken, ChatModel, diff_snapshots
+from picocontext.models import BYTE_UNIT, TOKEN_UNIT, GenerationProgress
 from picocontext_diagnostics import BUILTIN_POLICIES
 from picocontext_playground import gcguard
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
     StepView,
+    generation_line,
+    group_repeats,
+    plain_failure,
     policy_label,
+    rejected_text,
     step_line,
+    task_episode,
+    used_nodes,
 )
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
@@ -57,9 +67,11 @@ from picocontext_playground.settings import (
 )
 from picocontext_playground.verdict_view import VerdictView
 from picocontext_playground.widgets import (
+    RED,
     AttemptsView,
     ContextView,
     ResultCard,
+    SectionBar,
     StepTable,
     TextPane,
     TokenChart,
@@ -73,7 +85,9 @@ RUN_TIP = "Run every selected policy on the same task (Ctrl+R)"
 DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
-COLUMN_MIN_WIDTH = 440
+COLUMN_MIN_WIDTH = 320
+CHART_HEIGHT = 200
+NO_POLICY = "Tick at least one policy to run a comparison."
 
 # The tabs next to the comparison, each built by a factory (its module is imported lazily).
 TabFactory = Callable[[QWidget], QWidget]
@@ -114,12 +128,18 @@ def default_model() -> ModelChoice:
 
 
 class PolicyColumn(QWidget):
-    """Card, step table and detail tabs of one policy."""
+    """Card, step table and detail tabs of one policy. ``artefact_requested`` carries
+    ``(kind, step)``, kind ``manifest`` or ``digest``, when a link button is pressed."""
+
+    artefact_requested = Signal(str, object)
 
     def __init__(self, policy: str, index: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.policy = policy
         self.outcome: PolicyOutcome | None = None
+        self.unit = "tokens"
+        self.live_steps: list[StepView] = []
+        self._live_shown = False
         self.setMinimumWidth(COLUMN_MIN_WIDTH)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -142,6 +162,24 @@ class PolicyColumn(QWidget):
         row.addWidget(self.next_step)
         row.addWidget(self.next_label, 1)
         next_layout.addLayout(row)
+        links = QHBoxLayout()
+        self.open_manifest = QPushButton("Open in Manifest")
+        self.open_manifest.setToolTip(
+            "The manifest this step compiled from the archived history, with the nodes the "
+            "model opened, looked at or closed highlighted"
+        )
+        self.open_manifest.clicked.connect(self._open_manifest)
+        self.open_digest = QPushButton("Open in Digest")
+        self.open_digest.setToolTip(
+            "The digest tree this step distilled, with the nodes the model asked for highlighted"
+        )
+        self.open_digest.clicked.connect(self._open_digest)
+        links.addWidget(self.open_manifest)
+        links.addWidget(self.open_digest)
+        links.addStretch(1)
+        next_layout.addLayout(links)
+        self.sections = SectionBar()
+        next_layout.addWidget(self.sections)
         self.next_input = TextPane("No completion call made.")
         next_layout.addWidget(self.next_input)
         self.tabs.addTab(self.working, "Working context")
@@ -158,15 +196,28 @@ class PolicyColumn(QWidget):
         """Show a row as soon as a step finishes, before the whole policy is done."""
         if self.steps.rowCount() == 0:
             self.card.headline.setText("Running…")
+        self.live_steps.append(step)
         self.steps.add_step(step)
+        self.attempts.show_steps(self.live_steps)
+
+    def show_live_output(self, step: int, text: str) -> None:
+        """The model's output so far in the step that is running, under the finished ones."""
+        if self.outcome is not None:
+            return
+        if self.tabs.currentWidget() is not self.attempts and not self._live_shown:
+            self.tabs.setCurrentWidget(self.attempts)
+        self._live_shown = True
+        self.card.headline.setText(f"Running step {step}…")
+        self.attempts.show_steps(self.live_steps, live=(f"step-{step} (running)", text))
 
     def show_outcome(self, outcome: PolicyOutcome, unit: str) -> None:
         self.outcome = outcome
+        self.unit = unit
         self.card.show_outcome(outcome, unit)
         self.steps.show_steps(outcome)
         self.working.show_context("Working context", outcome.revised, outcome.original, True)
         self.original.show_context("Original transcript", outcome.original, outcome.revised, False)
-        self.diff.setPlainText(diff_snapshots(outcome.original, outcome.revised))
+        self.diff.setPlainText(group_repeats(diff_snapshots(outcome.original, outcome.revised)))
         self.attempts.show_steps(outcome.steps)
         self.next_step.blockSignals(True)
         self.next_step.clear()
@@ -190,19 +241,52 @@ class PolicyColumn(QWidget):
         needed = int(document.size().height()) + self.tabs.tabBar().sizeHint().height() + 16
         self.tabs.setMinimumHeight(max(DETAIL_HEIGHT, min(limit, needed)))
 
+    def selected_step(self) -> StepView | None:
+        index = self.next_step.currentIndex()
+        if self.outcome is None or not 0 <= index < len(self.outcome.steps):
+            return None
+        return self.outcome.steps[index]
+
+    @Slot()
+    def _open_manifest(self) -> None:
+        step = self.selected_step()
+        if step is not None and step.manifest is not None:
+            self.artefact_requested.emit("manifest", step)
+
+    @Slot()
+    def _open_digest(self) -> None:
+        step = self.selected_step()
+        if step is not None and step.digest is not None:
+            self.artefact_requested.emit("digest", step)
+
     @Slot(int)
     def _show_next_input(self, index: int) -> None:
         if self.outcome is None or not 0 <= index < len(self.outcome.steps):
+            self.open_manifest.hide()
+            self.open_digest.hide()
             self.next_input.setPlainText("")
             self.next_label.setText("")
+            self.sections.show_sections((), None, self.unit)
             return
-        run = self.outcome.steps[index].run
+        step = self.outcome.steps[index]
+        self.open_manifest.setVisible(step.manifest is not None)
+        self.open_digest.setVisible(step.digest is not None)
+        self.sections.show_sections(step.sections, step.context_window, self.unit)
+        self.next_label.setStyleSheet("")
+        run = step.run
+        if step.rejected_prompt is not None:
+            self.next_label.setText(rejected_text(step, self.unit))
+            self.next_label.setStyleSheet(f"color: {RED};")
+            self.next_input.setPlainText(step.rejected_prompt.rendered)
+            return
         if run is None or run.final_prompt is None:
-            self.next_label.setText("No completion call made.")
+            why = plain_failure(step.failure) if step.failure else "the step ended early"
+            self.next_label.setText(f"No completion call made: {why}")
             self.next_input.setPlainText("")
             return
         prompt = run.final_prompt
-        self.next_label.setText(f"Exact next input · {prompt.token_count:,} tokens")
+        window = f" of a {step.context_window:,} window" if step.context_window else ""
+        self.next_label.setText(f"Exact next input · {prompt.token_count:,} {self.unit}{window}")
         self.next_input.setPlainText(prompt.rendered)
 
 
@@ -231,6 +315,11 @@ class MainWindow(QMainWindow):
         self._worker: ComparisonWorker | None = None
         self._cancel: CancelToken | None = None
         self._unit = ""
+        self._steps_per_policy = 0
+        self._last_generation: tuple[str, int, GenerationProgress, float] | None = None
+        self._live_clock = QTimer(self)
+        self._live_clock.setInterval(1000)
+        self._live_clock.timeout.connect(self._refresh_live)
         self.columns: dict[str, PolicyColumn] = {}
         self._loading = False
         self._model_settings: ComparisonSettings | None = None
@@ -265,27 +354,45 @@ class MainWindow(QMainWindow):
         self.progress.setFixedHeight(10)
         self.status = selectable_label()
         self.status.setStyleSheet("font-weight: bold;")
+        self.live = selectable_label()
+        self.live.setStyleSheet("color: #1b5e9a;")
+        self.live.hide()
         self.caption = selectable_label()
         self.caption.setStyleSheet("color: #5f6368;")
         outer.addWidget(self.progress)
         outer.addWidget(self.status)
+        outer.addWidget(self.live)
         outer.addWidget(self.caption)
         self.verdict = VerdictView()  # hidden until a run finishes; never scrolls away
         outer.addWidget(self.verdict)
+        # The chart sits outside the scrolling columns: it always spans the window's width
+        # and stays in view however many policies there are.
+        self.chart = TokenChart()
         self.results_scroll = QScrollArea()
         self.results_scroll.setWidgetResizable(True)
         self.results_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.results = QWidget()
         results_layout = QVBoxLayout(self.results)
         results_layout.setContentsMargins(0, 4, 0, 4)
-        self.chart = TokenChart()
-        results_layout.addWidget(self.chart)
         self.columns_box = QHBoxLayout()
         self.columns_box.setSpacing(12)
         results_layout.addLayout(self.columns_box)
         results_layout.addStretch(1)
         self.results_scroll.setWidget(self.results)
-        outer.addWidget(self.results_scroll, 1)
+        below = QWidget()
+        below_layout = QVBoxLayout(below)
+        below_layout.setContentsMargins(0, 0, 0, 0)
+        below_layout.addWidget(self._view_picker())
+        below_layout.addWidget(self.results_scroll, 1)
+        # The chart and the columns share the height; drag the handle to give either more.
+        self.results_split = QSplitter(Qt.Orientation.Vertical)
+        self.results_split.addWidget(self.chart)
+        self.results_split.addWidget(below)
+        self.results_split.setChildrenCollapsible(False)
+        self.results_split.setStretchFactor(0, 0)
+        self.results_split.setStretchFactor(1, 1)
+        self.results_split.setSizes([CHART_HEIGHT, 10_000])
+        outer.addWidget(self.results_split, 1)
         self.tabs.addTab(page, "Comparison")
         self.extra_tabs = self._add_extra_tabs()
         self._build_menu()
@@ -416,6 +523,54 @@ class MainWindow(QMainWindow):
         ]
         return box
 
+    def _view_picker(self) -> QWidget:
+        """All columns side by side (each at least COLUMN_MIN_WIDTH, scrolling sideways
+        when they do not fit) or two chosen policies at full width."""
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 2, 0, 0)
+        self.view_mode = QComboBox()
+        self.view_mode.addItem("All policies side by side", "all")
+        self.view_mode.addItem("Compare two", "two")
+        self.left_pick = QComboBox()
+        self.right_pick = QComboBox()
+        for widget in (self.view_mode, self.left_pick, self.right_pick):
+            widget.currentIndexChanged.connect(self._apply_view)
+        row.addWidget(QLabel("Columns"))
+        row.addWidget(self.view_mode)
+        versus = QLabel("vs")
+        row.addWidget(self.left_pick)
+        row.addWidget(versus)
+        row.addWidget(self.right_pick)
+        row.addStretch(1)
+        self._pick_labels: list[QWidget] = [versus]
+        self.view_box = box
+        box.hide()
+        return box
+
+    def _fill_view_picker(self, policies: tuple[str, ...]) -> None:
+        for pick, default in ((self.left_pick, 0), (self.right_pick, 1)):
+            pick.blockSignals(True)
+            pick.clear()
+            for name in policies:
+                pick.addItem(policy_label(name), name)
+            pick.setCurrentIndex(min(default, len(policies) - 1))
+            pick.blockSignals(False)
+        self.view_box.setVisible(len(policies) > 2)
+        self._apply_view()
+
+    @Slot()
+    def _apply_view(self) -> None:
+        two = self.view_mode.currentData() == "two" and len(self.columns) > 2
+        for widget in (self.left_pick, self.right_pick, *self._pick_labels):
+            widget.setVisible(two)
+        chosen = {self.left_pick.currentData(), self.right_pick.currentData()}
+        for name, column in self.columns.items():
+            column.setVisible(not two or name in chosen)
+
+    def visible_columns(self) -> list[str]:
+        return [name for name, column in self.columns.items() if not column.isHidden()]
+
     def _add_extra_tabs(self) -> list[str]:
         """Every extra tab, in order. One that fails to build becomes a page naming the
         error (and :attr:`tab_errors` records it), so it never silently disappears."""
@@ -480,10 +635,11 @@ class MainWindow(QMainWindow):
             raise SetupError(str(exc)) from None
 
     def _ready_text(self, initial: bool = False) -> str:
+        """What Run would do, or why it cannot (a greyed-out button must say why)."""
         task = self.current_task()
         choice = self.current_model()
         if not any(box.isChecked() for box in self.policy_boxes.values()):
-            return "Tick at least one policy to run a comparison."
+            return NO_POLICY
         if initial and choice is ModelChoice.QWEN3:
             return "Ready. The first run downloads Qwen3-1.7B-4bit (about 1 GB) once."
         if initial:
@@ -527,9 +683,7 @@ class MainWindow(QMainWindow):
             self.prefix_cache.setEnabled(real)
         any_policy = any(box.isChecked() for box in self.policy_boxes.values())
         self.run_button.setEnabled(not running and any_policy)
-        self.run_button.setToolTip(
-            RUN_TIP if any_policy else "Tick at least one policy to run a comparison."
-        )
+        self.run_button.setToolTip(RUN_TIP if any_policy else NO_POLICY)
         self.stop_button.setEnabled(running)
         self._sync_save()
 
@@ -556,7 +710,9 @@ class MainWindow(QMainWindow):
     def running(self) -> bool:
         return self._thread is not None
 
-    def set_status(self, text: str) -> None:
+    def set_status(self, text: str, error: bool = False) -> None:
+        color = f" color: {RED};" if error else ""
+        self.status.setStyleSheet(f"font-weight: bold;{color}")
         if text != self.status.text():
             self.status.setText(text)
             self.status_changed.emit(text)
@@ -648,13 +804,18 @@ class MainWindow(QMainWindow):
         self.verdict.clear()
         self.step_lines = []
         self.chart.clear()
+        self.chart.unit = self._unit_for(self.current_model())
         self.caption.setText("")
+        self.live.setText("")
+        self.live.hide()
+        self._last_generation = None
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(0)
         for column in self.columns.values():
             self.columns_box.removeWidget(column)
             column.deleteLater()
         self.columns = {}
+        self.view_box.hide()
 
     @Slot()
     def start_comparison(self) -> None:
@@ -675,16 +836,20 @@ class MainWindow(QMainWindow):
 
     def _not_started(self, message: str) -> None:
         self.last_error = message
-        self.set_status(message)
+        self.set_status(message, error=True)
         self.run_finished.emit(None)
 
     def _start(self, settings: ComparisonSettings) -> None:
         self.clear_results()
         self.last_error = None
+        self._steps_per_policy = len(task_episode(settings).steps)
         for index, name in enumerate(settings.policies):
             column = PolicyColumn(name, index)
+            column.unit = self._unit_for(settings.model)
+            column.artefact_requested.connect(self._open_artefact)
             self.columns[name] = column
             self.columns_box.addWidget(column, 1)
+        self._fill_view_picker(settings.policies)
         self._cancel = CancelToken()
         thread = QThread(self)
         worker = ComparisonWorker(settings, self.cache, self._cancel)
@@ -694,6 +859,7 @@ class MainWindow(QMainWindow):
         worker.progress.connect(self._on_progress)
         worker.model_ready.connect(self._on_model_ready)
         worker.step.connect(self._on_step)
+        worker.generation.connect(self._on_generation)
         worker.outcome.connect(self._on_outcome)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
@@ -729,7 +895,41 @@ class MainWindow(QMainWindow):
     @Slot(str, str)
     def _on_model_ready(self, label: str, unit: str) -> None:
         self._unit = unit
+        self.chart.unit = unit
+        self.chart.update()
+        for column in self.columns.values():
+            column.unit = unit
         self.caption.setText(f"Model: {label} · greedy sampling · counts in {unit}")
+
+    @staticmethod
+    def _unit_for(choice: ModelChoice) -> str:
+        return TOKEN_UNIT if choice.real else BYTE_UNIT
+
+    @Slot(str, int, object)
+    def _on_generation(self, policy: str, step: int, progress: object) -> None:
+        """A real model's progress inside one call: the live line and the streamed output."""
+        assert isinstance(progress, GenerationProgress)
+        if not self.running:
+            return
+        self._last_generation = (policy, step, progress, time.monotonic())
+        self._refresh_live()
+        self.live.show()
+        if not self._live_clock.isActive():
+            self._live_clock.start()
+        column = self.columns.get(policy)
+        if column is not None and progress.phase != "prefill":
+            column.show_live_output(step, progress.text)
+
+    @Slot()
+    def _refresh_live(self) -> None:
+        """The live line with its clock moving between reports (a prefill chunk on a big
+        model can take seconds, and a frozen clock looks like a hang)."""
+        if self._last_generation is None or not self.running:
+            self._live_clock.stop()
+            return
+        policy, step, progress, received = self._last_generation
+        now = replace(progress, elapsed=progress.elapsed + time.monotonic() - received)
+        self.live.setText(generation_line(policy, step, self._steps_per_policy, now))
 
     @Slot(str, object)
     def _on_step(self, policy: str, step: object) -> None:
@@ -768,15 +968,23 @@ class MainWindow(QMainWindow):
         if result.outcomes:
             self.verdict.show_verdict(verdict, headline(result, verdict))
         self.set_status(result.status if result.cancelled else f"Finished. {verdict.sentence}")
+        self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(PROGRESS_MAX if result.completed else self.progress.value())
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
+        """The run could not start (a model that would not load): say so in red and drop
+        the empty columns that were waiting for it."""
         self.last_error = message
-        self.set_status(message)
+        self.set_status(message, error=True)
+        self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(0)
+        for column in self.columns.values():
+            self.columns_box.removeWidget(column)
+            column.deleteLater()
+        self.columns = {}
 
     @Slot()
     def _on_thread_finished(self) -> None:
@@ -789,6 +997,29 @@ class MainWindow(QMainWindow):
         gcguard.release()
         self._sync_enabled()
         self.run_finished.emit(self.result)
+
+    # -- links to the Manifest and Digest tabs ------------------------------------------------
+    @Slot(str, object)
+    def _open_artefact(self, kind: str, step: object) -> None:
+        """Show what a step built in its tab: the manifest a navigated step compiled or the
+        digest tree a distilled step left, with the nodes the model used highlighted."""
+        from picocontext_playground.digest_tab import DigestTab
+        from picocontext_playground.manifest_tab import ManifestTab
+
+        assert isinstance(step, StepView)
+        column = self.sender()
+        policy = column.policy if isinstance(column, PolicyColumn) else ""
+        origin = f"{policy_label(policy)} · {step.step_id}"
+        used = used_nodes(step)
+        label = "Manifest" if kind == "manifest" else "Digest"
+        tab = self.tab_named(label)
+        if kind == "manifest" and isinstance(tab, ManifestTab) and step.manifest is not None:
+            tab.show_run_manifest(step.manifest, origin, used)
+        elif kind == "digest" and isinstance(tab, DigestTab) and step.digest is not None:
+            tab.show_run_digest(step.digest, origin, used)
+        else:
+            return
+        self.tabs.setCurrentWidget(tab)
 
     # -- sharing the model with other tabs ---------------------------------------------------
     def chat_model_factory(self) -> ChatModel:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal, Slot
 
 from picocontext import Cancelled, CancelToken, PicoContextError
+from picocontext.models import GenerationProgress
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
@@ -25,6 +26,10 @@ from picocontext_playground.settings import ComparisonSettings
 # load takes the first LOAD_SHARE of the bar.
 PROGRESS_MAX = 1000
 LOAD_SHARE = 300
+# Prompt tokens computed between two Stop checks on a real model. A 1.5B float32 model on
+# two CPU cores needs tens of seconds for 512; 128 keeps Stop within a few seconds there at a
+# small cost in prefill speed (the same for every policy of a run).
+PREFILL_CHUNK = 128
 
 
 class ComparisonWorker(QObject):
@@ -37,6 +42,8 @@ class ComparisonWorker(QObject):
     outcome = Signal(object)  # PolicyOutcome
     finished = Signal(object)  # ComparisonResult
     failed = Signal(str)
+    # policy name, 1-based step, GenerationProgress (real models only, throttled by the model)
+    generation = Signal(str, int, object)
     done = Signal()
 
     def __init__(
@@ -47,6 +54,8 @@ class ComparisonWorker(QObject):
         self.cache = cache
         self.cancel = cancel
         self._run_start = 0
+        self._policy = 0  # index of the running policy in settings.policies
+        self._step = 1  # 1-based step of that policy
 
     # ComparisonEvents -----------------------------------------------------------------
     def _status(self, text: str) -> None:
@@ -57,11 +66,31 @@ class ComparisonWorker(QObject):
         value = self._run_start + (span * done // total if total else span)
         self.progress.emit(value)
 
-    def _step(self, policy: str, step: StepView) -> None:
+    def _on_step(self, policy: str, step: StepView) -> None:
+        self._step += 1
         self.step.emit(policy, step)
 
-    def _outcome(self, outcome: PolicyOutcome) -> None:
+    def _on_outcome(self, outcome: PolicyOutcome) -> None:
+        self._policy += 1
+        self._step = 1
         self.outcome.emit(outcome)
+
+    def _generation(self, progress: GenerationProgress) -> None:
+        """Runs on the model's worker thread; the signal is queued to the window."""
+        policies = self.settings.policies
+        if self._policy < len(policies):
+            self.generation.emit(policies[self._policy], self._step, progress)
+
+    def _watch(self, raw: object) -> None:
+        """Listen to a real model's generations (stand-ins have no progress to report)."""
+        if hasattr(raw, "progress_listener"):
+            raw.progress_listener = self._generation
+            raw.prefill_step_size = PREFILL_CHUNK  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _unwatch(raw: object) -> None:
+        if hasattr(raw, "progress_listener"):
+            raw.progress_listener = None
 
     def _load_progress(self, label: str, fraction: float | None) -> None:
         self.status.emit(label)
@@ -74,11 +103,15 @@ class ComparisonWorker(QObject):
     @Slot()
     def run(self) -> None:
         try:
-            self.status.emit(f"Loading {self.settings.model.label}…")
+            self.status.emit(f"Loading {self.settings.model.label.rstrip('…')}…")
             model = self.cache.get(self.settings, self._load_progress, self.cancel)
             self.model_ready.emit(model.label, model.token_unit)
             self._run_start = LOAD_SHARE if self.settings.model.real else 0
-            result = run_comparison(self.settings, model, _Events(self), self.cancel)
+            self._watch(model.raw)
+            try:
+                result = run_comparison(self.settings, model, _Events(self), self.cancel)
+            finally:
+                self._unwatch(model.raw)
         except Cancelled:
             self.status.emit("Stopped before the model was ready.")
             self.failed.emit("Stopped before the model was ready.")
@@ -105,10 +138,10 @@ class _Events:
         self.worker._progress(done, total)
 
     def step(self, policy: str, step: StepView) -> None:
-        self.worker._step(policy, step)
+        self.worker._on_step(policy, step)
 
     def outcome(self, outcome: PolicyOutcome) -> None:
-        self.worker._outcome(outcome)
+        self.worker._on_outcome(outcome)
 
 
-__all__ = ["LOAD_SHARE", "PROGRESS_MAX", "ComparisonResult", "ComparisonWorker"]
+__all__ = ["LOAD_SHARE", "PREFILL_CHUNK", "PROGRESS_MAX", "ComparisonResult", "ComparisonWorker"]

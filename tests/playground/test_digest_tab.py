@@ -156,3 +156,36 @@ def test_deferred_views_are_top_level_and_say_when_their_summary_is_pending(
             widget.deleteLater()
     finally:
         d.close()
+
+
+def test_root_label_follows_what_changed_since(tab: DigestTab, corpus: Distiller) -> None:
+    tab.remember()
+    before = tab.root_label.text()
+    corpus.apply([note("n2", "pressure high", "s1", title="Valve")])
+    assert tab.show_changes() is not None
+    root = corpus.store.get(ROOT_ID)
+    assert root is not None
+    assert root.content_hash[:16] in tab.root_label.text()
+    assert tab.root_label.text() != before  # not the old hash any more
+
+
+def test_titles_are_never_cut(tab: DigestTab) -> None:
+    from PySide6.QtWidgets import QHeaderView
+
+    mode = tab.tree.header().sectionResizeMode(0)
+    assert mode is QHeaderView.ResizeMode.ResizeToContents
+
+
+def test_empty_tab_offers_the_bundled_example(app: QApplication) -> None:
+    widget = DigestTab()
+    try:
+        widget.show()
+        assert widget.hint.isVisible() and widget.example_button.text() == "Open example"
+        widget.example_button.click()
+        assert widget.tools is not None and widget.snapshot.nodes
+        assert not widget.hint.isVisible()
+        assert widget.root_label.text().startswith("example (resources/corpora/docs")
+    finally:
+        if widget.tools is not None:
+            widget.tools.close()
+        widget.deleteLater()

@@ -185,3 +185,50 @@ def test_llm_navigator_in_the_tab_and_create_tab(app: QApplication, tmp_path: Pa
     tab.shutdown()
     host.deleteLater()  # the tab is its child
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def test_pcx_build_output_opens_with_its_leaves(app: QApplication, tmp_path: Path) -> None:
+    """``pcx build`` writes ``<name>.leaves.<budget>.json`` next to the manifest."""
+    source = HOMELAB / "homelab.pcx.2k.json"
+    (tmp_path / "homelab.pcx.2k.json").write_text(source.read_text(encoding="utf-8"))
+    leaves = {p.stem: p.read_text(encoding="utf-8") for p in (HOMELAB / "leaves").iterdir()}
+    (tmp_path / "homelab.leaves.2k.json").write_text(json.dumps(leaves), encoding="utf-8")
+    widget = ManifestTab()
+    try:
+        assert widget.load_path(tmp_path / "homelab.pcx.2k.json")
+        assert widget.resolver is not None
+        some_id = next(iter(leaves))
+        assert widget.resolver(some_id) == leaves[some_id]
+    finally:
+        widget.shutdown()
+        widget.deleteLater()
+
+
+def test_empty_tab_says_what_to_do_and_opens_the_example(app: QApplication) -> None:
+    widget = ManifestTab()
+    try:
+        widget.show()
+        assert widget.hint.isVisible() and widget.example_button.text() == "Open example"
+        assert widget.budget.text() == "budget (from the manifest)"  # never "budget 1"
+        assert not widget.budget.isEnabled()
+        widget.example_button.click()
+        assert widget.manifest is not None and not widget.hint.isVisible()
+        assert widget.cases_edit.text().endswith("cases.json")
+        assert widget.budget.value() == widget.manifest.variant.budget
+    finally:
+        widget.shutdown()
+        widget.deleteLater()
+
+
+def test_budget_change_applies_at_once(tab: ManifestTab) -> None:
+    assert tab.session is not None
+    tab.budget.setValue(tab.budget.value() // 2)
+    assert tab.session is not None and tab.session.runtime.budget == tab.budget.value()
+
+
+def test_a_new_manifest_never_keeps_the_previous_cases(tab: ManifestTab, tmp_path: Path) -> None:
+    assert tab.cases_edit.text().endswith("cases.json")
+    alone = tmp_path / "homelab.pcx.2k.json"
+    alone.write_text((HOMELAB / "homelab.pcx.2k.json").read_text(encoding="utf-8"))
+    assert tab.load_path(alone)
+    assert tab.cases_edit.text() == ""

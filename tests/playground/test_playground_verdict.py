@@ -180,7 +180,9 @@ def test_window_shows_the_verdict_and_the_sentence_after_a_run(
     assert win.status.text() == f"Finished. {verdict.sentence}"
     assert "compare the cost" not in win.status.text()
     # the verdict sits above the scrolling results, so it never scrolls out of view
-    assert win.verdict.parent() is win.results_scroll.parent()
+    # (the results now sit in a splitter under the chart; the verdict is on the page above it)
+    assert not win.results_scroll.isAncestorOf(win.verdict)
+    assert win.verdict.parent() is win.results_split.parent()
     win.pressure.setChecked(False)  # new settings clear the old verdict
     assert not win.verdict.isVisible()
     win.shutdown()

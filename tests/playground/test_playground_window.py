@@ -104,7 +104,8 @@ def test_run_comparison_fills_every_pane(qtbot: QtBot, window: MainWindow) -> No
     final = outcome.steps[-1].run
     assert final is not None and final.final_prompt is not None
     assert edit.next_input.toPlainText() == final.final_prompt.rendered
-    assert f"{final.final_prompt.token_count:,} tokens" in edit.next_label.text()
+    # the scripted model counts bytes, and says so (never "tokens")
+    assert f"{final.final_prompt.token_count:,} UTF-8 bytes" in edit.next_label.text()
     edit.next_step.setCurrentIndex(0)
     first = outcome.steps[0].run
     assert first is not None and first.final_prompt is not None

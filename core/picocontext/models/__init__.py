@@ -18,6 +18,7 @@ from picocontext.models.handle import (
     ModelHandle,
     handle_for,
 )
+from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.scripted import ByteCounter, ScriptedBackend, scripted_call
 
 if typing.TYPE_CHECKING:
@@ -87,12 +88,14 @@ __all__ = [
     "ByteCounter",
     "ChatFormat",
     "DecisionGrammar",
+    "GenerationProgress",
     "HFChatTokenizer",
     "MLXModel",
     "ModelDescription",
     "ModelHandle",
     "ModelSpec",
     "OpenAIBackend",
+    "ProgressListener",
     "RemoteAccounting",
     "ResolvedModel",
     "ScriptedBackend",

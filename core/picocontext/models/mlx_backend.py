@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from picocontext.backend import (
     ChatMessage,
@@ -40,6 +40,7 @@ from picocontext.edits import EDIT_TOOL, KEEP_TOOL
 from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
 from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
 from picocontext.models.handle import ModelDescription
+from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
 
 T = TypeVar("T")
@@ -214,6 +215,10 @@ class MLXModel(FormatBacked):
         self._busy = threading.Lock()
         self._decision_grammar: Any = None
         self.extra_processors: ProcessorFactory | None = None
+        # Told how a generation is going (on the worker thread, at most every
+        # ``progress_interval`` seconds, and at the start and end of each phase).
+        self.progress_listener: ProgressListener | None = None
+        self.progress_interval = 0.1
         # Messages from model resolution (for example a fallback to the embedded model).
         self.notes: tuple[str, ...] = ()
         self._update_notes()
@@ -568,7 +573,12 @@ class MLXModel(FormatBacked):
         if self.extra_processors is not None:
             processors.extend(self.extra_processors())
 
+        report = _Reporter(self, len(ids) - reuse, max_tokens, started)
+
         def progress(done: int, total: int) -> None:
+            # Called between prefill chunks: a Stop pressed during a chunk ends the call here,
+            # before the next chunk starts.
+            report.prefill(min(done, total))
             if cancel is not None and cancel.cancelled:
                 raise _Abort()
 
@@ -587,6 +597,7 @@ class MLXModel(FormatBacked):
         try:
             for token, _logprobs in steps:
                 tokens.append(int(token))
+                report.decode(tokens)
                 if token in eos:
                     finish = "stop"
                     break
@@ -605,6 +616,7 @@ class MLXModel(FormatBacked):
             mx.synchronize()
         if finish is None:
             raise InvalidContext(NO_ACCOUNTING)
+        report.done(tokens)
         if finish != "cancelled" and self._prefix_cache:
             mx.eval([c.state for c in cache])
             held = cache[0].offset if cache and hasattr(cache[0], "offset") else -1
@@ -633,6 +645,60 @@ def _add_chatml_stops(wrapper: Any, chat_tokenizer: Any) -> None:
 
 def _named_tool(name: str) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name}}
+
+
+class _Reporter:
+    """Turns prefill chunks and decoded tokens into :class:`GenerationProgress` reports for
+    the model's listener, throttled to ``progress_interval``; does nothing without one."""
+
+    def __init__(self, model: MLXModel, prefill_total: int, max_tokens: int, started: float):
+        self.model = model
+        self.listener = model.progress_listener
+        self.prefill_total = prefill_total
+        self.max_tokens = max_tokens
+        self.started = started
+        self.decode_started: float | None = None
+        self.last = 0.0
+
+    def _due(self, force: bool) -> bool:
+        now = time.perf_counter()
+        if self.listener is None or (not force and now - self.last < self.model.progress_interval):
+            return False
+        self.last = now
+        return True
+
+    def _send(
+        self, phase: Literal["prefill", "decode", "done"], prefilled: int, tokens: Sequence[int]
+    ) -> None:
+        assert self.listener is not None
+        now = time.perf_counter()
+        first = self.decode_started or now
+        self.listener(
+            GenerationProgress(
+                phase=phase,
+                prefilled=prefilled,
+                prefill_total=self.prefill_total,
+                generated=len(tokens),
+                max_tokens=self.max_tokens,
+                elapsed=now - self.started,
+                decode_seconds=now - first,
+                text=self.model.chat_format.tokenizer.decode(list(tokens)) if tokens else "",
+            )
+        )
+
+    def prefill(self, done: int) -> None:
+        if self._due(done in (0, self.prefill_total)):
+            self._send("prefill", done, ())
+
+    def decode(self, tokens: Sequence[int]) -> None:
+        if self.decode_started is None:
+            self.decode_started = time.perf_counter()
+        if self._due(len(tokens) == 1):
+            self._send("decode", self.prefill_total, tokens)
+
+    def done(self, tokens: Sequence[int]) -> None:
+        if self._due(True):
+            self._send("done", self.prefill_total, tokens)
 
 
 class _Abort(Exception):
