@@ -437,13 +437,14 @@ def plain_failure(text: str) -> str:
 
 
 def _final_status(outcomes: list[PolicyOutcome]) -> str:
+    """What finished; who won and why is the verdict's sentence, which follows it."""
     failed = [o for o in outcomes if not o.passed]
     if not failed:
-        return "Finished. Every policy passed every check; compare the cost of each column."
+        return "Finished. Every policy passed every check."
     names = ", ".join(o.label for o in failed)
     first = next((o.failure for o in failed if o.failure), None)
     tail = f" First failure: {plain_failure(first)}" if first else ""
-    return f"Finished. Failed checks in: {names}.{tail} Inspect the columns below."
+    return f"Finished. Failed checks in: {names}.{tail}"
 
 
 def run_comparison(

@@ -164,6 +164,10 @@ def test_text_report_is_headed_by_the_verdict(four: ComparisonResult) -> None:
     assert header[:3] == ["#", "Policy", "Checks"]
     ranked = [lines[table_at + 2 + i].split()[1] for i in range(len(FOUR))]
     assert ranked == [r.totals.label for r in verdict.rows]
+    # the status says what finished; the conclusion is the verdict's, not "read the columns"
+    status = next(line for line in lines if line.startswith("Status:"))
+    assert "compare the cost" not in status and "Inspect the columns" not in status
+    assert status.startswith("Status: Finished.")
 
 
 # -- formats and paths -------------------------------------------------------------------------
