@@ -11,28 +11,23 @@ The arguments come from the argparse tree itself: every argument that looks like
 (``type=Path``, a PATH/FILE/DIR metavar, a path-like name or help text) must be a row of
 :data:`ROWS` or listed in :data:`SKIPPED` with the reason, so a new file flag cannot be
 forgotten. Another command adds its rows by extending :data:`COMMANDS`, :data:`ROWS` and
-:data:`SKIPPED` here, or in a sibling module (``test_cli_file_arguments_<command>.py``) that
-imports :func:`path_arguments` and :func:`run_row`.
+:data:`SKIPPED` here, or in a sibling module (``test_cli_file_arguments_<command>.py``) with
+the helpers in ``tests/support/cliargs.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cliargs import path_arguments, run_row
 from picocontext import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = str(ROOT / "resources" / "manifests" / "homelab" / "homelab.pcx.2k.json")
 CASES = str(ROOT / "resources" / "manifests" / "homelab" / "cases.json")
-TIMEOUT = 90
 COMMANDS = ("pcx", "eval", "tables")
 
 # Placeholders filled per test: {bad} the value under test, {docs} a small docs folder,
@@ -86,50 +81,9 @@ SKIPPED: dict[tuple[str, ...], str] = {
     ),
 }
 
-_PATHLIKE_METAVAR = re.compile(r"PATH|FILE|DIR|\.JSON", re.IGNORECASE)
-_PATHLIKE_NAME = {"manifest", "cases", "path", "reports", "leaves", "out", "output", "cache"}
-_PATHLIKE_HELP = re.compile(r"\b(file|folder|directory|path)\b", re.IGNORECASE)
-
-
-def _leaf_parsers(
-    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield words, parser
-        return
-    for name, child in subs[0].choices.items():
-        yield from _leaf_parsers(child, (*words, name))
-
-
-def _looks_like_path(action: argparse.Action) -> bool:
-    metavar = action.metavar if isinstance(action.metavar, str) else ""
-    return (
-        action.type is Path
-        or bool(_PATHLIKE_METAVAR.search(metavar))
-        or action.dest in _PATHLIKE_NAME
-        or bool(_PATHLIKE_HELP.search(action.help or ""))
-    )
-
-
-def path_arguments(commands: tuple[str, ...] = COMMANDS) -> set[tuple[str, ...]]:
-    """(command words..., option string or positional name) of every path-like argument."""
-    tree = cli.build_parser(cli.find_commands())
-    found: set[tuple[str, ...]] = set()
-    for words, parser in _leaf_parsers(tree):
-        if not words or words[0] not in commands:
-            continue
-        for action in parser._actions:
-            if isinstance(action, argparse._HelpAction) or action.nargs == 0:
-                continue
-            if _looks_like_path(action):
-                name = max(action.option_strings, key=len) if action.option_strings else action.dest
-                found.add((*words, name))
-    return found
-
 
 def test_every_path_argument_is_tested_or_skipped_with_a_reason() -> None:
-    found = path_arguments()
+    found = path_arguments(COMMANDS)
     assert found - ROWS.keys() - SKIPPED.keys() == set(), "add a row (or a reasoned skip)"
     assert (ROWS.keys() | SKIPPED.keys()) - found == set(), "a row names no argument"
 
@@ -149,25 +103,6 @@ def _bad_values(kind: str, tmp: Path) -> dict[str, Path]:
         zero = tmp / "zero"
         zero.symlink_to("/dev/zero")
     return {"first": first, "fifo": fifo, "dev-zero": zero}
-
-
-def run_row(argv: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    """One command line in a fresh interpreter, bounded by :data:`TIMEOUT`."""
-    docs = tmp / "docs"
-    docs.mkdir(exist_ok=True)
-    (docs / "a.md").write_text("# Alpha\n\nAlpha text about kilns.\n", encoding="utf-8")
-    fill = {"docs": str(docs), "out": str(tmp / "out"), "report": str(tmp / "report.json")}
-    words = [w.format(**fill) if "{" in w and "{bad}" not in w else w for w in argv]
-    env = {k: v for k, v in os.environ.items() if k != cli.DEBUG_ENV}
-    return subprocess.run(
-        [sys.executable, "-m", "picocontext.cli", *words],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=tmp,
-        env=env,
-        check=False,
-    )
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from picocontext import OutputFileError, check_output_file
 from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.errors import SetupError
 from picocontext_playground.textreport import write_atomically
@@ -68,6 +69,10 @@ def check_writable(path: Path, what: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise SetupError(f"{what} {path} is a directory; give a file name")
+    try:
+        check_output_file(path)  # a FIFO, a device or a symlink to one is never replaced
+    except OutputFileError as exc:
+        raise SetupError(f"{what} {exc.message}") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

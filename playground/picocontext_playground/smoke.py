@@ -10,6 +10,7 @@ separately for the image.
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -89,6 +90,10 @@ def run_in_window(
     return window.result
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def run_smoke(
     settings: ComparisonSettings,
     report_path: Path | None,
@@ -96,17 +101,20 @@ def run_smoke(
     *,
     cache: ModelCache | None = None,
     echo: Callable[[str], None] = print,
+    fail: Callable[[str], None] | None = None,
 ) -> int:
     """Run one comparison headlessly; write the report and the PNG; return the exit code:
     0 when the run completed (failed checks included — the report says so), 1 when it was
-    stopped, 2 when it could not start."""
+    stopped, 2 when it could not start. Progress goes to ``echo``; the one line saying why
+    it could not start goes to ``fail`` (stderr by default)."""
+    fail = fail or _to_stderr
     try:
         if report_path is not None:
             check_report_path(report_path, "report")
         if image_path is not None:
             check_writable(image_path, "image")
     except SetupError as exc:
-        echo(f"picocontext: cannot write output: {exc.message}")
+        fail(f"picocontext: cannot write output: {exc.message}")
         return EXIT_SETUP
     app = application()
     require_glyphs(app)
@@ -124,7 +132,7 @@ def run_smoke(
         window.status_changed.connect(echo)
         result = run_in_window(window, lambda: interrupted)
         if result is None:
-            echo(f"picocontext: {window.last_error or 'the comparison did not start'}")
+            fail(f"picocontext: {window.last_error or 'the comparison did not start'}")
             return EXIT_SETUP
         if report_path is not None:
             write_atomically(report_path, render(result, report_path).encode("utf-8"))

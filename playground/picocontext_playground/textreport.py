@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from picocontext import Record, RunReport, Snapshot
+from picocontext import Record, RunReport, Snapshot, check_output_file
 from picocontext_diagnostics.verdict import Verdict
 from picocontext_playground.comparison import (
     ComparisonResult,
@@ -215,8 +215,9 @@ def render_report(result: ComparisonResult) -> str:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write to a temporary file beside ``path`` and rename it over, so a reader never sees a
-    half-written report or image."""
-    path = Path(path)
+    half-written report or image. Only a regular file is ever replaced: renaming over a FIFO
+    or a device (``/dev/zero`` given as a path, run as root) would destroy it."""
+    path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -195,8 +196,16 @@ def test_only_known_extensions_are_report_formats(suffix: str) -> None:
 def test_unwritable_paths_are_refused_with_the_reason(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(SetupError, match=r"--report .*report.json cannot be written: "):
+    with pytest.raises(SetupError, match=r"--report .*report.json: cannot be created, .* folder"):
         check_report_path(blocker / "report.json")
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(SetupError, match="is a FIFO"):
+        check_report_path(fifo)  # never renamed over: that would replace the FIFO
+    device = tmp_path / "zero.png"
+    device.symlink_to("/dev/zero")
+    with pytest.raises(SetupError, match="is a character device"):
+        check_writable(device, "--image")
     with pytest.raises(SetupError, match="is a directory"):
         check_writable(tmp_path, "--image")
     check_report_path(tmp_path / "new" / "ok.html")  # creates the folder, leaves no file
@@ -215,7 +224,7 @@ def fake_smoke(calls: list[Any]) -> Any:
     ("name", "message"),
     [
         ("v.pdf", "extension .pdf is not a report format; use .txt, .json, .html"),
-        ("file/v.json", "cannot be written"),
+        ("file/v.json", "is not a folder"),
     ],
 )
 def test_the_command_refuses_a_bad_report_path_before_running(
@@ -251,7 +260,9 @@ def test_smoke_refuses_an_unwritable_report_without_running(
     (tmp_path / "file").write_text("x")
     lines: list[str] = []
     settings = ComparisonSettings(task=Task.ORDER_LOOKUP, model=ModelChoice.SCRIPTED)
-    code = smoke.run_smoke(settings, tmp_path / "file" / "r.txt", None, echo=lines.append)
+    code = smoke.run_smoke(
+        settings, tmp_path / "file" / "r.txt", None, echo=lines.append, fail=lines.append
+    )
     assert code == smoke.EXIT_SETUP
     assert len(lines) == 1 and lines[0].startswith("picocontext: cannot write output: report ")
 
@@ -297,3 +308,22 @@ def test_smoke_writes_the_format_its_report_path_names(
     root = parse_html(report.read_text(encoding="utf-8"))
     sentence = root.find(".//p[@id='sentence']")
     assert sentence is not None and f"Finished. {sentence.text}" in lines
+
+
+def test_a_report_or_image_never_replaces_a_fifo_or_a_device(tmp_path: Path) -> None:
+    # The window's Save report writes through the same function: renaming over a FIFO or a
+    # device (as root) would destroy it, so only a regular file is ever replaced.
+    from picocontext import OutputFileError
+    from picocontext_playground.textreport import write_atomically
+
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    device = tmp_path / "zero.png"
+    device.symlink_to("/dev/zero")
+    for target in (fifo, device):
+        with pytest.raises(OutputFileError):
+            write_atomically(target, b"report")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and device.is_symlink()
+    assert stat.S_ISCHR(Path("/dev/zero").stat().st_mode)
+    write_atomically(tmp_path / "ok.txt", b"report")
+    assert (tmp_path / "ok.txt").read_bytes() == b"report"

@@ -60,9 +60,12 @@ def test_smoke_order_lookup_without_outputs_prints_the_report(
 def test_smoke_exits_2_when_the_model_cannot_load(qt_app: QApplication, tmp_path: Path) -> None:
     lines: list[str] = []
     settings = ComparisonSettings(model=ModelChoice.DIRECTORY, model_dir=tmp_path)
-    code = run_smoke(settings, tmp_path / "r.txt", tmp_path / "i.png", echo=lines.append)
+    errors: list[str] = []
+    code = run_smoke(
+        settings, tmp_path / "r.txt", tmp_path / "i.png", echo=lines.append, fail=errors.append
+    )
     assert code == EXIT_SETUP
-    assert lines[-1].startswith("picocontext: ")
+    assert len(errors) == 1 and errors[0].startswith("picocontext: ")
     assert not (tmp_path / "r.txt").exists() and not (tmp_path / "i.png").exists()
 
 
@@ -73,7 +76,7 @@ def test_smoke_exits_2_when_the_report_cannot_be_written(
     blocker.write_text("x")
     lines: list[str] = []
     settings = ComparisonSettings(task=Task.ORDER_LOOKUP, model=ModelChoice.SCRIPTED)
-    code = run_smoke(settings, blocker / "report.txt", None, echo=lines.append)
+    code = run_smoke(settings, blocker / "report.txt", None, echo=lines.append, fail=lines.append)
     assert code == EXIT_SETUP and "cannot write output" in lines[-1]
 
 
