@@ -41,6 +41,7 @@ from picocontext.distill import (
     label_of,
 )
 from picocontext_playground.qtenv import monospace_font
+from picocontext_playground.widgets import empty_tab_hint
 
 COLUMNS = ("Node", "Level", "Kind", "Tokens", "ContentHash", "SemHash")
 _CHANGED = QBrush(QColor(255, 236, 179))
@@ -83,20 +84,13 @@ class DigestTab(QWidget):
             bar.addWidget(w)
         bar.addWidget(self.root_label, 1)
 
-        self.hint = QWidget()
-        hint_row = QHBoxLayout(self.hint)
-        hint_row.setContentsMargins(0, 0, 0, 0)
-        hint_text = QLabel(
+        self.hint, self.example_button = empty_tab_hint(
             "No digest yet. Open a corpus folder written by `picocontext distill sync` (it "
             "holds nodes.sqlite and cas/), use Open in Digest on a distilled step of a run, or "
             "open the bundled example: resources/corpora/docs distilled with the deterministic "
-            "stand-in summarizer."
+            "stand-in summarizer.",
+            self.open_example,
         )
-        hint_text.setWordWrap(True)
-        self.example_button = QPushButton("Open example")
-        self.example_button.clicked.connect(self.open_example)
-        hint_row.addWidget(hint_text, 1)
-        hint_row.addWidget(self.example_button)
 
         self.tree = QTreeWidget()
         self.tree.setColumnCount(len(COLUMNS))

@@ -16,7 +16,7 @@ from picocontext_diagnostics.verdict import Verdict
 from picocontext_playground.comparison import ComparisonResult, PolicyOutcome, StepView
 from picocontext_playground.runverdict import columns, headline, result_verdict
 from picocontext_playground.textreport import attempts_lines, budget_lines, facts_text
-from picocontext_playground.widgets import POLICY_COLORS
+from picocontext_playground.widgets import POLICY_COLORS, nice_step
 
 CHART_WIDTH = 960
 CHART_HEIGHT = 300
@@ -102,13 +102,6 @@ def verdict_table(verdict: Verdict) -> str:
 
 
 # -- charts ------------------------------------------------------------------------------------
-def _nice_step(top: float) -> int:
-    raw = max(top / 5, 1)
-    magnitude = 10 ** (len(str(int(raw))) - 1)
-    for factor in (1, 2, 2.5, 5, 10):
-        if raw <= factor * magnitude:
-            return int(factor * magnitude)
-    return int(10 * magnitude)
 
 
 def _step_ids(outcomes: Sequence[PolicyOutcome]) -> list[str]:
@@ -140,7 +133,7 @@ def prompt_chart(result: ComparisonResult) -> str:
     values = [window] + [
         v for o in result.outcomes for s in o.steps for v in (s.prompt_before, s.prompt_after) if v
     ]
-    tick = _nice_step(max(values))
+    tick = nice_step(max(values))
     top = (max(values) // tick + 1) * tick
     left, width, plot_h = 64, CHART_WIDTH, CHART_HEIGHT - 70
     parts = _svg_axis(top, tick, left, plot_h, width)

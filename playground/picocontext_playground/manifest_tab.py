@@ -53,6 +53,7 @@ from picocontext.manifest import (
     run_eval,
 )
 from picocontext_playground import gcguard
+from picocontext_playground.widgets import empty_tab_hint
 
 ChatModelFactory = Callable[[], ChatModel]
 _HIDDEN = QBrush(QColor(150, 150, 150))
@@ -174,20 +175,12 @@ class ManifestTab(QWidget):
         bar.addStretch(1)
         root.addLayout(bar)
 
-        hint_row = QHBoxLayout()
-        self.hint = QWidget()
-        hint_row.setContentsMargins(0, 0, 0, 0)
-        hint_text = QLabel(
+        self.hint, self.example_button = empty_tab_hint(
             "No manifest yet. Open a pcx manifest (a file ending in .pcx.<budget>.json, as "
             "written by pcx build; its leaves and cases.json are found next to it), or open "
-            "the bundled example."
+            "the bundled example.",
+            self.open_example,
         )
-        hint_text.setWordWrap(True)
-        self.example_button = QPushButton("Open example")
-        self.example_button.clicked.connect(self.open_example)
-        hint_row.addWidget(hint_text, 1)
-        hint_row.addWidget(self.example_button)
-        self.hint.setLayout(hint_row)
         root.addWidget(self.hint)
 
         self.budget_bar = QProgressBar()

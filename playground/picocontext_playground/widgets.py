@@ -7,7 +7,7 @@ Long texts live in scrollable, selectable views and are never shortened.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, QUrl
@@ -24,8 +24,10 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QFrame,
+    QHBoxLayout,
     QLabel,
     QPlainTextEdit,
+    QPushButton,
     QSizePolicy,
     QTextBrowser,
     QToolTip,
@@ -114,6 +116,32 @@ def prompt_line(outcome: PolicyOutcome, unit: str) -> str:
             f"did not fit (over the window by {rejected.over_window_by or 0:,})"
         )
     return text
+
+
+def empty_tab_hint(text: str, on_example: Callable[[], object]) -> tuple[QWidget, QPushButton]:
+    """The line an empty Manifest or Digest tab shows: what to open, and an Open example
+    button (hidden by the tab once something is loaded)."""
+    hint = QWidget()
+    row = QHBoxLayout(hint)
+    row.setContentsMargins(0, 0, 0, 0)
+    label = QLabel(text)
+    label.setWordWrap(True)
+    button = QPushButton("Open example")
+    button.clicked.connect(on_example)
+    row.addWidget(label, 1)
+    row.addWidget(button)
+    return hint, button
+
+
+def nice_step(top: float) -> int:
+    """A round tick step (1, 2, 2.5 or 5 times a power of ten) giving about five ticks up to
+    ``top``; the window's chart and the HTML report's charts share it."""
+    raw = max(top / 5, 1)
+    magnitude = 10 ** (len(str(int(raw))) - 1)
+    for factor in (1, 2, 2.5, 5, 10):
+        if raw <= factor * magnitude:
+            return int(factor * magnitude)
+    return int(10 * magnitude)
 
 
 class ResultCard(QFrame):
@@ -381,15 +409,6 @@ class TokenChart(QWidget):
             values.append(self.limit)
         return max(values, default=0)
 
-    @staticmethod
-    def _nice_step(top: int) -> int:
-        raw = max(top / 5, 1)
-        magnitude = 10 ** (len(str(int(raw))) - 1)
-        for factor in (1, 2, 2.5, 5, 10):
-            if raw <= factor * magnitude:
-                return int(factor * magnitude)
-        return int(10 * magnitude)
-
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -411,7 +430,7 @@ class TokenChart(QWidget):
             painter.end()
             return
         top_value = self.maximum()
-        tick = self._nice_step(top_value)
+        tick = nice_step(top_value)
         axis_top = ((top_value // tick) + 1) * tick
         left = metrics.horizontalAdvance(f"{axis_top:,}") + 16
         legend_h = line + 8

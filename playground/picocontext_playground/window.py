@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from picocontext import CancelToken, ChatModel, diff_snapshots
+from picocontext import CancelToken, ChatModel, OutputFileError, diff_snapshots
 from picocontext.models import BYTE_UNIT, TOKEN_UNIT, GenerationProgress
 from picocontext_diagnostics import BUILTIN_POLICIES
 from picocontext_playground import gcguard
@@ -750,7 +750,7 @@ class MainWindow(QMainWindow):
             path = path.with_name(path.name + ext)
         try:
             self.save_report(path)
-        except (OSError, SetupError) as exc:
+        except (OSError, SetupError, OutputFileError) as exc:
             self.set_status(f"Could not save the report: {exc}")
         else:
             self.set_status(f"Saved the report to {path}.")
