@@ -116,23 +116,25 @@ def markdown_table(
 ) -> str:
     """The header and every report's rows; with ``latest`` a later report's row replaces an
     earlier one with the same key, in place, and a note under the table names both files."""
-    table: dict[RowKey, str] = {}
+
+    def name(index: int) -> str:
+        return names[index] if index < len(names) else f"report {index + 1}"
+
     listed: list[str] = []
-    source: dict[RowKey, int] = {}
+    # where each key's row stands in ``listed``, and which report wrote it
+    place: dict[RowKey, tuple[int, int]] = {}
     notes: list[str] = []
     for index, report in enumerate(reports):
         for key, row in keyed_rows(report, setup):
-            if latest and key in table:
-                where = names[index] if index < len(names) else f"report {index + 1}"
-                was = (
-                    names[source[key]] if source[key] < len(names) else f"report {source[key] + 1}"
-                )
-                notes.append(f"{key[3]} ({', '.join(key[:3])}): from {where}, replacing {was}")
-                listed[listed.index(table[key])] = row
+            if latest and key in place:
+                position, was = place[key]
+                listed[position] = row
+                where = f"from {name(index)}, replacing {name(was)}"
+                notes.append(f"{key[3]} ({', '.join(key[:3])}): {where}")
             else:
+                position = len(listed)
                 listed.append(row)
-            table[key] = row
-            source[key] = index
+            place[key] = (position, index)
     lines = [SETUP_HEADER if setup else HEADER, *listed]
     if notes:
         lines += ["", *(f"* Replaced: {note}." for note in notes)]
