@@ -209,8 +209,9 @@ def resolve_model(
     explicit = name or os.environ.get(MODEL_ENV)
     chosen = explicit or default_model_name()
     spec = MODELS.get(chosen)
-    if spec is None and Path(chosen).expanduser().exists():
-        kind = "directory" if Path(chosen).expanduser().is_dir() else "file, not a model name"
+    given = Path(chosen).expanduser()
+    if spec is None and given.exists():
+        kind = "directory" if given.is_dir() else "file, not a model name"
         raise ModelError(
             f"{chosen!r} is a {kind}; pass a model directory with --model-dir, or a known "
             f"model name: {', '.join(sorted(MODELS))}."
