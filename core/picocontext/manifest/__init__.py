@@ -22,6 +22,7 @@ from picocontext.manifest.errors import (
 )
 from picocontext.manifest.eval import CaseResult, EvalReport, NavCase, load_cases, run_eval
 from picocontext.manifest.expand import QueryExpander
+from picocontext.manifest.index import DescriptorIndex, DescriptorSearch, query_weights
 from picocontext.manifest.loader import (
     AsyncManifestLoader,
     FetchOutcome,
@@ -38,10 +39,8 @@ from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator, NavAc
 from picocontext.manifest.routing import (
     MODEL_NAVIGATORS,
     NAVIGATORS,
-    DescriptorIndex,
     SubtreeNavigator,
     make_navigator,
-    query_weights,
 )
 from picocontext.manifest.runtime import (
     VIEW_LEVELS,
@@ -86,6 +85,7 @@ __all__ = [
     "CaseResult",
     "ChatModelCounter",
     "DescriptorIndex",
+    "DescriptorSearch",
     "DisclosureRefused",
     "EvalError",
     "EvalReport",

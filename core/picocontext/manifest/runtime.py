@@ -39,6 +39,7 @@ from picocontext.manifest.errors import (
     NotOnFrontier,
     ResolveError,
 )
+from picocontext.manifest.index import DescriptorSearch
 from picocontext.manifest.model import Manifest, Node
 from picocontext.manifest.text import IdfTable, field_terms, score, terms
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
@@ -136,7 +137,9 @@ class _Reveal:
 
 
 class KeywordSearch:
-    """Default search backend: field-weighted IDF over every node's descriptor."""
+    """Field-weighted IDF over every node's own descriptor line (branches included). The
+    default before :class:`~picocontext.manifest.index.DescriptorSearch`; kept for callers
+    that want single-line matching."""
 
     def __init__(self, manifest: Manifest) -> None:
         self._ids: list[str] = []
@@ -808,9 +811,10 @@ class Runtime:
         return out
 
     def search(self, query: str, k: int = 5) -> list[str]:
-        """Ranked ids from the search backend (built-in keyword index when none is given)."""
+        """Ranked ids from the search backend (the built-in descriptor index when none is
+        given: leaves by subtree path score, one per document)."""
         if self._search is None:
-            self._search = KeywordSearch(self.manifest)
+            self._search = DescriptorSearch(self.manifest)
         return self._search.search(query, k)
 
     def reconcile(

@@ -16,13 +16,11 @@ from picocontext.backend import ChatMessage, ModelResponse, ToolSpec
 from picocontext.cancel import CancelToken
 from picocontext.manifest.eval import NavCase, run_eval
 from picocontext.manifest.expand import MAX_TERMS, QueryExpander, clean_expansion
+from picocontext.manifest.index import EXPANSION_WEIGHT, DescriptorIndex, query_weights
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.routing import (
-    EXPANSION_WEIGHT,
-    DescriptorIndex,
     SubtreeNavigator,
     make_navigator,
-    query_weights,
 )
 from picocontext.manifest.runtime import dict_resolver
 from picocontext.manifest.session import ModeConfig, NavSession

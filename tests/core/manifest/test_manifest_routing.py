@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from picocontext.manifest.eval import NavCase, run_eval
+from picocontext.manifest.index import DescriptorIndex, DescriptorSearch
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.navigator import KeywordNavigator
 from picocontext.manifest.routing import (
     NAVIGATORS,
     SCAN_K,
-    DescriptorIndex,
     SubtreeNavigator,
     make_navigator,
 )
-from picocontext.manifest.runtime import dict_resolver
+from picocontext.manifest.runtime import KeywordSearch, dict_resolver
 from picocontext.manifest.session import ModeConfig, NavSession
 from picocontext.manifest.validate import load_manifest
 
@@ -197,7 +197,7 @@ def test_scan_never_reads_another_page_of_a_document_that_was_not_it(b: Any) -> 
         s = NavSession(m, config=FULL, resolver=dict_resolver(pages))
         nav = SubtreeNavigator(lateral=True, scan=scan)
         nav.prepare(m)
-        s.search(QUERY, 8)  # every leaf is on the frontier now
+        s.runtime.disclose(list(pages), dict.fromkeys(pages, "test"))  # every leaf in view
         first = nav.decide(QUERY, s.runtime.peek(), s.budget_remaining)
         assert first.verb == "open" and first.ids[0].startswith("tools.disk~p")
         before = s.spent
@@ -221,3 +221,37 @@ def test_reading_a_page_of_the_target_reaches_it_and_says_so(b: Any) -> None:
     # the other document is read after the paged one was closed, and its page 2 never
     assert other.success and other.path[-2:] == ("tools.disk~p1", "tools.mounts")
     assert other.looks == ("close:tools.disk~p1", "close:tools.disk")
+
+
+def test_search_ranks_a_leaf_by_the_branch_lines_above_it(b: Any) -> None:
+    """Two leaves with the same line under different branches: the query word "network"
+    is in one branch line (and in a leaf elsewhere, so it has an IDF), and it decides. Single-line matching cannot order the leaves."""
+    nodes = {
+        "a": {"title": "Archives", "what": "Compress files", "when": "saving room",
+              "children": ["a.x"]},
+        "b": {"title": "Transfer", "what": "Network tools", "when": "other machines",
+              "children": ["b.y"]},
+        "c": {"title": "Settings", "what": "Machine setup", "when": "setup", "children": ["c.z"]},
+        "c.z": _leaf("Cards", "Network card settings", "drivers", payload={"ref": "node://c.z"}),
+        "a.x": _leaf("Pack", "Pack files quickly", "bundles", payload={"ref": "node://a.x"}),
+        "b.y": _leaf("Pack", "Pack files quickly", "bundles", payload={"ref": "node://b.y"}),
+    }  # fmt: skip
+    m = load_manifest(b.doc(nodes, ["a", "b", "c"]))
+    assert DescriptorSearch(m).search("pack files for the network", 2) == ["b.y", "a.x"]
+    single = KeywordSearch(m).search("pack files for the network", 5)
+    assert single.index("a.x") < single.index("b.y")  # a tie it breaks by position
+
+
+def test_search_gives_one_hit_per_document_and_never_reads_payloads(b: Any) -> None:
+    m = _paged(b)
+    hits = DescriptorSearch(m).search(QUERY, 8)
+    assert hits[0] in ("tools.disk~p1", "tools.disk~p2") and hits[1:] == ["tools.mounts"]
+    assert DescriptorSearch(_manifest(b)).search("zebra", 5) == []  # a payload-only word
+
+
+def test_the_runtime_searches_the_descriptor_index_by_default(b: Any) -> None:
+    m = _manifest(b)
+    s = _session(m)
+    assert s.runtime.search("restore a database dump", 2) == ["docs.restore", "docs.backup"]
+    shown = s.search("restore a database dump", 2)
+    assert "docs.restore" in shown and s.spent > 0  # the hits are disclosed and charged
