@@ -14,7 +14,8 @@ answers and grading — runs without weights, in any policy:
 * completion: sorted-key ``{"facts": ...}`` JSON of the fold of the live context;
 * tools phase (navigated and distilled policies), a reader of what it is shown: the state is
   its newest visible answer (a full notebook it wrote earlier) updated by every newer visible
-  FACT/REMOVE line, with what earlier tool results returned folded underneath. When a key the
+  FACT/REMOVE line, with what earlier tool results returned (and what a navigator prefetched
+  into the archive index) folded underneath. When a key the
   latest request asks for is still unknown it looks deterministically — ``recall`` of
   ``FACT <key>`` at entity altitude (digest tools), or ``open`` of the newest index line it has
   not opened (navigation tools) — and otherwise answers with what it knows (a missing key is
@@ -46,6 +47,7 @@ from picocontext import (
     Role,
     Snapshot,
 )
+from picocontext.policies.navigated import INDEX_HEADER
 from picocontext_diagnostics.errors import AnswerFormatError
 from picocontext_diagnostics.fixtures import dumps_sorted
 from picocontext_diagnostics.grading import (
@@ -100,6 +102,9 @@ def history_chunks(results: Sequence[str]) -> list[str]:
             key = (int(pieces[i]), int(pieces[i + 1] or 1))
             placed.setdefault(key, pieces[i + 2])
     return [*unplaced, *(placed[k] for k in sorted(placed))]
+
+
+_PREFETCHED = re.compile(r"\n(?=\[context\] )")
 
 
 def _facts_line(line: str) -> dict[str, str] | None:
@@ -188,11 +193,20 @@ class DeterministicNotebookBackend:
 
     # -- tools phase: a reader of what it is shown ----------------------------------------
     def seen_state(self, prompt: PreparedPrompt) -> dict[str, str]:
-        """What a careful reader knows from this prompt: tool results (older history it
-        fetched) first, then the visible records; a visible answer of its own resets the state
-        to that full notebook, later FACT/REMOVE lines update it."""
+        """What a careful reader knows from this prompt: older history first -- what a
+        navigator prefetched into the archive index, then the tool results it fetched itself --
+        then the visible records; a visible answer of its own resets the state to that full
+        notebook, later FACT/REMOVE lines update it. (Index lines start with a node id, so only
+        the records' own lines fold.)"""
         state: dict[str, str] = {}
-        results = [r.body for r in prompt.input.control_records if r.role is Role.TOOL]
+        results: list[str] = []
+        for r in prompt.input.control_records:
+            if r.role is Role.TOOL:
+                results.append(r.body)
+            elif r.role is Role.USER and r.body.startswith(INDEX_HEADER):
+                # What a navigator prefetched is spliced in as leaves, each under its own
+                # breadcrumb: placed like an opened leaf, so the reading order holds.
+                results.extend(_PREFETCHED.split(r.body))
         for chunk in history_chunks(results):
             for line in chunk.split("\n"):
                 answer = _facts_line(line)

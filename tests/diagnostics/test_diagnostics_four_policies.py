@@ -404,7 +404,7 @@ def test_navigated_reader_keeps_every_answer_under_retention_pressure() -> None:
     assert report.passed, [(s.step.id, s.failure, s.answer_problem) for s in report.steps]
     for step in report.steps[1:]:
         assert step.run is not None
-        assert any(t.name == "open" and t.ok for t in step.run.tool_steps), step.step.id
+        assert _fetched(step.run, "open"), step.step.id
 
 
 def test_history_chunks_are_ordered_and_deduplicated() -> None:
@@ -442,19 +442,47 @@ def test_tool_policies_fetch_archived_history_and_stay_correct(policy: Policy, v
     assert report.passed, [(s.step.id, s.failure, s.answer_problem) for s in report.steps]
     for step in report.steps:
         assert step.run is not None and step.run.mode is policy.mode
-        assert any(t.name == verb and t.ok for t in step.run.tool_steps), step.step.id
+        assert _fetched(step.run, verb), step.step.id
         # nothing of the history was changed: the graded context is the full history
         assert step.run.revised == step.run.run_start
+
+
+def _fetched(run: Any, verb: str) -> bool:
+    """Older history reached the reader: its own ``verb`` call, or (navigated) leaves the
+    prefetching navigator spliced into the archive index of its first prompt."""
+    own = any(t.name == verb and t.ok for t in run.tool_steps)
+    return own or (verb == "open" and "[context]" in run.calls[0].rendered)
+
+
+class _LazyReader(DeterministicNotebookBackend):
+    """Answers from what it is shown and never calls a tool."""
+
+    def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> None:
+        return None
+
+
+def test_a_document_navigator_prefetches_an_earlier_request_on_notebook_episodes() -> None:
+    """Why the navigated policy does not prefetch by default: for a model that never calls a
+    tool (the 0.5B model live), ``subtree-scan`` searches with the latest request, whose words
+    match the earlier requests best, and opens one of those instead of a record with facts."""
+    policy = Policy(
+        name="navigated", config={**NARROW_NAVIGATED.config, "navigator": "subtree-scan"}
+    )
+    report = EpisodeRunner(ByteCounter(), _LazyReader()).run(
+        long_episode(4), policy, WIDE, 2_000_000
+    )
+    assert not report.passed
+    step = report.steps[1]
+    assert step.run is not None and not step.run.tool_steps
+    index = step.run.calls[0].rendered
+    opened = index[index.index("[context]") :]
+    assert opened.split("\n")[1] == "--- step-1-request (full) ---"
 
 
 def test_a_reader_that_may_not_fetch_fails_once_the_answer_is_archived() -> None:
     """Control: the same narrow tails without the tools' help lose the older facts."""
 
-    class Lazy(DeterministicNotebookBackend):
-        def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> None:
-            return None
-
-    report = EpisodeRunner(ByteCounter(), Lazy()).run(
+    report = EpisodeRunner(ByteCounter(), _LazyReader()).run(
         long_episode(4), NARROW_DISTILLED, WIDE, 2_000_000
     )
     assert not report.passed and report.answer_correct_steps < len(report.steps)

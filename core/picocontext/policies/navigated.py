@@ -233,8 +233,11 @@ class NavigatedConfig(BaseModel):
     reveal_share: float = Field(default=0.3, gt=0, le=1)
     call_slack: int = Field(default=8, ge=0)
     # A model-free navigator (picocontext.manifest.routing.NAVIGATORS) that walks the archive
-    # for the latest request before the model reads it; what it opens is in the index,
-    # charged to the reading budget. None: the model navigates alone.
+    # for the latest request before the model reads it; what it shows is in the index,
+    # charged to the reading budget. None (the default): the model navigates alone. The best
+    # document navigator (subtree-scan, docs/build.md) is not the default here: on notebook
+    # episodes the latest request's words match the earlier requests best, so its search
+    # opens an old request (tests/diagnostics/test_diagnostics_four_policies.py).
     navigator: str | None = None
     prefetch_steps: int = Field(default=4, ge=1, le=16)
 
@@ -756,17 +759,26 @@ def _archive_key(
 
 
 def prefetch(nav: NavSession, view: Snapshot, name: str, steps: int) -> str:
-    """Let the named navigator open up to ``steps`` nodes for the latest user request (it
-    stops after a leaf); returns what the opens showed, already charged in ``nav``."""
+    """Let the named navigator take up to ``steps`` steps for the latest user request before
+    the model reads the archive: ``open``, ``search`` and ``related`` are carried out through
+    the session (charged like the model's own calls) and it stops after opening a leaf.
+    A ``close`` ends the prefetch instead of being carried out: what was shown stays in the
+    prompt, so its tokens stay charged. Returns what the steps showed."""
     query = next((r.body for r in reversed(view.records) if r.role == Role.USER), "")
     navigator = make_navigator(name)
     navigator.prepare(nav.manifest)
     shown: list[str] = []
     for _ in range(steps if query.strip() else 0):
         action = navigator.decide(query, nav.runtime.peek(), nav.budget_remaining)
-        if action.verb != "open":
-            break
         try:
+            if action.verb == "search":
+                shown.append(nav.search(action.query or query, action.k))
+                continue
+            if action.verb == "related":
+                shown.append(nav.related(action.ids[0]))
+                continue
+            if action.verb != "open":
+                break
             shown.append(nav.open(action.ids[0]))
         except ManifestError:
             break

@@ -225,7 +225,8 @@ def test_reading_a_page_of_the_target_reaches_it_and_says_so(b: Any) -> None:
 
 def test_search_ranks_a_leaf_by_the_branch_lines_above_it(b: Any) -> None:
     """Two leaves with the same line under different branches: the query word "network"
-    is in one branch line (and in a leaf elsewhere, so it has an IDF), and it decides. Single-line matching cannot order the leaves."""
+    is in one branch line (and in a leaf elsewhere, so it has an IDF), and it decides.
+    Single-line matching cannot order the leaves."""
     nodes = {
         "a": {"title": "Archives", "what": "Compress files", "when": "saving room",
               "children": ["a.x"]},

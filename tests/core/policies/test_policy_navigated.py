@@ -36,7 +36,7 @@ from picocontext import (
 )
 from picocontext.build.compiler import compile_tree
 from picocontext.cancel import CancelToken as _Token
-from picocontext.manifest import HeuristicCounter
+from picocontext.manifest import HeuristicCounter, NavAction
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy, NavigatedPolicy
 from picocontext.policies.history import TextMeter, history_units, split_history, text_meter_for
@@ -52,6 +52,10 @@ from picocontext.policies.navigated import (
     tail_ladder,
 )
 from picocontext.report import RunReport
+
+# The model navigates alone (the default, said explicitly): these tests drive the tool
+# protocol itself, which a prefetching navigator would partly do for it.
+ALONE = NavigatedConfig(navigator=None)
 
 
 def turn_with_info(
@@ -298,7 +302,7 @@ def test_record_ids_that_collide_with_tree_ids_stay_record_ids() -> None:
 
 def test_every_archived_record_is_reachable_verbatim() -> None:
     session = session_for(ledger(), scripted([]))
-    policy = NavigatedPolicy()
+    policy = NavigatedPolicy(ALONE)
     plan = policy.plan(session.counter, session.state, BUDGET)
     manifest = plan.info.manifest
     assert manifest is not None and plan.info.archived_ids
@@ -321,7 +325,7 @@ def test_a_record_too_big_to_open_whole_is_paged_verbatim() -> None:
     records = list(snapshot.records)
     records.insert(2, Record(id="dump", role=Role.ASSISTANT, body=big))
     session = session_for(Snapshot(scope=SCOPE, records=tuple(records)), scripted([]))
-    policy = NavigatedPolicy()
+    policy = NavigatedPolicy(ALONE)
     plan = policy.plan(session.counter, session.state, BUDGET)
     manifest = plan.info.manifest
     assert manifest is not None and not manifest.get("dump").is_leaf
@@ -352,7 +356,7 @@ def test_valid_navigation_reads_a_verbatim_record_and_answers() -> None:
     )
     snapshot = ledger()
     session = session_for(snapshot, backend)
-    report, info = turn_with_info(NavigatedPolicy(), session, BUDGET)
+    report, info = turn_with_info(NavigatedPolicy(ALONE), session, BUDGET)
     assert report.failure is None and report.answer == balance(2)
     assert report.mode is RunMode.NAVIGATED and report.policy == "navigated"
     assert [(t.name, t.ok) for t in report.tool_steps] == [
@@ -416,7 +420,7 @@ def test_invalid_calls_get_a_clear_error_and_the_model_may_retry(
     )
     snapshot = ledger()
     session = session_for(snapshot, backend)
-    report = NavigatedPolicy().turn(session, BUDGET)
+    report = NavigatedPolicy(ALONE).turn(session, BUDGET)
     assert report.failure is None and report.answer == balance(2)
     first = report.tool_steps[0]
     assert not first.ok and message in first.result, first.result
@@ -426,7 +430,7 @@ def test_invalid_calls_get_a_clear_error_and_the_model_may_retry(
 
 def test_error_results_say_where_ids_come_from() -> None:
     backend = scripted([call("open", {"id": "sheet-2"})])
-    report = NavigatedPolicy().turn(session_for(ledger(), backend), BUDGET)
+    report = NavigatedPolicy(ALONE).turn(session_for(ledger(), backend), BUDGET)
     assert "open 'turns-1-5' first." in report.tool_steps[0].result
     assert "Ids are the first word of an index line" in report.tool_steps[0].result
 
@@ -447,7 +451,7 @@ def test_reopening_and_closing_what_is_not_open_are_harmless() -> None:
 
 def test_runtime_budget_refuses_an_open_until_something_is_closed() -> None:
     session = session_for(ledger(), scripted([]))
-    policy = NavigatedPolicy(NavigatedConfig(tail_share=0.2, nav_share=0.25))
+    policy = NavigatedPolicy(NavigatedConfig(navigator=None, tail_share=0.2, nav_share=0.25))
     plan = policy.plan(session.counter, session.state, BUDGET)
     assert plan.nav is not None and plan.info.manifest is not None
     run = plan.loop.execute
@@ -502,7 +506,9 @@ def test_greedy_reader_never_pushes_a_prompt_past_the_window() -> None:
 
     backend = scripted([greedy] * 16)
     session = session_for(ledger(), backend)
-    policy = NavigatedPolicy(NavigatedConfig(max_steps=16, nav_share=0.6, tail_share=0.2))
+    policy = NavigatedPolicy(
+        NavigatedConfig(navigator=None, max_steps=16, nav_share=0.6, tail_share=0.2)
+    )
     report, info = turn_with_info(policy, session, BUDGET)
     assert report.failure is None and len(report.tool_steps) == 16
     refusals = [t for t in report.tool_steps if not t.ok]
@@ -512,7 +518,7 @@ def test_greedy_reader_never_pushes_a_prompt_past_the_window() -> None:
 
 def test_steps_are_bounded_and_the_last_call_must_answer() -> None:
     backend = scripted([call("index", {})] * 10)
-    policy = NavigatedPolicy(NavigatedConfig(max_steps=3))
+    policy = NavigatedPolicy(NavigatedConfig(navigator=None, max_steps=3))
     report = policy.turn(session_for(ledger(), backend), BUDGET)
     assert report.failure is None and report.answer == "not found"
     assert len(report.tool_steps) == 3 and len(report.calls) == 4
@@ -787,7 +793,7 @@ def feed_snapshot(steps: int = 2, noise: int = 80) -> Snapshot:
 def test_records_bigger_than_the_reading_budget_are_paged_reachably() -> None:
     snapshot = feed_snapshot()
     session = session_for(snapshot, scripted([]))
-    policy = NavigatedPolicy()
+    policy = NavigatedPolicy(ALONE)
     # With the default tail (data-2 shown in full) about 3,000 bytes are left for reading:
     # less than data-1, and too little for any paging of it (every page's index line costs
     # room too), so the tail has to give way to the archive.
@@ -847,7 +853,7 @@ def test_a_refused_archive_is_not_recompiled_on_the_next_turn(
 
 def test_a_named_navigator_walks_the_archive_first_and_is_charged() -> None:
     session = session_for(ledger(), scripted([]))
-    alone = NavigatedPolicy().plan(session.counter, session.state, BUDGET)
+    alone = NavigatedPolicy(ALONE).plan(session.counter, session.state, BUDGET)
     config = NavigatedConfig(navigator="subtree-backout", prefetch_steps=4)
     helped = NavigatedPolicy(config).plan(session.counter, session.state, BUDGET)
     assert helped.nav is not None and alone.nav is not None
@@ -910,3 +916,48 @@ def test_fewer_reserved_steps_leave_more_to_read_in_a_small_window() -> None:
     assert auto_plan.loop.max_steps == NavigatedConfig().steps_for(budget.context_window) < 8
     assert eight_plan.loop.max_steps == 8
     assert auto_plan.info.nav_budget > eight_plan.info.nav_budget
+
+
+def test_a_scanning_navigator_searches_then_opens_and_every_shown_token_is_charged() -> None:
+    """A prefetch carries out the search a search-first navigator (``subtree-scan``, the best
+    on the held-out corpora of docs/build.md) begins with, then opens the best hit."""
+    assert NavigatedConfig().navigator is None
+    session = session_for(ledger(), scripted([]))
+    alone = NavigatedPolicy(ALONE).plan(session.counter, session.state, BUDGET)
+    helped = NavigatedPolicy(NavigatedConfig(navigator="subtree-scan")).plan(
+        session.counter, session.state, BUDGET
+    )
+    assert helped.nav is not None and alone.nav is not None
+    body = helped.loop.preamble[0].body
+    assert "search hit" in body and "[context]" in body  # hits disclosed, then a leaf spliced
+    assert helped.info.spent == helped.nav.spent > alone.info.spent
+    assert helped.nav.shown_tokens >= helped.nav.spent
+
+
+def test_a_close_ends_the_prefetch_so_what_was_shown_stays_charged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Scripted:
+        def __init__(self) -> None:
+            self.actions: list[NavAction] = []
+
+        def prepare(self, manifest: Any) -> None:
+            first = manifest.children_of(manifest.root_id)[0]
+            self.actions = [
+                NavAction(verb="search", query="sheet balance", k=3),
+                NavAction(verb="close", ids=(first,)),
+                NavAction(verb="open", ids=(first,)),
+            ]
+
+        def decide(self, query: str, frontier: Any, budget_remaining: int) -> NavAction:
+            return self.actions.pop(0)
+
+    monkeypatch.setattr(navigated_module, "make_navigator", lambda name: Scripted())
+    session = session_for(ledger(), scripted([]))
+    plan = NavigatedPolicy(NavigatedConfig(navigator="subtree-scan")).plan(
+        session.counter, session.state, BUDGET
+    )
+    assert plan.nav is not None
+    body = plan.loop.preamble[0].body
+    assert "search hit" in body and "[context]" not in body  # the open after the close: never
+    assert plan.info.spent == plan.nav.spent

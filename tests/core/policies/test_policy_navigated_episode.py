@@ -204,8 +204,9 @@ class Episode:
 def run_episode(policy: NavigatedPolicy | None = None) -> Episode:
     backend = ScriptedBackend(navigator)
     session = ContextSession(start(), ByteCounter(), backend)
+    # The scripted explorer navigates by itself; no prefetching navigator spends its budget.
     policy = policy or NavigatedPolicy(
-        NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12)
+        NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12, navigator=None)
     )
     episode = Episode()
     for step in range(1, STEPS + 1):
