@@ -52,6 +52,7 @@ from picocontext.build.shape import (
 from picocontext.build.signals import IdfSnapshot, Signals, node_text
 from picocontext.cancel import CancelToken
 from picocontext.manifest.model import Manifest
+from picocontext.manifest.runtime import ViewLevel
 from picocontext.manifest.session import DEFAULT_PROTOCOL
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
 from picocontext.manifest.validate import dump_json
@@ -83,12 +84,16 @@ class BuildOptions(BaseModel):
     # a build because the default protocol (three times longer) would not have fitted.
     # ``None``: the default protocol, the manifest's own usage text.
     check_protocol: str | None = None
+    # The view level the reader is shown (its frontier lines). The oracle walks at that level:
+    # a policy that shows brief lines must not be refused a build because full lines (with
+    # their "when" and keys, about twice as long) would not have fitted.
+    check_view: ViewLevel = "full"
 
 
 def _checked(manifest: Manifest, counter: TextCounter, options: BuildOptions) -> CheckResult:
     """The self-check with the protocol text the reader will be shown."""
     protocol = options.check_protocol if options.check_protocol is not None else DEFAULT_PROTOCOL
-    return self_check(manifest, counter, protocol)
+    return self_check(manifest, counter, protocol, view=options.check_view)
 
 
 class Progress:

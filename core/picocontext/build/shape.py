@@ -28,6 +28,7 @@ from picocontext.build.ir import IdRegistry, SourceNode
 from picocontext.build.signals import Signals
 from picocontext.manifest.errors import BudgetTooSmall, DisclosureRefused, ManifestError
 from picocontext.manifest.model import Manifest
+from picocontext.manifest.runtime import ViewLevel
 from picocontext.manifest.schema import schema_errors
 from picocontext.manifest.session import DEFAULT_PROTOCOL, ModeConfig, NavSession
 from picocontext.manifest.tokens import TextCounter
@@ -262,7 +263,7 @@ def oracle_cost(
 
 
 def _oracle_all(
-    manifest: Manifest, counter: TextCounter, protocol: str
+    manifest: Manifest, counter: TextCounter, protocol: str, view: ViewLevel = "full"
 ) -> tuple[dict[str, int], dict[str, int | None]]:
     """Oracle cost of every leaf: one session per parent branch opens the ancestors once,
     then opens and closes each leaf below it. Closing reclaims the splice exactly, so each
@@ -274,7 +275,12 @@ def _oracle_all(
     unreachable: dict[str, int | None] = {}
     for leaves in by_parent.values():
         try:
-            session = NavSession(manifest, config=ORACLE_VIEW, counter=counter, protocol=protocol)
+            config = (
+                ORACLE_VIEW
+                if view == "full"
+                else ModeConfig(view_level=view, inline_small_leaves=False)
+            )
+            session = NavSession(manifest, config=config, counter=counter, protocol=protocol)
             for nid in manifest.ancestors(leaves[0])[1:]:
                 session.open(nid)
         except (DisclosureRefused, BudgetTooSmall):
@@ -297,6 +303,7 @@ def self_check(
     protocol: str = DEFAULT_PROTOCOL,
     *,
     jsonschema: bool = False,
+    view: ViewLevel = "full",
 ) -> CheckResult:
     """Schema (the pydantic models the JSON Schema is generated from; with ``jsonschema`` also
     the generated schema itself), structure, baseline and oracle reachability."""
@@ -316,7 +323,7 @@ def self_check(
     leaves = manifest.leaf_ids
     if not problems:
         try:
-            costs, unreachable = _oracle_all(manifest, counter, protocol)
+            costs, unreachable = _oracle_all(manifest, counter, protocol, view)
         except ManifestError as exc:
             problems.append(f"oracle: {exc.message}")
             costs = {}

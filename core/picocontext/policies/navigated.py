@@ -223,6 +223,12 @@ class NavigatedConfig(BaseModel):
     # 4,096-token window eight reserved steps took a sixth of the window from reading.
     max_steps: int | None = Field(default=None, ge=1, le=16)
     view_level: ViewLevel = "brief"
+    # The view the archive's reachability self-check walks at. None: the view the model is
+    # shown (view_level), the exact check. "full" prices every line with its "when" and keys,
+    # about twice a brief line: the compiler then builds a narrower tree with smaller pages,
+    # which suits a reader that wanders without closing, but refuses long archives the model
+    # could read (live, a 16-step history then failed at step 6 instead of 14 in a replay).
+    check_view: ViewLevel | None = None
     segment_records: int = Field(default=8, ge=1, le=64)
     group_width: int = Field(default=5, ge=2, le=64)
     min_nav_tokens: int = Field(default=64, ge=1)
@@ -690,6 +696,7 @@ class NavigatedPolicy:
             leaf_share=cfg.leaf_share,
             reveal_share=cfg.reveal_share,
             check_protocol=PROTOCOL,
+            check_view=cfg.check_view or cfg.view_level,
         )
         started = time.perf_counter()
         try:

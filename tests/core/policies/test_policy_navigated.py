@@ -56,6 +56,9 @@ from picocontext.report import RunReport
 # The model navigates alone (the default, said explicitly): these tests drive the tool
 # protocol itself, which a prefetching navigator would partly do for it.
 ALONE = NavigatedConfig(navigator=None)
+# Checked at the full view (lines with "when" and keys): these scenarios need an archive the
+# default tail cannot leave room for, which the exact check at the brief view would admit.
+CHECKED_FULL = NavigatedConfig(navigator=None, check_view="full")
 
 
 def turn_with_info(
@@ -793,7 +796,7 @@ def feed_snapshot(steps: int = 2, noise: int = 80) -> Snapshot:
 def test_records_bigger_than_the_reading_budget_are_paged_reachably() -> None:
     snapshot = feed_snapshot()
     session = session_for(snapshot, scripted([]))
-    policy = NavigatedPolicy(ALONE)
+    policy = NavigatedPolicy(CHECKED_FULL)
     # With the default tail (data-2 shown in full) about 3,000 bytes are left for reading:
     # less than data-1, and too little for any paging of it (every page's index line costs
     # room too), so the tail has to give way to the archive.
@@ -835,7 +838,7 @@ def test_a_refused_archive_is_not_recompiled_on_the_next_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     state = session_for(feed_snapshot(), scripted([])).state
-    policy = NavigatedPolicy()
+    policy = NavigatedPolicy(CHECKED_FULL)
     first = policy.plan(ByteCounter(), state, FEED_BUDGET)
     assert len(policy._refused) >= 1  # the default tail's archive was refused once
     calls: list[object] = []
@@ -909,8 +912,10 @@ def test_fewer_reserved_steps_leave_more_to_read_in_a_small_window() -> None:
     )
     state = session_for(feed_snapshot(steps=3, noise=12), scripted([])).state
     # nav_share 0.6: the room, not the share, limits reading here
-    auto = NavigatedPolicy(NavigatedConfig(nav_share=0.6, tail_share=0.2))
-    eight = NavigatedPolicy(NavigatedConfig(nav_share=0.6, tail_share=0.2, max_steps=8))
+    auto = NavigatedPolicy(NavigatedConfig(nav_share=0.6, tail_share=0.2, check_view="full"))
+    eight = NavigatedPolicy(
+        NavigatedConfig(nav_share=0.6, tail_share=0.2, max_steps=8, check_view="full")
+    )
     auto_plan = auto.plan(ByteCounter(), state, budget)
     eight_plan = eight.plan(ByteCounter(), state, budget)
     assert auto_plan.loop.max_steps == NavigatedConfig().steps_for(budget.context_window) < 8
@@ -961,3 +966,23 @@ def test_a_close_ends_the_prefetch_so_what_was_shown_stays_charged(
     body = plan.loop.preamble[0].body
     assert "search hit" in body and "[context]" not in body  # the open after the close: never
     assert plan.info.spent == plan.nav.spent
+
+
+def test_the_archive_is_checked_at_the_view_the_model_is_shown() -> None:
+    """The default tail's archive fails a check priced at full lines but passes the exact one
+    at the brief lines the model reads, and every archived leaf is then reachable through
+    the policy's own tools at that view."""
+    state = session_for(feed_snapshot(), scripted([])).state
+    full = NavigatedPolicy(CHECKED_FULL)
+    full.plan(ByteCounter(), state, FEED_BUDGET)
+    assert len(full._refused) >= 1
+    exact = NavigatedPolicy(ALONE)
+    plan = exact.plan(ByteCounter(), state, FEED_BUDGET)
+    assert not exact._refused and plan.info.manifest is not None
+    manifest = plan.info.manifest
+    for leaf in manifest.leaf_ids:
+        fresh = exact.plan(ByteCounter(), state, FEED_BUDGET)
+        assert fresh.info.compiled == "reused"
+        for nid in [*manifest.ancestors(leaf)[1:], leaf]:
+            result = fresh.loop.execute("open", json.dumps({"id": nid}))
+            assert result.ok, (leaf, result.text)

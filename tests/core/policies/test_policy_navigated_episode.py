@@ -204,9 +204,13 @@ class Episode:
 def run_episode(policy: NavigatedPolicy | None = None) -> Episode:
     backend = ScriptedBackend(navigator)
     session = ContextSession(start(), ByteCounter(), backend)
-    # The scripted explorer navigates by itself; no prefetching navigator spends its budget.
+    # The scripted explorer navigates by itself (no prefetching navigator spends its budget)
+    # and opens branch after branch without closing, so it needs the narrower tree and the
+    # smaller pages a build checked at the full view gives (see NavigatedConfig.check_view).
     policy = policy or NavigatedPolicy(
-        NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12, navigator=None)
+        NavigatedConfig(
+            tail_share=0.3, nav_share=0.45, max_steps=12, navigator=None, check_view="full"
+        )
     )
     episode = Episode()
     for step in range(1, STEPS + 1):
