@@ -73,7 +73,9 @@ def test_max_wait_bounds_the_delay_under_a_steady_stream(make_distiller: MakeDis
 def test_create_then_delete_in_one_window_leaves_no_node(make_distiller: MakeDistiller) -> None:
     s = FakeSummarizer()
     d = make_distiller(summarizer=s)
-    with DistillWorker(d, debounce=0.5) as worker:
+    # A window long enough that a loaded machine (a SQLite commit per mark) cannot let the
+    # sweep run between the two marks: at 0.5 s this failed about one run in three under load.
+    with DistillWorker(d, debounce=3.0) as worker:
         worker.mark(note("tmp", "short lived"))
         worker.mark_delete("note", "tmp")
         _wait(lambda: worker.idle() and any(r.processed for r in worker.reports))
