@@ -71,8 +71,14 @@ def _seconds(value: float) -> str:
 
 
 def task_name(report: dict[str, Any]) -> str:
+    """Scenario, steps and the seeds: the same task on another seed is another episode, so
+    its row must neither look like nor replace the first seed's."""
     config = report["configuration"]
-    return f"{config['scenario']} ×{config['step_count']}"
+    base = f"{config['scenario']} ×{config['step_count']}"
+    seeds = [str(s) for s in config.get("seeds") or ()]
+    if not seeds:
+        return base
+    return f"{base}, {'seed' if len(seeds) == 1 else 'seeds'} {', '.join(seeds)}"
 
 
 RowKey = tuple[str, str, str, str]  # model, decoding, task, policy

@@ -31,7 +31,7 @@ def test_rows_quote_the_summary(report_path: Path) -> None:
     assert len(lines) == 2 + 2 * len(policies)
     for line, entry in zip(lines[2:], policies, strict=False):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[0] == "retention ×4" and cells[1] == entry["policy"]
+        assert cells[0] == "retention ×4, seeds 17, 29" and cells[1] == entry["policy"]
         episodes = entry["episodes"]
         assert cells[2].startswith(f"{episodes['successes']}/{episodes['trials']} (")
         assert cells[4] == f"{entry['total_input_tokens']:,}"
@@ -90,3 +90,12 @@ def test_setup_columns_and_a_later_row_replacing_an_earlier_one(report_path: Pat
     # without --latest both rows stay, and nothing is noted
     plain = markdown_table([report, rerun], setup=True)
     assert "Replaced" not in plain and plain.count(f"| {replaced} |") == 2
+
+
+def test_another_seed_is_another_row_even_with_latest(report_path: Path) -> None:
+    report = load_report(report_path)
+    other = json.loads(json.dumps(report))
+    other["configuration"]["seeds"] = [31]
+    table = markdown_table([report, other], setup=True, latest=True)
+    assert "Replaced" not in table
+    assert "retention ×4, seed 31" in table and "retention ×4, seeds 17, 29" in table
