@@ -47,7 +47,7 @@ from picocontext import (
     Role,
     Snapshot,
 )
-from picocontext.policies.navigated import INDEX_HEADER
+from picocontext.policies import NAVIGATED_INDEX_HEADER
 from picocontext_diagnostics.errors import AnswerFormatError
 from picocontext_diagnostics.fixtures import dumps_sorted
 from picocontext_diagnostics.grading import (
@@ -203,7 +203,7 @@ class DeterministicNotebookBackend:
         for r in prompt.input.control_records:
             if r.role is Role.TOOL:
                 results.append(r.body)
-            elif r.role is Role.USER and r.body.startswith(INDEX_HEADER):
+            elif r.role is Role.USER and r.body.startswith(NAVIGATED_INDEX_HEADER):
                 # What a navigator prefetched is spliced in as leaves, each under its own
                 # breadcrumb: placed like an opened leaf, so the reading order holds.
                 results.extend(_PREFETCHED.split(r.body))

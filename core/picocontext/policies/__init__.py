@@ -15,6 +15,7 @@ from picocontext.policies.compaction import (
     CompactionSettings,
 )
 from picocontext.policies.distilled import DistilledConfig, DistilledPolicy, DistilledTurn
+from picocontext.policies.navigated import INDEX_HEADER as NAVIGATED_INDEX_HEADER
 from picocontext.policies.navigated import NavigatedConfig, NavigatedPolicy, NavigatedTurn
 from picocontext.policies.registry import (
     ENTRY_POINT_GROUP,
@@ -32,6 +33,7 @@ from picocontext.policies.sliding_window import SlidingWindowPolicy, SlidingWind
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "NAVIGATED_INDEX_HEADER",
     "SUMMARY_GUIDANCE",
     "SUMMARY_MARK",
     "AppendOnlyPolicy",
