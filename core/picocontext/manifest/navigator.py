@@ -187,8 +187,9 @@ def _alternatives(name: str, values: Sequence[str]) -> str:
 
 def reply_lark(options: ReplyOptions) -> str:
     """The grammar of one navigator reply: exactly ``OPEN <id>`` (or the bare id),
-    ``LOOK <id>[, <id>]``, ``RELATED <id>``, ``FILTER key=value`` or ``STOP``, each verb only when it has something
-    valid to name, each id one of the listed ones (no free text, nothing after the line)."""
+    ``LOOK <id>[, <id>]``, ``RELATED <id>``, ``FILTER key=value`` or ``STOP``, each verb
+    only when it has something valid to name, each id one of the listed ones (no free
+    text, nothing after the line)."""
     verbs = ['"STOP"']
     rules = []
     if options.openable:
