@@ -11,18 +11,25 @@ budget, search the manifest's descriptors (the hits are disclosed and charged), 
 * :class:`LLMNavigator` drives any :class:`picocontext.backend.ChatModel` with a stated
   one-line protocol (``OPEN <id>`` / ``LOOK <id>[, <id>]`` / ``STOP``); options carry title,
   leaf/branch, depth, cost and see-also links, and an invalid reply is re-prompted once with the
-  reason (fix B23).
+  reason (fix B23). With ``decoding="constrained"`` (a model that accepts a grammar per chat
+  call, :class:`GrammarChatModel`) the reply is decoded under a grammar that admits exactly
+  the verbs offered with the ids valid at this step, so a small model cannot name a node that
+  is not on the frontier or that the budget cannot pay for, and no re-prompt is needed.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from picocontext.backend import ChatMessage, ChatModel
+from picocontext.backend import ChatMessage, ChatModel, ModelResponse, ToolSpec
+from picocontext.cancel import CancelToken
+from picocontext.errors import ModelError
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.runtime import FrontierEntry, node_terms
 from picocontext.manifest.text import IdfTable, score, terms
@@ -135,30 +142,119 @@ def _option_line(e: FrontierEntry) -> str:
     return line
 
 
+GRAMMAR_SYNTAX = "lark"  # llguidance's Lark dialect
+
+
+@runtime_checkable
+class GrammarChatModel(Protocol):
+    """A chat model that can decode one reply under a grammar (``grammar_syntax`` names the
+    dialect: ``"lark"``, llguidance's). The reply stops at the end of the grammar."""
+
+    grammar_syntax: str
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        tools: Sequence[ToolSpec] = (),
+        cancel: CancelToken | None = None,
+        *,
+        grammar: str | None = None,
+    ) -> ModelResponse: ...
+
+
+class ReplyOptions(BaseModel):
+    """What a reply may name at one step: the ids each verb accepts (empty: verb not offered)
+    and the FILTER pairs. Built from the frontier and budget, it is both the grammar's source
+    and the free parser's check."""
+
+    model_config = ConfigDict(frozen=True)
+
+    openable: tuple[str, ...]
+    lookable: tuple[str, ...] = ()
+    linked: tuple[str, ...] = ()
+    facets: tuple[str, ...] = ()  # "key=value"
+    max_look: int = 2
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _alternatives(name: str, values: Sequence[str]) -> str:
+    return f"{name}: " + " | ".join(_literal(v) for v in values) + "\n"
+
+
+def reply_lark(options: ReplyOptions) -> str:
+    """The grammar of one navigator reply: exactly ``OPEN <id>`` (or the bare id),
+    ``LOOK <id>[, <id>]``, ``RELATED <id>``, ``FILTER key=value`` or ``STOP``, each verb
+    only when it has something valid to name, each id one of the listed ones (no free
+    text, nothing after the line)."""
+    verbs = ['"STOP"']
+    rules = []
+    if options.openable:
+        # A bare id is an OPEN, as in free decoding: small models often answer with just
+        # the id, and forbidding that form pushes a greedy reply onto the next verb (STOP).
+        verbs.extend(['"OPEN " open_id', "open_id"])
+        rules.append(_alternatives("open_id", options.openable))
+    if options.lookable:
+        more = ' (", " look_id)?' * (options.max_look - 1)
+        verbs.append(f'"LOOK " look_id{more}')
+        rules.append(_alternatives("look_id", options.lookable))
+    if options.linked:
+        verbs.append('"RELATED " related_id')
+        rules.append(_alternatives("related_id", options.linked))
+    if options.facets:
+        verbs.append('"FILTER " facet')
+        rules.append(_alternatives("facet", options.facets))
+    return "start: " + " | ".join(verbs) + "\n" + "".join(rules)
+
+
+Decoding = Literal["free", "constrained"]
+
+
 class LLMNavigator:
     """Asks a chat model for the next step with a stated one-line protocol. Deterministic when
     the model is greedy. ``allow_lateral`` adds the RELATED and FILTER verbs (FILTER only when
-    the manifest has facets, whose vocabulary is listed in the prompt)."""
+    the manifest has facets, whose vocabulary is listed in the prompt).
 
-    name = "llm"
+    ``decoding="constrained"`` decodes every reply under :func:`reply_lark` (the model must be
+    a :class:`GrammarChatModel`); its name in an eval is ``llm-constrained``. In that mode LOOK
+    names only entries not yet shown in full and RELATED only entries whose links lead
+    somewhere not yet visible: the grammar offers only steps that disclose something."""
 
     def __init__(
         self,
         model: ChatModel,
         *,
-        max_tokens: int = 24,
+        max_tokens: int | None = None,
         protocol: str = "",
         allow_look: bool = True,
         allow_lateral: bool = True,
+        decoding: Decoding = "free",
     ) -> None:
+        if decoding == "constrained" and not (
+            isinstance(model, GrammarChatModel) and model.grammar_syntax == GRAMMAR_SYNTAX
+        ):
+            raise ModelError(
+                f"{model.model_id} cannot decode under a grammar, so the constrained LLM "
+                "navigator cannot use it; load a local MLX model or use decoding='free'."
+            )
         self.model = model
-        self.max_tokens = max_tokens
+        self._grammar_model = model if isinstance(model, GrammarChatModel) else None
+        self.decoding: Decoding = decoding
+        self.name = "llm-constrained" if decoding == "constrained" else "llm"
+        # A constrained reply ends with its structure, so a roomier cap costs nothing and
+        # keeps long ids from being cut off.
+        self.max_tokens = max_tokens or (96 if decoding == "constrained" else 24)
         self.protocol = protocol
         self.allow_look = allow_look
         self.allow_lateral = allow_lateral
         self.facet_vocab: dict[str, list[str]] = {}
         self.calls = 0
         self.reprompts = 0
+        self.invalid = 0  # replies that did not parse (free: each one; constrained: none expected)
+        self.seconds = 0.0  # wall time inside model.chat
         self.transcript: list[tuple[str, str]] = []
 
     def prepare(self, manifest: Manifest) -> None:
@@ -238,23 +334,58 @@ class LLMNavigator:
             return NavAction(verb="look", ids=ids)
         return NavAction(verb="open", ids=ids[:1])
 
+    def options(self, frontier: Sequence[FrontierEntry], budget_remaining: int) -> ReplyOptions:
+        """The ids each verb may name now (the constrained grammar's vocabulary)."""
+        openable = [e for e in frontier if not e.expanded and e.expand_cost <= budget_remaining]
+        visible = {e.node_id for e in frontier}
+        look = [e.node_id for e in openable if e.level != "full"] if self.allow_look else []
+        lateral = self.allow_lateral
+        linked = [e.node_id for e in frontier if lateral and set(e.links) - visible]
+        pairs = [f"{k}={v}" for k, vs in self.facet_vocab.items() for v in vs] if lateral else []
+        return ReplyOptions(
+            openable=tuple(e.node_id for e in openable),
+            lookable=tuple(look),
+            linked=tuple(linked),
+            facets=tuple(pairs),
+        )
+
     def decide(
         self, query: str, frontier: Sequence[FrontierEntry], budget_remaining: int
     ) -> NavAction:
-        messages = self.prompt(query, frontier, budget_remaining)
-        valid = {
-            e.node_id for e in frontier if not e.expanded and e.expand_cost <= budget_remaining
-        }
-        linked = {e.node_id for e in frontier if e.links}
-        if not valid:
+        options = self.options(frontier, budget_remaining)
+        if not options.openable:
             return NavAction.stop("no affordable options")
+        messages = self.prompt(query, frontier, budget_remaining)
+        if self.decoding == "constrained":
+            reply = self._ask(messages, reply_lark(options))
+            parsed = parse_constrained(reply, options)
+            if isinstance(parsed, NavAction):
+                return parsed
+            self.invalid += 1
+            return NavAction.stop(f"constrained reply unusable: {parsed}")
+        return self._decide_free(messages, frontier, set(options.openable))
+
+    def _ask(self, messages: list[ChatMessage], grammar: str | None = None) -> str:
+        self.calls += 1
+        started = time.perf_counter()
+        if grammar is not None and self._grammar_model is not None:
+            response = self._grammar_model.chat(messages, self.max_tokens, grammar=grammar)
+        else:
+            response = self.model.chat(messages, max_tokens=self.max_tokens)
+        self.seconds += time.perf_counter() - started
+        self.transcript.append((messages[-1].content, response.text))
+        return response.text
+
+    def _decide_free(
+        self, messages: list[ChatMessage], frontier: Sequence[FrontierEntry], valid: set[str]
+    ) -> NavAction:
+        linked = {e.node_id for e in frontier if e.links}
         for attempt in range(2):
-            self.calls += 1
-            reply = self.model.chat(messages, max_tokens=self.max_tokens).text
-            self.transcript.append((messages[-1].content, reply))
+            reply = self._ask(messages)
             parsed = self.parse(reply, valid, linked)
             if isinstance(parsed, NavAction):
                 return parsed
+            self.invalid += 1
             if attempt == 0:
                 self.reprompts += 1
                 ids = ", ".join(sorted(valid)[:30])
@@ -267,3 +398,31 @@ class LLMNavigator:
                     ),
                 ]
         return NavAction.stop("invalid reply twice")
+
+
+def parse_constrained(reply: str, options: ReplyOptions) -> NavAction | str:
+    """Read a reply decoded under :func:`reply_lark` (exact forms only); the ids are checked
+    again, so a model that ignored the grammar is caught, not trusted."""
+    verb, _, rest = reply.strip().partition(" ")
+    named = tuple(rest.split(", ")) if rest else ()
+    allowed = {
+        "OPEN": options.openable,
+        "LOOK": options.lookable,
+        "RELATED": options.linked,
+        "FILTER": options.facets,
+    }
+    if verb == "STOP" and not rest:
+        return NavAction.stop("model stopped")
+    if not rest and verb in options.openable:
+        return NavAction(verb="open", ids=(verb,), reason="bare id")
+    if verb not in allowed or not named:
+        return f"the reply {reply[:80]!r} is not one of the offered forms"
+    bad = [i for i in named if i not in allowed[verb]]
+    if bad or (verb != "LOOK" and len(named) > 1) or len(named) > options.max_look:
+        return f"{verb} cannot name {', '.join(bad or named)!r} here"
+    if verb == "FILTER":
+        key, _, value = named[0].partition("=")
+        return NavAction(verb="filter", facets={key: value})
+    if verb == "LOOK":
+        return NavAction(verb="look", ids=named)
+    return NavAction(verb="open" if verb == "OPEN" else "related", ids=named)

@@ -10,7 +10,9 @@ With constrained decoding on, each protocol action can only produce a well-forme
   specs, so an ``enum`` a policy puts into a schema is enforced exactly as the model read it),
   *or* the answer: the task's answer JSON when the input carries ``answer_schema_json``, else
   free text that does not start a tag;
-* an answer whose task defines a JSON shape (``answer_schema_json`` on a completion input).
+* an answer whose task defines a JSON shape (``answer_schema_json`` on a completion input);
+* any chat reply a caller gives a Lark grammar for (``MLXModel.chat(grammar=...)``, e.g. the
+  constrained LLM navigator's verb and node id).
 
 JSON is written compactly (``": "`` and ``", "`` separators) with object members in the order
 the schema lists them (tool specs are key-sorted JSON, so the order the prompt shows).
@@ -225,8 +227,8 @@ class DecisionGrammar:
         if matcher.is_error():
             raise ModelError(
                 f"The constraint grammar was rejected ({matcher.get_error()}); a tool or "
-                "answer schema uses JSON-schema features llguidance cannot enforce. Simplify "
-                "the schema or use free decoding."
+                "answer schema uses JSON-schema features llguidance cannot enforce, or a "
+                "caller's Lark grammar is malformed. Simplify it or use free decoding."
             )
         return matcher
 
@@ -265,6 +267,18 @@ def input_processor(model: MLXModel, model_input: ModelInput) -> LogitsProcessor
     lark = input_lark(model_input, grammar.special_tags)
     if lark is None:
         return None
+    return mask_processor(grammar.matcher_for(lark), grammar.vocab_size, grammar.timings)
+
+
+def check_lark(grammar: DecisionGrammar, lark: str) -> None:
+    """Refuse a caller's grammar before any generation starts (a clear ModelError), rather
+    than on the worker thread in the middle of a call."""
+    grammar.matcher_for(lark)
+
+
+def lark_processor(model: MLXModel, lark: str) -> LogitsProcessor:
+    """The constraint for one chat generation under a caller's grammar (``chat(grammar=)``)."""
+    grammar = model.decision_grammar()
     return mask_processor(grammar.matcher_for(lark), grammar.vocab_size, grammar.timings)
 
 

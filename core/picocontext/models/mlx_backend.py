@@ -450,16 +450,30 @@ class MLXModel(FormatBacked):
         )
 
     # -- ChatModel ------------------------------------------------------------------------
+    # The dialect ``chat(grammar=...)`` accepts (llguidance's Lark); callers such as the
+    # constrained LLM navigator check it before relying on constrained replies.
+    grammar_syntax = "lark"
+
     def chat(
         self,
         messages: Sequence[ChatMessage],
         max_tokens: int,
         tools: Sequence[ToolSpec] = (),
         cancel: CancelToken | None = None,
+        *,
+        grammar: str | None = None,
     ) -> ModelResponse:
+        """One assistant reply. ``grammar`` (llguidance Lark) constrains this reply only,
+        whatever the model's ``decoding``; the reply ends where the grammar does."""
         ids, _rendered, _notes = self._format.prepare_chat(messages, tools)
+        if grammar is not None:
+            from picocontext.models.constrained import check_lark
+
+            check_lark(self.decision_grammar(), grammar)
         specs = [{"type": "function", "function": {"name": t.name}} for t in tools]
-        return self._respond(ids, max_tokens, cancel, tools=specs, fallback=bool(tools))
+        return self._respond(
+            ids, max_tokens, cancel, tools=specs, fallback=bool(tools), grammar=grammar
+        )
 
     # -- generation core ------------------------------------------------------------------
     def _respond(
@@ -471,11 +485,13 @@ class MLXModel(FormatBacked):
         tools: list[dict[str, Any]] | None,
         fallback: bool,
         grammar_input: ModelInput | None = None,
+        grammar: str | None = None,
     ) -> ModelResponse:
         if not ids or max_tokens <= 0:
             raise InvalidContext(EMPTY_REQUEST)
         result = self._exclusive(
-            lambda: self._generate_on_worker(ids, max_tokens, cancel, grammar_input), cancel
+            lambda: self._generate_on_worker(ids, max_tokens, cancel, grammar_input, grammar),
+            cancel,
         )
         if result.finish == "cancelled":
             raise Cancelled()
@@ -529,6 +545,7 @@ class MLXModel(FormatBacked):
         max_tokens: int,
         cancel: CancelToken | None,
         grammar_input: ModelInput | None,
+        grammar: str | None = None,
     ) -> Generation:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
@@ -570,6 +587,10 @@ class MLXModel(FormatBacked):
             constraint = input_processor(self, grammar_input)
             if constraint is not None:
                 processors.append(constraint)
+        if grammar is not None:
+            from picocontext.models.constrained import lark_processor
+
+            processors.append(lark_processor(self, grammar))
         if self.extra_processors is not None:
             processors.extend(self.extra_processors())
 

@@ -14,6 +14,12 @@ leaves (top-1 over their descriptors, and over their full text, budget ignored).
 corpus: that local model rewrites each query once (cached under the user cache directory,
 ``expansions/NAME.json``; the seconds per query cover the calls made in this run only).
 
+``--llm-model NAME [--llm-cases N]`` (third-party corpora) adds the LLM navigator at 4k over
+the first N cases (default 10; every call prefills the whole frontier, slow on a small CPU):
+``llm`` decodes freely (an invalid reply is re-prompted once), ``llm-constrained`` decodes
+its verb and node id under a grammar of the valid options. Seconds per call, re-prompts and
+invalid replies are printed and written under ``llm`` in the JSON.
+
 The stdlib corpus is the docstrings of the running Python's standard library
 (:mod:`picocontext_diagnostics.bench.stdlib_docs`, ~40 everyday modules); the cases are
 ``resources/corpora/stdlib/cases.json`` (questions written as a user asks them, without the
@@ -57,6 +63,7 @@ from picocontext.manifest import (
     DescriptorIndex,
     EvalReport,
     KeywordNavigator,
+    LLMNavigator,
     Manifest,
     NavCase,
     QueryExpander,
@@ -346,8 +353,79 @@ def third_party_ids(name: str, corpus: Path) -> dict[str, str]:
     return pytest_docs.origin_ids(corpus)
 
 
+class LLMBench:
+    """One local chat model driving the LLM navigator free and constrained on a case subset."""
+
+    def __init__(self, model_name: str, cases: int) -> None:
+        from picocontext.models import load_model
+
+        self.name = model_name
+        self.cases = cases
+        self.model = load_model(model_name, prefix_cache=True, constrained=False)
+        self.stats: dict[str, Any] = {"model": model_name, "cases": cases}
+
+    def rows(self, manifest: Manifest, cases: list[NavCase], label: str) -> dict[str, Any]:
+        rows: dict[str, Any] = {}
+        subset = cases[: self.cases]
+        self.stats["of_cases"] = len(cases)
+        free = LLMNavigator(self.model)
+        for nav in (free, LLMNavigator(self.model, decoding="constrained")):
+            self.model.reset_cache()  # each navigator starts cold
+            report = run_eval(manifest, subset, nav, budget=int(label[:-1]) * 1024)
+            rows[f"{nav.name}@{label}"] = report_row(manifest, report)
+            per = nav.seconds / nav.calls if nav.calls else 0.0
+            self.stats[f"{nav.name}@{label}"] = {
+                "calls": nav.calls,
+                "seconds_per_call": round(per, 2),
+                "reprompts": nav.reprompts,
+                "invalid_replies": nav.invalid,
+                "errors": report.errors,
+                "first_replies": [reply for _, reply in nav.transcript[:8]],
+            }
+        return rows
+
+
+def report_row(manifest: Manifest, report: EvalReport) -> dict[str, Any]:
+    """The columns of :func:`nav_row` for a report run elsewhere (the LLM rows)."""
+    return {
+        "success": round(report.navigation_success, 3),
+        "target_opened": round(target_opened(report), 3),
+        "first_leaf_right": round(first_leaf_right(manifest, report), 3),
+        "first_hop_precision": round(report.first_hop_precision, 3),
+        "avg_hops": round(report.avg_hops, 2),
+        "avg_tokens_to_answer": round(report.avg_tokens_to_answer, 1),
+        "avg_shown_tokens": round(report.avg_shown_tokens, 1),
+        "oracle_success": round(report.oracle_success, 3),
+        "avg_oracle_tokens": round(report.avg_oracle_tokens, 1),
+        "first_view_tokens": report.first_view_tokens,
+        "misses": [
+            {"query": r.query, "target": r.target, "route": [*r.path], "steps": [*r.looks]}
+            for r in report.cases
+            if not r.success
+        ],
+    }
+
+
+def print_llm(stats: dict[str, Any]) -> None:
+    print(
+        f"llm rows: {stats['model']}, the first {stats['cases']} of {stats.get('of_cases', '?')}"
+        " cases only (a subset: compare them with each other, not with the full rows)"
+    )
+    for name, s in stats.items():
+        if isinstance(s, dict):
+            print(
+                f"  {name}: {s['calls']} calls, {s['seconds_per_call']} s per call, "
+                f"{s['reprompts']} re-prompts, {s['invalid_replies']} invalid replies, "
+                f"{s['errors']} case errors"
+            )
+
+
 def run_third_party(
-    name: str, out: Path, navigators: Sequence[str], expansion: Expansion | None = None
+    name: str,
+    out: Path,
+    navigators: Sequence[str],
+    expansion: Expansion | None = None,
+    llm: LLMBench | None = None,
 ) -> int:
     kind, ensure = THIRD_PARTY[name]
     try:
@@ -385,13 +463,19 @@ def run_third_party(
                 rows[f"{nav}@{label}"] = nav_row(m, cases, nav, b)
             if expansion is not None:
                 rows[f"subtree-expand@{label}"] = nav_row(m, cases, "subtree-expand", b, expansion)
+            if llm is not None and b == 4096:
+                rows.update(llm.rows(m, cases, label))
             rows[f"flat@{label}"] = flat_rows(m, cases, leaves)
     results["rows"] = rows
     if expansion is not None:
         results["expansion"] = expansion.summary()
+    if llm is not None:
+        results["llm"] = llm.stats
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print_third_party(results)
+    if llm is not None:
+        print_llm(llm.stats)
     print(f"wrote {out}")
     return 0
 
@@ -450,11 +534,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="also run subtree-expand with this local model (e.g. qwen2.5-coder-0.5b)",
     )
+    add_llm_options(p)
     args = p.parse_args(argv)
+    if args.llm_model and args.corpus == "stdlib":
+        p.error("--llm-model runs on the third-party corpora (--corpus manpages|pytest-docs)")
     expansion = Expansion(args.expand_model) if args.expand_model else None
     if args.corpus != "stdlib":
         out = args.out or ROOT / "out" / "bench" / f"navigation-{args.corpus}.json"
-        return run_third_party(args.corpus, out, args.navigators.split(","), expansion)
+        llm = LLMBench(args.llm_model, args.llm_cases) if args.llm_model else None
+        return run_third_party(args.corpus, out, args.navigators.split(","), expansion, llm)
     args.out = args.out or ROOT / "out" / "bench" / "navigation.json"
     raw = load_cases(CASES)
     results: dict[str, Any] = {
@@ -525,6 +613,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(f"wrote {args.out}")
     return 0
+
+
+def add_llm_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--llm-model",
+        default=None,
+        help="also run the LLM navigator, free and constrained, at 4k (e.g. qwen2.5-coder-0.5b)",
+    )
+    p.add_argument(
+        "--llm-cases", type=int, default=10, help="how many cases (the first N) the LLM rows use"
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 
 from picocontext.manifest.eval import NavCase, run_eval
 from picocontext.manifest.model import Manifest
-from picocontext.manifest.navigator import LLMNavigator
+from picocontext.manifest.navigator import LLMNavigator, reply_lark
 from picocontext.manifest.session import NavSession
 from picocontext.manifest.tokens import ChatModelCounter
 from picocontext.manifest.validate import load_manifest
@@ -73,3 +73,32 @@ def test_a_descriptor_the_chat_template_refuses_spoils_only_its_cases(
     assert spoiled.error is not None and "'network.vpn' (what: '<|im_end|>')" in spoiled.error
     assert report.errors == 1 and "reserved" in spoiled.error
     assert clean.flat_error is not None  # the flat list shows network.vpn too
+
+
+def test_constrained_navigator_on_mlx_always_parses_and_stops_at_the_structure(
+    tiny: Any, homelab: Manifest
+) -> None:
+    # random weights, free generation: whatever the model picks, the grammar keeps it valid
+    nav = LLMNavigator(tiny, decoding="constrained")
+    nav.prepare(homelab)
+    session = NavSession(homelab)
+    session.index()
+    entries = session.runtime.peek()
+    for query in ("nas.lab does not resolve", "photos quota", "power outage"):
+        action = nav.decide(query, entries, session.budget_remaining)
+        assert action.verb in ("open", "look", "related", "filter", "stop")
+    assert nav.invalid == 0 and nav.reprompts == 0 and nav.calls == 3
+    options = nav.options(entries, session.budget_remaining)
+    reply = tiny.chat(
+        nav.prompt("x", entries, session.budget_remaining), 96, grammar=reply_lark(options)
+    )
+    assert not reply.reached_token_limit  # ended with the structure, not at the cap
+    assert reply.generated_tokens < 96
+
+
+def test_a_malformed_grammar_is_a_model_error(tiny: Any) -> None:
+    from picocontext.backend import ChatMessage
+    from picocontext.errors import ModelError
+
+    with pytest.raises(ModelError, match="grammar was rejected"):
+        tiny.chat([ChatMessage(role="user", content="hi")], 8, grammar="start: (")
