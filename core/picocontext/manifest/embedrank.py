@@ -135,7 +135,9 @@ class CachedEmbedder:
 
     def save(self) -> None:
         """Write the cache atomically (a reader never sees half a file): the keys and one
-        matrix of their vectors."""
+        matrix of their vectors, merged with what the file holds now (another run of the
+        same model may have saved meanwhile)."""
+        self.vectors = {**self.load(self.path), **self.vectors}
         keys = list(self.vectors)
         if len({self.vectors[k].shape for k in keys}) > 1:
             raise EmbeddingError(f"embeddings of mixed widths for {self.model_id}; not saved")

@@ -204,6 +204,16 @@ def test_a_second_run_asks_the_embedder_nothing(b: Any, tmp_path: Path) -> None:
     assert other.calls == 1  # the key holds the model id
 
 
+def test_saving_keeps_what_another_run_saved(tmp_path: Path) -> None:
+    path = tmp_path / "emb.npz"
+    first, second = (CachedEmbedder(FakeEmbedder(), model_id="m", path=path) for _ in range(2))
+    first(["Resize"])
+    second(["Crop"])
+    first.save()
+    second.save()
+    assert set(CachedEmbedder.load(path)) == {first.key("Resize"), first.key("Crop")}
+
+
 def test_a_missing_or_broken_cache_file_is_an_empty_cache(tmp_path: Path) -> None:
     assert CachedEmbedder.load(tmp_path / "none.npz") == {}
     bad = tmp_path / "bad.npz"
