@@ -7,6 +7,14 @@ navigators, the identity-revalidating loader and the eval harness. ``pcx`` is th
 """
 
 from picocontext.manifest.costs import annotate_costs
+from picocontext.manifest.embedrank import (
+    CachedEmbedder,
+    EmbeddingError,
+    EmbedNavigator,
+    descriptor_text,
+    embeddings_path,
+    mean_pool,
+)
 from picocontext.manifest.errors import (
     BudgetTooSmall,
     DisclosureRefused,
@@ -82,11 +90,14 @@ __all__ = [
     "VIEW_LEVELS",
     "AsyncManifestLoader",
     "BudgetTooSmall",
+    "CachedEmbedder",
     "CaseResult",
     "ChatModelCounter",
     "DescriptorIndex",
     "DescriptorSearch",
     "DisclosureRefused",
+    "EmbedNavigator",
+    "EmbeddingError",
     "EvalError",
     "EvalReport",
     "FetchOutcome",
@@ -132,12 +143,15 @@ __all__ = [
     "ViewLevel",
     "annotate_costs",
     "check_structure",
+    "descriptor_text",
     "dict_resolver",
+    "embeddings_path",
     "generate_schema",
     "identity_of",
     "load_cases",
     "load_manifest",
     "make_navigator",
+    "mean_pool",
     "query_weights",
     "render_line",
     "run_eval",

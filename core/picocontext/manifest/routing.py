@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from picocontext.manifest.index import DescriptorIndex, query_weights
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.navigator import KeywordNavigator, NavAction, Navigator
@@ -83,10 +86,7 @@ class SubtreeNavigator:
     ) -> NavAction:
         fresh = not any(e.expanded or e.via == "@lateral" for e in frontier)
         if query != self._query:
-            self._done, self._query = set(), query  # lateral steps: once per query
-            self._read = set()
-            self._expansion = self.expander(query) if self.expander is not None else ""
-            self._weights = query_weights(query, self._expansion)
+            self._new_query(query)
         elif fresh:
             self._read = set()  # a new walk over the same query
         if self.backout:
@@ -97,7 +97,7 @@ class SubtreeNavigator:
                 self._read.update(self.index.parts(read.node_id) if self.scan else ())
                 self._read.add(read.node_id)
                 return NavAction(verb="close", ids=(read.node_id,), reason="read; not it")
-        scores = self.index.scores(self._weights, frozenset(self._read))
+        scores = self._scores(frozenset(self._read))
         if self.lateral:
             lateral = self._lateral(query, frontier)
             if lateral is not None:
@@ -124,6 +124,16 @@ class SubtreeNavigator:
                 )
         return NavAction.stop("the best entries do not fit the budget")
 
+    def _new_query(self, query: str) -> None:
+        self._done, self._query = set(), query  # lateral steps: once per query
+        self._read = set()
+        self._expansion = self.expander(query) if self.expander is not None else ""
+        self._weights = query_weights(query, self._expansion)
+
+    def _scores(self, skip: frozenset[str]) -> dict[str, float]:
+        """node id -> score of the best leaf below (a subclass may rank leaves its own way)."""
+        return self.index.scores(self._weights, skip)
+
     def _wrong_branch(
         self, best: str, scores: dict[str, float], frontier: Sequence[FrontierEntry]
     ) -> str | None:
@@ -138,7 +148,9 @@ class SubtreeNavigator:
 
     def _lateral(self, query: str, frontier: Sequence[FrontierEntry]) -> NavAction | None:
         """A see-also link from a visible node to the best leaf, else one search per query."""
-        target = self.index.best_leaf(self._weights, frozenset(self._read))
+        scores = self._scores(frozenset(self._read))
+        leaves = [i for i in self.index.manifest.leaf_ids if scores.get(i, 0.0) > 0]
+        target = min(leaves, key=lambda i: (-scores[i], i), default=None)
         if target is None:
             return None
         visible = {e.node_id for e in frontier}
@@ -164,17 +176,30 @@ NAVIGATORS: dict[str, Callable[[], Navigator]] = {
 }
 
 
-MODEL_NAVIGATORS = ("subtree-expand",)
+MODEL_NAVIGATORS = ("subtree-expand", "subtree-embed")
 
 
-def make_navigator(name: str, *, expander: Callable[[str], str] | None = None) -> Navigator:
+def make_navigator(
+    name: str,
+    *,
+    expander: Callable[[str], str] | None = None,
+    embedder: Callable[[Sequence[str]], npt.NDArray[np.floating]] | None = None,
+) -> Navigator:
     """A navigator by name: the model-free ones (``keyword``, ``subtree``,
-    ``subtree-backout``, ``subtree-lateral``) or ``subtree-expand``, which needs an
-    ``expander`` (a :class:`picocontext.manifest.expand.QueryExpander` over a local model)."""
+    ``subtree-backout``, ``subtree-lateral``, ``subtree-scan``), ``subtree-expand``, which
+    needs an ``expander`` (a :class:`picocontext.manifest.expand.QueryExpander` over a local
+    model), or ``subtree-embed``, which needs an ``embedder`` (texts -> one row per text, e.g.
+    a :class:`picocontext.manifest.embedrank.CachedEmbedder` over a model's hidden states)."""
     if name == "subtree-expand":
         if expander is None:
             raise ValueError("the subtree-expand navigator needs an expander (a local model)")
         return SubtreeNavigator(expander=expander)
+    if name == "subtree-embed":
+        if embedder is None:
+            raise ValueError("the subtree-embed navigator needs an embedder (a local model)")
+        from picocontext.manifest.embedrank import EmbedNavigator  # it imports this module
+
+        return EmbedNavigator(embedder)
     try:
         return NAVIGATORS[name]()
     except KeyError:

@@ -13,6 +13,9 @@ leaves (top-1 over their descriptors, and over their full text, budget ignored).
 ``--expand-model NAME`` (e.g. ``qwen2.5-coder-0.5b``) also runs ``subtree-expand`` on every
 corpus: that local model rewrites each query once (cached under the user cache directory,
 ``expansions/NAME.json``; the seconds per query cover the calls made in this run only).
+``--embed-model NAME`` also runs ``subtree-embed`` (:mod:`picocontext.manifest.embedrank`):
+that model's mean-pooled hidden states embed every leaf descriptor and query once (cached
+under the user cache directory, ``embeddings/``; the seconds per text cover this run's calls).
 
 ``--llm-model NAME [--llm-cases N]`` (third-party corpora) adds the LLM navigator at 4k over
 the first N cases (default 10; every call prefills the whole frontier, slow on a small CPU):
@@ -60,6 +63,7 @@ from picocontext.build import path_id
 from picocontext.cli import run_command
 from picocontext.manifest import (
     NAVIGATORS,
+    CachedEmbedder,
     DescriptorIndex,
     EvalReport,
     KeywordNavigator,
@@ -69,6 +73,7 @@ from picocontext.manifest import (
     QueryExpander,
     load_cases,
     make_navigator,
+    mean_pool,
     run_eval,
     terms,
 )
@@ -171,16 +176,20 @@ def score(
     budget: int,
     navigator: str = "keyword",
     expansion: Expansion | None = None,
+    embedding: Embedding | None = None,
 ) -> dict[str, Any]:
     expander = expansion.expander(manifest) if expansion is not None else None
+    embedder = embedding.embedder if embedding is not None else None
     nav = (
         KeywordNavigator()
         if navigator == "keyword"
-        else make_navigator(navigator, expander=expander)
+        else make_navigator(navigator, expander=expander, embedder=embedder)
     )
     report: EvalReport = run_eval(manifest, cases, nav, budget=budget)
     if expansion is not None and expander is not None:
         expansion.keep(expander)
+    if embedding is not None:
+        embedding.keep()
     return {
         "navigation_success": round(report.navigation_success, 3),
         "first_hop_precision": round(report.first_hop_precision, 3),
@@ -233,17 +242,69 @@ class Expansion:
         return {"model": self.name, "calls": self.calls, "seconds_per_query": round(per, 2)}
 
 
+EMBED_BATCH = 16  # texts per forward pass: ~6x faster per text than one at a time on CPU
+
+
+class Embedding:
+    """A local model loaded once for ``subtree-embed``; its descriptor embeddings cached on
+    disk (:class:`picocontext.manifest.CachedEmbedder`)."""
+
+    def __init__(self, model_name: str) -> None:
+        from picocontext.models import load_model
+
+        self.name = model_name
+        self.model = load_model(model_name, prefix_cache=False, constrained=False)
+        self.embedder = CachedEmbedder(self.embed, model_id=self.model.model_id)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Mean-pooled final hidden states, batched by length so padding stays small."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        rows: dict[int, Any] = {}
+        for start in range(0, len(order), EMBED_BATCH):
+            chunk = order[start : start + EMBED_BATCH]
+            states = self.model.hidden_states_batch([texts[i] for i in chunk])
+            for i, vec in zip(chunk, mean_pool(states, self.model.hidden_size), strict=True):
+                rows[i] = vec
+        return [rows[i] for i in range(len(texts))]
+
+    def keep(self) -> None:
+        self.embedder.save()
+
+    def summary(self) -> dict[str, Any]:
+        e = self.embedder
+        per = e.seconds / e.embedded if e.embedded else 0.0
+        return {
+            "model": self.name,
+            "embedded": e.embedded,
+            "cached": e.cached,
+            "seconds_per_text": round(per, 3),
+        }
+
+
+def print_embedding(summary: dict[str, Any]) -> None:
+    print(
+        f"subtree-embed: {summary['model']}, {summary['embedded']} texts embedded this run "
+        f"({summary['seconds_per_text']} s per text), {summary['cached']} served from the "
+        "cache (descriptors and queries)"
+    )
+
+
 def nav_row(
     manifest: Manifest,
     cases: list[NavCase],
     name: str,
     budget: int,
     expansion: Expansion | None = None,
+    embedding: Embedding | None = None,
 ) -> dict[str, Any]:
     expander = expansion.expander(manifest) if expansion is not None else None
-    report = run_eval(manifest, cases, make_navigator(name, expander=expander), budget=budget)
+    embedder = embedding.embedder if embedding is not None else None
+    nav = make_navigator(name, expander=expander, embedder=embedder)
+    report = run_eval(manifest, cases, nav, budget=budget)
     if expansion is not None and expander is not None:
         expansion.keep(expander)
+    if embedding is not None:
+        embedding.keep()
     return {
         "success": round(report.navigation_success, 3),
         "target_opened": round(target_opened(report), 3),
@@ -426,6 +487,7 @@ def run_third_party(
     navigators: Sequence[str],
     expansion: Expansion | None = None,
     llm: LLMBench | None = None,
+    embedding: Embedding | None = None,
 ) -> int:
     kind, ensure = THIRD_PARTY[name]
     try:
@@ -463,12 +525,17 @@ def run_third_party(
                 rows[f"{nav}@{label}"] = nav_row(m, cases, nav, b)
             if expansion is not None:
                 rows[f"subtree-expand@{label}"] = nav_row(m, cases, "subtree-expand", b, expansion)
+            if embedding is not None:
+                row = nav_row(m, cases, "subtree-embed", b, embedding=embedding)
+                rows[f"subtree-embed@{label}"] = row
             if llm is not None and b == 4096:
                 rows.update(llm.rows(m, cases, label))
             rows[f"flat@{label}"] = flat_rows(m, cases, leaves)
     results["rows"] = rows
     if expansion is not None:
         results["expansion"] = expansion.summary()
+    if embedding is not None:
+        results["embedding"] = embedding.summary()
     if llm is not None:
         results["llm"] = llm.stats
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -519,6 +586,8 @@ def print_third_party(results: dict[str, Any]) -> None:
             f"subtree-expand: {e['model']}, {e['calls']} model calls this run, "
             f"{e['seconds_per_query']} s per query (cached answers are not timed)"
         )
+    if "embedding" in results:
+        print_embedding(results["embedding"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -534,15 +603,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="also run subtree-expand with this local model (e.g. qwen2.5-coder-0.5b)",
     )
+    p.add_argument(
+        "--embed-model",
+        default=None,
+        help="also run subtree-embed on this local model's hidden states (qwen2.5-coder-0.5b)",
+    )
     add_llm_options(p)
     args = p.parse_args(argv)
     if args.llm_model and args.corpus == "stdlib":
         p.error("--llm-model runs on the third-party corpora (--corpus manpages|pytest-docs)")
     expansion = Expansion(args.expand_model) if args.expand_model else None
+    embedding = Embedding(args.embed_model) if args.embed_model else None
     if args.corpus != "stdlib":
         out = args.out or ROOT / "out" / "bench" / f"navigation-{args.corpus}.json"
         llm = LLMBench(args.llm_model, args.llm_cases) if args.llm_model else None
-        return run_third_party(args.corpus, out, args.navigators.split(","), expansion, llm)
+        navs = args.navigators.split(",")
+        return run_third_party(args.corpus, out, navs, expansion, llm, embedding)
     args.out = args.out or ROOT / "out" / "bench" / "navigation.json"
     raw = load_cases(CASES)
     results: dict[str, Any] = {
@@ -576,6 +652,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if expansion is not None:
                 row = score(m, cs, b, "subtree-expand", expansion)
                 rows[f"ours/subtree-expand@{label}"] = {**row, "cases": len(cs), "missing": missing}
+            if embedding is not None:
+                row = score(m, cs, b, "subtree-embed", embedding=embedding)
+                rows[f"ours/subtree-embed@{label}"] = {**row, "cases": len(cs), "missing": missing}
         ref = None if args.no_reference else ensure_reference()
         if ref is None or ref[0] is None:
             why = "skipped (--no-reference)" if ref is None else ref[1]
@@ -594,6 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["rows"] = rows
     if expansion is not None:
         results["expansion"] = expansion.summary()
+    if embedding is not None:
+        results["embedding"] = embedding.summary()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     head = f"{'build@budget':<26}{'success':>9}{'1st-hop':>9}{'oracle':>8}{'flat':>7}"
@@ -611,6 +692,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r['oracle_success']:>8.0%}{r['flat_list_success']:>7.0%}"
             f"{r['first_view_tokens']:>10}{r['avg_tokens_to_answer']:>12.0f}"
         )
+    if embedding is not None:
+        print_embedding(results["embedding"])
     print(f"wrote {args.out}")
     return 0
 

@@ -425,6 +425,23 @@ def test_hidden_states_feed_a_real_model_embedder(model: MLXModel) -> None:
     assert embedder.embedder_id == f"mean-pool:{model.model_id}"
 
 
+def test_batched_hidden_states_match_one_at_a_time(model: MLXModel) -> None:
+    """Right padding never reaches a real token (causal mask): each text's rows in a batch are
+    its own hidden states, cut to its own length."""
+    import numpy as np
+
+    texts = ["The kiln relay clicks twice.", "Tomatoes.", ""]
+    batch = model.hidden_states_batch(texts)
+    assert [b.shape[0] for b in batch] == [
+        len(model.chat_format.tokenizer.encode(t)) for t in texts
+    ]
+    for text, rows in zip(texts[:2], batch[:2], strict=True):
+        np.testing.assert_allclose(rows, model.hidden_states(text), rtol=1e-4, atol=1e-4)
+    assert model.hidden_states_batch([""])[0].shape == (0, model.hidden_size)
+    with pytest.raises(InvalidContext):
+        model.hidden_states_batch(texts, max_tokens=0)
+
+
 def test_generation_that_ends_without_accounting_is_an_error_not_an_answer(
     model: MLXModel, lamp: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
