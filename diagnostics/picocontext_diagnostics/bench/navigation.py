@@ -305,23 +305,7 @@ def nav_row(
         expansion.keep(expander)
     if embedding is not None:
         embedding.keep()
-    return {
-        "success": round(report.navigation_success, 3),
-        "target_opened": round(target_opened(report), 3),
-        "first_leaf_right": round(first_leaf_right(manifest, report), 3),
-        "first_hop_precision": round(report.first_hop_precision, 3),
-        "avg_hops": round(report.avg_hops, 2),
-        "avg_tokens_to_answer": round(report.avg_tokens_to_answer, 1),
-        "avg_shown_tokens": round(report.avg_shown_tokens, 1),
-        "oracle_success": round(report.oracle_success, 3),
-        "avg_oracle_tokens": round(report.avg_oracle_tokens, 1),
-        "first_view_tokens": report.first_view_tokens,
-        "misses": [
-            {"query": r.query, "target": r.target, "route": [*r.path], "steps": [*r.looks]}
-            for r in report.cases
-            if not r.success
-        ],
-    }
+    return report_row(manifest, report)
 
 
 def target_opened(report: EvalReport) -> float:
@@ -447,7 +431,7 @@ class LLMBench:
 
 
 def report_row(manifest: Manifest, report: EvalReport) -> dict[str, Any]:
-    """The columns of :func:`nav_row` for a report run elsewhere (the LLM rows)."""
+    """One row of the navigation table for an eval report (:func:`nav_row`, the LLM rows)."""
     return {
         "success": round(report.navigation_success, 3),
         "target_opened": round(target_opened(report), 3),
