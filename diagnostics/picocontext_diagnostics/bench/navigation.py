@@ -59,6 +59,7 @@ from typing import Any
 import platformdirs
 from pydantic import ValidationError
 
+from picocontext import ModelError
 from picocontext.build import path_id
 from picocontext.cli import run_command
 from picocontext.manifest import (
@@ -693,5 +694,15 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """:func:`main`, with a model that cannot be loaded (an unknown name, a failed fetch) as
+    one line on stderr instead of a traceback."""
+    try:
+        return main(argv)
+    except ModelError as exc:
+        print(f"navigation: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
