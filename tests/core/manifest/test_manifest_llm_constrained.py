@@ -4,14 +4,12 @@ verb choices through a fake grammar-aware model, and the eval's budget charges f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from picocontext.backend import ChatMessage, ModelResponse, ToolSpec
-from picocontext.cancel import CancelToken
+from fakechat import GrammarWordChat, WordChat
 from picocontext.errors import ModelError
 from picocontext.manifest.eval import NavCase, run_eval
 from picocontext.manifest.model import Manifest
@@ -24,55 +22,6 @@ from picocontext.manifest.navigator import (
 )
 from picocontext.manifest.runtime import Runtime
 from picocontext.manifest.session import ModeConfig, NavSession
-
-
-class GrammarChat:
-    """A fake model that accepts a grammar: it records every grammar and replies in order."""
-
-    grammar_syntax = "lark"
-
-    def __init__(self, replies: Sequence[str]) -> None:
-        self.replies = list(replies)
-        self.grammars: list[str | None] = []
-        self.prompts: list[list[ChatMessage]] = []
-
-    @property
-    def model_id(self) -> str:
-        return "fake-grammar"
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        max_tokens: int,
-        tools: Sequence[ToolSpec] = (),
-        cancel: CancelToken | None = None,
-        *,
-        grammar: str | None = None,
-    ) -> ModelResponse:
-        self.grammars.append(grammar)
-        self.prompts.append(list(messages))
-        return ModelResponse(text=self.replies.pop(0) if self.replies else "STOP")
-
-
-class PlainChat:
-    @property
-    def model_id(self) -> str:
-        return "plain"
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        max_tokens: int,
-        tools: Sequence[ToolSpec] = (),
-        cancel: CancelToken | None = None,
-    ) -> ModelResponse:
-        return ModelResponse(text="STOP")
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +50,7 @@ def accepts(grammar: Any, tokenizer: Any, lark: str, text: str) -> bool:
 def test_the_grammar_admits_every_offered_step_and_nothing_else(
     grammar: Any, tokenizer: Any, tree: Manifest
 ) -> None:
-    nav = LLMNavigator(GrammarChat([]), decoding="constrained")
+    nav = LLMNavigator(GrammarWordChat([]), decoding="constrained")
     nav.prepare(tree)
     rt = Runtime(tree, view_level="title")
     rt.expand("a")  # a.1 and a.2 visible; a.1 links to b.2, which is not visible yet
@@ -142,7 +91,7 @@ def test_the_grammar_admits_every_offered_step_and_nothing_else(
 def test_an_unaffordable_entry_cannot_be_named(
     grammar: Any, tokenizer: Any, tree: Manifest
 ) -> None:
-    nav = LLMNavigator(GrammarChat([]), decoding="constrained")
+    nav = LLMNavigator(GrammarWordChat([]), decoding="constrained")
     rt = Runtime(tree)
     rt.expand("a")
     entries = rt.peek()
@@ -165,14 +114,14 @@ def test_verbs_without_anything_to_name_are_not_offered() -> None:
 
 def test_lateral_and_look_switches_shape_the_options(tree: Manifest) -> None:
     nav = LLMNavigator(
-        GrammarChat([]), decoding="constrained", allow_look=False, allow_lateral=False
+        GrammarWordChat([]), decoding="constrained", allow_look=False, allow_lateral=False
     )
     nav.prepare(tree)
     rt = Runtime(tree)
     rt.expand("a")
     options = nav.options(rt.peek(), rt.budget_remaining)
     assert options.lookable == options.linked == options.facets == ()
-    looker = LLMNavigator(GrammarChat([]), decoding="constrained")
+    looker = LLMNavigator(GrammarWordChat([]), decoding="constrained")
     titles = Runtime(tree, view_level="title")
     assert "b" in looker.options(titles.peek(), titles.budget_remaining).lookable
     titles.look(["b"], "full")  # shown in full: looking again would disclose nothing
@@ -196,7 +145,7 @@ def test_constrained_replies_parse_exactly() -> None:
 
 
 def test_the_navigator_decodes_under_the_step_grammar(tree: Manifest) -> None:
-    chat = GrammarChat(["OPEN b"])
+    chat = GrammarWordChat(["OPEN b"])
     nav = LLMNavigator(chat, decoding="constrained")
     assert nav.name == "llm-constrained" and LLMNavigator(chat).name == "llm"
     rt = Runtime(tree)
@@ -208,7 +157,7 @@ def test_the_navigator_decodes_under_the_step_grammar(tree: Manifest) -> None:
 
 
 def test_a_reply_outside_the_grammar_is_counted_not_reprompted(tree: Manifest) -> None:
-    chat = GrammarChat(["OPEN zzz"])  # a model that ignored its grammar
+    chat = GrammarWordChat(["OPEN zzz"])  # a model that ignored its grammar
     nav = LLMNavigator(chat, decoding="constrained")
     rt = Runtime(tree)
     action = nav.decide("beta", rt.peek(), rt.budget_remaining)
@@ -217,7 +166,7 @@ def test_a_reply_outside_the_grammar_is_counted_not_reprompted(tree: Manifest) -
 
 
 def test_free_mode_sends_no_grammar_and_counts_invalid_replies(tree: Manifest) -> None:
-    chat = GrammarChat(["OPEN zzz", "OPEN b"])
+    chat = GrammarWordChat(["OPEN zzz", "OPEN b"])
     nav = LLMNavigator(chat)
     rt = Runtime(tree)
     assert nav.decide("beta", rt.peek(), rt.budget_remaining).ids == ("b",)
@@ -227,13 +176,13 @@ def test_free_mode_sends_no_grammar_and_counts_invalid_replies(tree: Manifest) -
 
 def test_a_model_that_cannot_constrain_is_refused() -> None:
     with pytest.raises(ModelError, match="decoding='free'"):
-        LLMNavigator(PlainChat(), decoding="constrained")
-    assert LLMNavigator(PlainChat()).decoding == "free"
+        LLMNavigator(WordChat(model_id="plain"), decoding="constrained")
+    assert LLMNavigator(WordChat(model_id="plain")).decoding == "free"
 
 
 def test_constrained_route_in_the_eval_charges_every_shown_token(tree: Manifest) -> None:
     replies = ["LOOK a, b", "OPEN b", "OPEN b.2"]
-    nav = LLMNavigator(GrammarChat(replies), decoding="constrained")
+    nav = LLMNavigator(GrammarWordChat(replies), decoding="constrained")
     report = run_eval(tree, [NavCase(query="beta two", target="b.2")], nav, view_level="title")
     case = report.cases[0]
     assert report.navigator == "llm-constrained"

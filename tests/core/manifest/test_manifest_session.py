@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from picocontext.backend import ChatMessage, ModelResponse, ToolSpec
-from picocontext.cancel import CancelToken
+from fakechat import WordChat
 from picocontext.manifest.errors import ManifestError, NotOnFrontier
 from picocontext.manifest.model import Manifest
 from picocontext.manifest.runtime import LeafResolver
@@ -101,33 +99,8 @@ def test_filter_limit(tree: Manifest) -> None:
     assert "(+1 more; narrow the filter)" in s.filter(kind="howto")
 
 
-class FakeChat:
-    """A deterministic ChatModel: counts whitespace words, replies from a script."""
-
-    def __init__(self, replies: Sequence[str] = ()) -> None:
-        self.replies = list(replies)
-        self.seen: list[list[ChatMessage]] = []
-
-    @property
-    def model_id(self) -> str:
-        return "fake/words"
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        max_tokens: int,
-        tools: Sequence[ToolSpec] = (),
-        cancel: CancelToken | None = None,
-    ) -> ModelResponse:
-        self.seen.append(list(messages))
-        return ModelResponse(text=self.replies.pop(0) if self.replies else "STOP")
-
-
 def test_model_tokenizer_is_pluggable(tree: Manifest, resolver: LeafResolver) -> None:
-    counter = ChatModelCounter(FakeChat())
+    counter = ChatModelCounter(WordChat())
     s = NavSession(tree, resolver=resolver, counter=counter)
     assert counter.name == "model:fake/words"
     s.open("a")
