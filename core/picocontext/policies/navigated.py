@@ -53,10 +53,12 @@ from picocontext.cancel import CancelToken, check
 from picocontext.errors import BudgetExceeded
 from picocontext.manifest.errors import ManifestError
 from picocontext.manifest.model import Manifest
+from picocontext.manifest.navigator import Navigator
 from picocontext.manifest.routing import NAVIGATORS, make_navigator
 from picocontext.manifest.runtime import ViewLevel, dict_resolver, render_line
 from picocontext.manifest.session import ModeConfig, NavSession
 from picocontext.manifest.tokens import TextCounter
+from picocontext.policies.archive_nav import ArchiveNavigator
 from picocontext.policies.history import (
     Counting,
     ToolExecutor,
@@ -102,6 +104,8 @@ PLAIN_SYSTEM_TEXT = COMPLETION_INSTRUCTIONS
 PLAIN_GUIDANCE = COMPLETION_GUIDANCE
 
 NO_ROOM = "No room left in this turn's window: answer now with what you have read."
+
+ARCHIVE_NAVIGATOR = ArchiveNavigator.name
 
 INDEX_HEADER = "ARCHIVE INDEX - older records of this conversation, readable with the tools."
 
@@ -238,14 +242,16 @@ class NavigatedConfig(BaseModel):
     leaf_share: float = Field(default=0.5, gt=0, le=1)
     reveal_share: float = Field(default=0.3, gt=0, le=1)
     call_slack: int = Field(default=8, ge=0)
-    # A model-free navigator (picocontext.manifest.routing.NAVIGATORS) that walks the archive
-    # for the latest request before the model reads it; what it shows is in the index,
-    # charged to the reading budget. None (the default): the model navigates alone. The best
-    # document navigator (subtree-scan, docs/build.md) is not the default here: on notebook
-    # episodes the latest request's words match the earlier requests best, so its search
-    # opens an old request (tests/diagnostics/test_diagnostics_four_policies.py).
-    navigator: str | None = None
-    prefetch_steps: int = Field(default=4, ge=1, le=16)
+    # A model-free navigator that walks the archive for the latest request before the model
+    # reads it; what it shows is in the index, charged to the reading budget. "archive" (the
+    # default, picocontext.policies.archive_nav): subtree-scan's descriptor ranking with a
+    # query made for conversations -- the reply to the newest earlier asking of the question,
+    # then newer matching records -- since on notebook episodes a document navigator's best
+    # match is an earlier asking, which holds no answer. A name from
+    # picocontext.manifest.routing.NAVIGATORS runs that document navigator instead (it stops
+    # after one leaf); None: the model navigates alone.
+    navigator: str | None = ARCHIVE_NAVIGATOR
+    prefetch_steps: int = Field(default=8, ge=1, le=16)
 
     def steps_for(self, window: int) -> int:
         """The tool steps a turn in a ``window``-token context may take (see ``max_steps``)."""
@@ -257,8 +263,9 @@ class NavigatedConfig(BaseModel):
     def _shares_leave_room(self) -> NavigatedConfig:
         if self.tail_share + self.nav_share >= 1:
             raise ValueError("tail_share + nav_share must stay below 1 (outputs need room too)")
-        if self.navigator is not None and self.navigator not in NAVIGATORS:
-            raise ValueError(f"navigator must be one of {', '.join(sorted(NAVIGATORS))}")
+        known = (ARCHIVE_NAVIGATOR, *NAVIGATORS)
+        if self.navigator is not None and self.navigator not in known:
+            raise ValueError(f"navigator must be one of {', '.join(sorted(known))}")
         return self
 
 
@@ -606,7 +613,12 @@ class NavigatedPolicy:
         archived = len(info.archived_ids)
         index_text = nav.index()
         if cfg.navigator is not None:
-            opened = prefetch(nav, split.view, cfg.navigator, cfg.prefetch_steps)
+            navigator = (
+                ArchiveNavigator(positions, replies(split.archive))
+                if cfg.navigator == ARCHIVE_NAVIGATOR
+                else make_navigator(cfg.navigator)
+            )
+            opened = prefetch(nav, split.view, navigator, cfg.prefetch_steps)
             index_text = "\n".join([index_text, opened]) if opened else index_text
         body = "\n".join(
             [
@@ -765,15 +777,35 @@ def _archive_key(
     return digest.hexdigest()
 
 
-def prefetch(nav: NavSession, view: Snapshot, name: str, steps: int) -> str:
-    """Let the named navigator take up to ``steps`` steps for the latest user request before
-    the model reads the archive: ``open``, ``search`` and ``related`` are carried out through
-    the session (charged like the model's own calls) and it stops after opening a leaf.
-    A ``close`` ends the prefetch instead of being carried out: what was shown stays in the
+def replies(archive: Sequence[Unit]) -> dict[str, str]:
+    """Archived user record id -> the assistant record that answered it: the first plain
+    assistant reply (text, no tool call) after it and before the next user record."""
+    out: dict[str, str] = {}
+    asking: str | None = None
+    for record in (r for unit in archive for r in unit):
+        if record.role is Role.USER:
+            asking = record.id
+        elif (
+            asking is not None
+            and record.role is Role.ASSISTANT
+            and record.body.strip()
+            and not record.tool_calls
+        ):
+            out[asking] = record.id
+            asking = None
+    return out
+
+
+def prefetch(nav: NavSession, view: Snapshot, navigator: Navigator, steps: int) -> str:
+    """Let ``navigator`` take up to ``steps`` steps for the latest user request before the
+    model reads the archive: ``open``, ``search`` and ``related`` are carried out through the
+    session (charged like the model's own calls). A document navigator stops after opening a
+    leaf (it looks for one page); the archive navigator goes on to its next target. A
+    ``close`` ends the prefetch instead of being carried out: what was shown stays in the
     prompt, so its tokens stay charged. Returns what the steps showed."""
     query = next((r.body for r in reversed(view.records) if r.role == Role.USER), "")
-    navigator = make_navigator(name)
     navigator.prepare(nav.manifest)
+    one_leaf = not isinstance(navigator, ArchiveNavigator)
     shown: list[str] = []
     for _ in range(steps if query.strip() else 0):
         action = navigator.decide(query, nav.runtime.peek(), nav.budget_remaining)
@@ -789,7 +821,7 @@ def prefetch(nav: NavSession, view: Snapshot, name: str, steps: int) -> str:
             shown.append(nav.open(action.ids[0]))
         except ManifestError:
             break
-        if nav.manifest.get(action.ids[0]).is_leaf:
+        if one_leaf and nav.manifest.get(action.ids[0]).is_leaf:
             break
     return "\n".join(shown)
 

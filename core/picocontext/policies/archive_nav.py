@@ -1,0 +1,139 @@
+"""The archive navigator: subtree routing with a query made for conversations.
+
+A document navigator (``subtree-scan``, :mod:`picocontext.manifest.routing`) looks for the one
+page whose descriptor best matches the question. In a conversation archive that page is
+usually an earlier *asking* of the same question -- "report the notebook" shares every word
+with the last "report the notebook" -- and opening it shows the model nothing it needs. What
+answers a repeated question is what came after its earlier asking: the reply to it (which
+held the whole answer then) and the records newer than that reply which match the question
+(what changed since). Nothing older is read: a newer reply supersedes it.
+
+:class:`ArchiveNavigator` ranks with the same :class:`~picocontext.manifest.index.DescriptorIndex`
+path scores as ``subtree-scan`` (descriptors only, never a payload), adds those two rules, and
+walks down the tree to each target in turn (every ``open`` charged by the session). It knows
+the archive's order and which record replied to which request from the policy that built the
+tree -- the structure the manifest already encodes -- not from any record's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from picocontext.manifest.index import DescriptorIndex, query_weights
+from picocontext.manifest.model import Manifest
+from picocontext.manifest.navigator import NavAction
+from picocontext.manifest.runtime import FrontierEntry
+from picocontext.manifest.text import terms
+
+# An earlier request whose descriptor words are mostly the question's own words asks the
+# same thing: its overlap coefficient (shared terms over the smaller set) is at least this.
+REPEAT_OVERLAP = 0.6
+MIN_REPEAT_TERMS = 3  # a two-word record ("ok thanks") is never taken for a repeat
+
+
+def overlap(a: set[str], b: set[str]) -> float:
+    """Shared terms over the size of the smaller set (0 when either is empty)."""
+    small = min(len(a), len(b))
+    return len(a & b) / small if small else 0.0
+
+
+class ArchiveNavigator:
+    """Opens, in order: the reply to the newest earlier asking of the question, then the
+    records newer than that asking that match the question (best path score first, newer
+    first on a tie). Without an earlier asking it opens matching records by path score, like
+    ``subtree-scan`` without the search. It never closes what it read: in a conversation each
+    record read may hold part of the answer.
+
+    ``order``: record id -> its position (higher is newer); ``replies``: request id -> the
+    record that answered it. Ids are record ids; a paged record is read from its first
+    page."""
+
+    name = "archive"
+
+    def __init__(self, order: Mapping[str, int], replies: Mapping[str, str]) -> None:
+        self.order = dict(order)
+        self.replies = dict(replies)
+        self._index: DescriptorIndex | None = None
+        self._query: str | None = None
+        self._targets: list[str] = []
+        self._reply: str | None = None
+
+    def prepare(self, manifest: Manifest) -> None:
+        self._index = DescriptorIndex(manifest)
+        self._query, self._targets, self._reply = None, [], None
+
+    @property
+    def index(self) -> DescriptorIndex:
+        if self._index is None:
+            raise RuntimeError("prepare(manifest) must be called before decide")
+        return self._index
+
+    # -- ranking ----------------------------------------------------------------------------
+    def _leaf_of(self, record: str) -> str | None:
+        """The leaf that shows ``record`` first: itself, or its first page when paged."""
+        manifest = self.index.manifest
+        if record not in manifest.nodes:
+            return None
+        pages = manifest.children_of(record)
+        return pages[0] if pages else record
+
+    def _record_of(self, leaf: str) -> str:
+        return self.index.document(leaf)
+
+    def repeats(self, query: str) -> list[str]:
+        """Archived requests that ask what ``query`` asks, newest first."""
+        wanted = set(terms(query))
+        found: list[str] = []
+        for request in self.replies:
+            leaf = self._leaf_of(request)
+            if leaf is None:
+                continue
+            node = self.index.manifest.get(leaf)
+            own = set(terms(node.what)) - set(terms(node.title or ""))
+            if len(own) >= MIN_REPEAT_TERMS and overlap(own, wanted) >= REPEAT_OVERLAP:
+                found.append(request)
+        return sorted(found, key=lambda r: -self.order.get(r, 0))
+
+    def targets(self, query: str) -> tuple[str | None, list[str]]:
+        """The leaf of the reply to the newest earlier asking (None without one), then every
+        leaf to open for ``query`` in order, that reply first (see the class docs)."""
+        repeats = self.repeats(query)
+        since = self.order.get(repeats[0], 0) if repeats else 0
+        reply = self._leaf_of(self.replies[repeats[0]]) if repeats else None
+        first = [reply] if reply is not None else []
+        skip = {*repeats, *(self.replies[r] for r in repeats)}
+        scores = self.index.scores(query_weights(query))
+        best: dict[str, tuple[float, str]] = {}  # record -> (score, its best leaf)
+        for leaf in self.index.manifest.leaf_ids:
+            record = self._record_of(leaf)
+            score = scores.get(leaf, 0.0)
+            if record in skip or score <= 0 or self.order.get(record, 0) <= since:
+                continue
+            if record not in best or score > best[record][0]:
+                best[record] = (score, leaf)
+        rest = sorted(best, key=lambda r: (-best[r][0], -self.order.get(r, 0)))
+        return reply, [*first, *(best[r][1] for r in rest)]
+
+    # -- walking ----------------------------------------------------------------------------
+    def decide(
+        self, query: str, frontier: Sequence[FrontierEntry], budget_remaining: int
+    ) -> NavAction:
+        if query != self._query:
+            self._query = query
+            self._reply, self._targets = self.targets(query)
+        entries = {e.node_id: e for e in frontier}
+        manifest = self.index.manifest
+        for target in self._targets:
+            known = entries.get(target)
+            if known is not None and known.expanded:
+                continue  # read already
+            path = [*manifest.ancestors(target), target]
+            step = next(
+                (n for n in path if n in entries and not entries[n].expanded),
+                None,
+            )
+            if step is None or entries[step].expand_cost > budget_remaining:
+                continue  # out of sight or too dear: the next target may still fit
+            why = "the reply to an earlier asking" if target == self._reply else "a match"
+            return NavAction(verb="open", ids=(step,), reason=f"towards {why}: {target}")
+        return NavAction.stop("every target is read, out of sight or too dear")
