@@ -73,9 +73,11 @@ def test_max_wait_bounds_the_delay_under_a_steady_stream(make_distiller: MakeDis
 def test_create_then_delete_in_one_window_leaves_no_node(make_distiller: MakeDistiller) -> None:
     s = FakeSummarizer()
     d = make_distiller(summarizer=s)
-    # A window long enough that a loaded machine (a SQLite commit per mark) cannot let the
-    # sweep run between the two marks: at 0.5 s this failed about one run in three under load.
-    with DistillWorker(d, debounce=3.0) as worker:
+    # The worker's first sweep (recovery of what an earlier process left pending) runs at
+    # once, with no window: a mark made before it ran was swept straight away, which made this
+    # test fail under load. Wait for it; then both marks fall in one debounce window.
+    with DistillWorker(d, debounce=1.0) as worker:
+        _wait(lambda: worker.sweeps >= 1)
         worker.mark(note("tmp", "short lived"))
         worker.mark_delete("note", "tmp")
         _wait(lambda: worker.idle() and any(r.processed for r in worker.reports))
