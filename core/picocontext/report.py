@@ -81,6 +81,10 @@ class RunReport(BaseModel):
     elapsed_seconds: float
     policy: str = ""
     tool_steps: tuple[ToolStep, ...] = ()
+    # Calls the runtime made for the model before its first step (a navigated policy's
+    # prefetch): charged to the same reading budget, shown in the first prompt, and not the
+    # model's own calls, so they are kept apart from ``tool_steps``.
+    prefetch_steps: tuple[ToolStep, ...] = ()
 
     @property
     def succeeded(self) -> bool:

@@ -195,6 +195,9 @@ class ToolLoop:
     max_steps: int = 4
     # Trailing guidance of the forced answer after the last step (None: the completion text).
     final_guidance: str | None = None
+    # What the policy's runtime already called for the model while building ``preamble``
+    # (reported as the run's ``prefetch_steps``; their text is in the preamble).
+    prefetched: tuple[ToolStep, ...] = ()
 
 
 class ContextSession:
@@ -392,6 +395,7 @@ class _Run:
         self.edit_calls = 0
         self.keep_calls = 0
         self.tool_steps: list[ToolStep] = []
+        self.prefetch_steps: tuple[ToolStep, ...] = ()
 
     def prepare(
         self, snapshot: Snapshot, phase: Phase, control: tuple[Record, ...] = ()
@@ -490,6 +494,7 @@ class _Run:
             elapsed_seconds=time.perf_counter() - started,
             policy=policy or self.mode.value,
             tool_steps=tuple(self.tool_steps),
+            prefetch_steps=self.prefetch_steps,
         )
 
     # -- one model call ---------------------------------------------------------------------
@@ -606,6 +611,7 @@ class _Run:
         if not 1 <= loop.max_steps <= 16:
             raise InvalidContext("a tool policy allows 1...16 steps")
         current = self.s._state
+        self.prefetch_steps = loop.prefetched
         control: tuple[Record, ...] = loop.preamble
         spec_json = tools_json(loop.tools)
         allowed = {t.name for t in loop.tools}

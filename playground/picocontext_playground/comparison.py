@@ -188,8 +188,17 @@ class PolicyOutcome(BaseModel):
         return tuple(t for r in self._runs() for t in r.tool_steps)
 
     @property
+    def prefetch_steps(self) -> tuple[ToolStep, ...]:
+        """Every call a navigated policy's runtime made for the model before it read, in
+        order (charged to its reading budget; not the model's calls)."""
+        return tuple(t for r in self._runs() for t in r.prefetch_steps)
+
+    @property
     def calls_text(self) -> str:
-        """``edit calls 1 · keep calls 0`` or, for tool-using policies, the verbs used."""
+        """``edit calls 1 · keep calls 0`` or, for tool-using policies, the verbs used (and
+        what was prefetched for the model, when anything was)."""
+        if self.prefetch_steps:
+            return f"{tool_calls_text(self.tool_steps)} · {prefetch_text(self.prefetch_steps)}"
         if self.tool_steps:
             return tool_calls_text(self.tool_steps)
         return f"edit calls {self.edit_calls} · keep calls {self.keep_calls}"
@@ -312,6 +321,15 @@ def tool_calls_text(steps: Sequence[ToolStep]) -> str:
     verbs = ", ".join(f"{name} \u00d7{n}" for name, n in counts.items())
     refused = sum(1 for s in steps if not s.ok)
     return f"tool calls {len(steps)}: {verbs}" + (f" ({refused} refused)" if refused else "")
+
+
+def prefetch_text(steps: Sequence[ToolStep]) -> str:
+    """``prefetched 3: open ×3`` -- the calls a policy's runtime made for the model."""
+    counts: dict[str, int] = {}
+    for step in steps:
+        counts[step.name] = counts.get(step.name, 0) + 1
+    verbs = ", ".join(f"{name} \u00d7{n}" for name, n in counts.items())
+    return f"prefetched {len(steps)}: {verbs}" if steps else "prefetched 0"
 
 
 def budgets_for(settings: ComparisonSettings, scale: int) -> tuple[RunBudget, int | None]:
@@ -630,16 +648,22 @@ def _strings(value: object) -> list[str]:
 
 def used_nodes(step: StepView) -> dict[str, list[str]]:
     """Every id-like argument of the step's tool calls → the verbs that named it, in order
-    (``{"turn-1": ["open", "close"]}``); what is not a node of the artefact is ignored by the
-    tab that highlights them."""
+    (``{"turn-1": ["open", "close"]}``; a call prefetched for the model reads
+    ``"prefetched open"``); what is not a node of the artefact is ignored by the tab that
+    highlights them."""
     used: dict[str, list[str]] = {}
-    for call in step.run.tool_steps if step.run is not None else ():
+    run = step.run
+    calls: list[tuple[str, ToolStep]] = []
+    if run is not None:
+        calls.extend((f"prefetched {c.name}", c) for c in run.prefetch_steps)
+        calls.extend((c.name, c) for c in run.tool_steps)
+    for verb, call in calls:
         try:
             arguments = json.loads(call.arguments) if call.arguments else {}
         except ValueError:
             continue
         for name in _strings(arguments):
             verbs = used.setdefault(name, [])
-            if call.name not in verbs:
-                verbs.append(call.name)
+            if verb not in verbs:
+                verbs.append(verb)
     return used

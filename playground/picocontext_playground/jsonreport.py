@@ -116,6 +116,8 @@ class StepDoc(BaseModel):
     keep_calls: int
     attempts: tuple[Attempt, ...]
     tool_calls: tuple[ToolStep, ...]
+    # What the policy's runtime called for the model before its first step (charged).
+    prefetch_calls: tuple[ToolStep, ...] = ()
     diff: str
     prompts: tuple[Prompt, ...]
 
@@ -213,6 +215,7 @@ def _usage(run: RunReport | None) -> dict[str, Any]:
             "elapsed_seconds": 0.0,
             "attempts": (),
             "tool_calls": (),
+            "prefetch_calls": (),
             "diff": "",
             "prompts": (),
         }
@@ -235,6 +238,7 @@ def _usage(run: RunReport | None) -> dict[str, Any]:
             for a in run.attempts
         ),
         "tool_calls": run.tool_steps,
+        "prefetch_calls": run.prefetch_steps,
         "diff": run.diff,
         "prompts": tuple(_prompt(p) for p in run.calls),
     }

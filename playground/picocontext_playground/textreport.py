@@ -22,6 +22,7 @@ from picocontext_playground.comparison import (
     StepView,
     clip_result,
     no_decision_text,
+    prefetch_text,
     tool_calls_text,
 )
 from picocontext_playground.runverdict import headline, result_verdict, table
@@ -87,6 +88,20 @@ def summary_block(outcome: PolicyOutcome) -> list[str]:
 
 
 def attempts_lines(run: RunReport) -> list[str]:
+    return [*prefetch_lines(run), *_own_lines(run)]
+
+
+def prefetch_lines(run: RunReport) -> list[str]:
+    """The calls the runtime made for the model before it read (none for most policies)."""
+    if not run.prefetch_steps:
+        return []
+    lines = [f"Before the model read: {prefetch_text(run.prefetch_steps)} (charged)"]
+    for i, step in enumerate(run.prefetch_steps, start=1):
+        lines += [f"Prefetch {i}: {step.name} {step.arguments}", clip_result(step.result)]
+    return lines
+
+
+def _own_lines(run: RunReport) -> list[str]:
     if run.tool_steps:
         lines = [f"Tool steps: {tool_calls_text(run.tool_steps)}"]
         for i, step in enumerate(run.tool_steps, start=1):

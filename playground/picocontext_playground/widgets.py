@@ -42,6 +42,7 @@ from picocontext_playground.comparison import (
     clip_result,
     no_decision_text,
     plain_failure,
+    prefetch_text,
     tool_calls_text,
 )
 from picocontext_playground.qtenv import monospace_font
@@ -677,6 +678,25 @@ class AttemptsView(QTextBrowser):
 
     @staticmethod
     def _attempts(run: RunReport) -> list[str]:
+        return [*AttemptsView._prefetched(run), *AttemptsView._own(run)]
+
+    @staticmethod
+    def _prefetched(run: RunReport) -> list[str]:
+        """What the runtime opened for the model before it read (charged, shown first)."""
+        if not run.prefetch_steps:
+            return []
+        head = f"Before the model read: {prefetch_text(run.prefetch_steps)} (charged)"
+        out = [f"<p style='margin: 4px 0 0 0; color:{MUTED};'>{html.escape(head)}</p>"]
+        for i, step in enumerate(run.prefetch_steps, start=1):
+            out.append(
+                f"<p style='margin: 4px 0 0 0;'><b>Prefetch {i}</b> · "
+                f"<code>{html.escape(step.name)} {html.escape(step.arguments)}</code></p>"
+            )
+            out.append(_pre(clip_result(step.result)))
+        return out
+
+    @staticmethod
+    def _own(run: RunReport) -> list[str]:
         if run.tool_steps:
             return AttemptsView._tool_steps(run)
         if not run.attempts:

@@ -233,7 +233,7 @@ class PolicyColumn(QWidget):
         tool-using policy never edits its history, so its Decisions tab (the navigation or
         digest calls it made) is the one shown."""
         pane: QTextBrowser = self.working
-        if self.outcome is not None and self.outcome.tool_steps:
+        if self.outcome is not None and (self.outcome.tool_steps or self.outcome.prefetch_steps):
             pane = self.attempts
             self.tabs.setCurrentWidget(self.attempts)
         document = pane.document()

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
+from picocontext_playground.comparison import (
+    ComparisonResult,
+    PrintEvents,
+    prefetch_text,
+    run_comparison,
+)
 from picocontext_playground.models import scripted_model
 from picocontext_playground.settings import ComparisonSettings, Task
 from picocontext_playground.textreport import facts_text, render_report, write_atomically
@@ -101,15 +106,21 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path: Path) -> None:
 
 def test_tool_policies_list_every_navigation_and_digest_call() -> None:
     """Navigated and distilled columns report the verbs they called, each with its arguments,
-    verdict and result, in the summary, the step lines and the step blocks."""
+    verdict and result, in the summary, the step lines and the step blocks; what the archive
+    navigator opened for the model before it read is listed first, apart from its calls."""
     settings = ComparisonSettings(
         task=Task.RETENTION, pressure=True, policies=("navigated", "distilled")
     )
     result = run_comparison(settings, scripted_model(), PrintEvents(lambda _line: None))
     text = render_report(result)
     navigated, distilled = result.outcomes
-    assert navigated.tool_steps  # under pressure it must open archived history
-    assert "open" in {t.name for t in navigated.tool_steps}
+    # under pressure archived history must be opened: here the prefetch does it for the model
+    assert "open" in {t.name for t in (*navigated.prefetch_steps, *navigated.tool_steps)}
+    assert navigated.calls_text.endswith(prefetch_text(navigated.prefetch_steps))
+    for step in navigated.steps:
+        assert step.run is not None
+        for i, call in enumerate(step.run.prefetch_steps, start=1):
+            assert f"Prefetch {i}: {call.name} {call.arguments}" in text
     for outcome in result.outcomes:
         steps = outcome.tool_steps
         if steps:

@@ -314,8 +314,9 @@ def test_save_report_writes_the_shown_result(
 
 
 def test_navigated_column_lists_its_tool_calls(qtbot: QtBot, window: MainWindow) -> None:
-    """The Decisions tab of a tool-using policy shows every navigation call it made, with
-    arguments, verdict and result; the card counts them by verb."""
+    """The Decisions tab of a tool-using policy shows every navigation call made, with
+    arguments and result -- here the calls prefetched for the model, apart from its own --
+    and the card counts them by verb."""
     window.task_buttons[Task.RETENTION].click()
     window.pressure.setChecked(True)
     for name, box in window.policy_boxes.items():
@@ -323,11 +324,13 @@ def test_navigated_column_lists_its_tool_calls(qtbot: QtBot, window: MainWindow)
     run_and_wait(qtbot, window)
     column = window.columns["navigated"]
     outcome = column.outcome
-    assert outcome is not None and outcome.tool_steps
+    assert outcome is not None and outcome.prefetch_steps
     shown = column.attempts.toPlainText()
-    assert "Call 1" in shown and "open" in shown and "ok" in shown
-    assert outcome.tool_steps[0].arguments in shown
-    assert column.card.calls.text().startswith(f"Tool calls {len(outcome.tool_steps)}: open")
+    assert "Before the model read: prefetched" in shown and "Prefetch 1 · open" in shown
+    assert outcome.prefetch_steps[0].arguments in shown
+    calls = column.card.calls.text()
+    assert calls.startswith(f"Tool calls {len(outcome.tool_steps)}")
+    assert f"prefetched {len(outcome.prefetch_steps)}: open" in calls
 
 
 def test_every_extra_tab_is_built(qt_app: QApplication, qtbot: QtBot) -> None:

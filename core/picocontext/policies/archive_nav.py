@@ -5,14 +5,14 @@ page whose descriptor best matches the question. In a conversation archive that 
 usually an earlier *asking* of the same question -- "report the notebook" shares every word
 with the last "report the notebook" -- and opening it shows the model nothing it needs. What
 answers a repeated question is what came after its earlier asking: the reply to it (which
-held the whole answer then) and the records newer than that reply which match the question
-(what changed since). Nothing older is read: a newer reply supersedes it.
+held the whole answer then) and the records newer than that asking which match the question
+(what changed since). Older matches come last, while the budget lasts.
 
 :class:`ArchiveNavigator` ranks with the same :class:`~picocontext.manifest.index.DescriptorIndex`
-path scores as ``subtree-scan`` (descriptors only, never a payload), adds those two rules, and
+path scores as ``subtree-scan`` (descriptors only, never a payload), adds those rules, and
 walks down the tree to each target in turn (every ``open`` charged by the session). It knows
-the archive's order and which record replied to which request from the policy that built the
-tree -- the structure the manifest already encodes -- not from any record's text.
+the history's order and which record replied to which request from the policy that built the
+tree -- structure, not any unopened record's text.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from picocontext.manifest.text import terms
 # same thing: its overlap coefficient (shared terms over the smaller set) is at least this.
 REPEAT_OVERLAP = 0.6
 MIN_REPEAT_TERMS = 3  # a two-word record ("ok thanks") is never taken for a repeat
+# A match worth opening scores at least this share of the best match: a record that shares
+# only a word every record has ("notebook") would spend the reading budget on nothing.
+MATCH_SHARE = 0.5
 
 
 def overlap(a: set[str], b: set[str]) -> float:
@@ -40,19 +43,30 @@ def overlap(a: set[str], b: set[str]) -> float:
 class ArchiveNavigator:
     """Opens, in order: the reply to the newest earlier asking of the question, then the
     records newer than that asking that match the question (best path score first, newer
-    first on a tie). Without an earlier asking it opens matching records by path score, like
-    ``subtree-scan`` without the search. It never closes what it read: in a conversation each
-    record read may hold part of the answer.
+    first on a tie; a match scores at least :data:`MATCH_SHARE` of the best), then, while
+    the budget lasts, the older matches the same way -- a reply can be wrong, and what it
+    was built from lets the model see that. Without an earlier asking it opens matching
+    records by path score, like ``subtree-scan`` without the search. It never closes what
+    it read: in a conversation each record read may hold part of the answer.
 
     ``order``: record id -> its position (higher is newer); ``replies``: request id -> the
-    record that answered it. Ids are record ids; a paged record is read from its first
-    page."""
+    record that answered it, over the whole history (a reply the model already sees in its
+    recent tail is not opened, but still marks everything older as superseded); ``shown``:
+    id -> text of the user records the model is shown besides the question (an earlier
+    asking kept in view, e.g. a protected request). Ids are record ids; a paged record is
+    read from its first page."""
 
     name = "archive"
 
-    def __init__(self, order: Mapping[str, int], replies: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        order: Mapping[str, int],
+        replies: Mapping[str, str],
+        shown: Mapping[str, str] | None = None,
+    ) -> None:
         self.order = dict(order)
         self.replies = dict(replies)
+        self.shown = dict(shown or {})
         self._index: DescriptorIndex | None = None
         self._query: str | None = None
         self._targets: list[str] = []
@@ -81,38 +95,51 @@ class ArchiveNavigator:
         return self.index.document(leaf)
 
     def repeats(self, query: str) -> list[str]:
-        """Archived requests that ask what ``query`` asks, newest first."""
+        """User records that ask what ``query`` asks, newest first: their words (an archived
+        record's descriptor without its title, a shown record's text) are mostly the
+        question's words."""
         wanted = set(terms(query))
-        found: list[str] = []
-        for request in self.replies:
-            leaf = self._leaf_of(request)
-            if leaf is None:
-                continue
-            node = self.index.manifest.get(leaf)
-            own = set(terms(node.what)) - set(terms(node.title or ""))
-            if len(own) >= MIN_REPEAT_TERMS and overlap(own, wanted) >= REPEAT_OVERLAP:
-                found.append(request)
+        manifest = self.index.manifest
+        words: dict[str, set[str]] = {rid: set(terms(text)) for rid, text in self.shown.items()}
+        for leaf in manifest.leaf_ids:
+            node = manifest.get(leaf)
+            if (node.facets or {}).get("role") == "user":
+                own = set(terms(node.what)) - set(terms(node.title or ""))
+                words.setdefault(self._record_of(leaf), set()).update(own)
+        found = [
+            rid
+            for rid, own in words.items()
+            if len(own) >= MIN_REPEAT_TERMS and overlap(own, wanted) >= REPEAT_OVERLAP
+        ]
         return sorted(found, key=lambda r: -self.order.get(r, 0))
 
     def targets(self, query: str) -> tuple[str | None, list[str]]:
-        """The leaf of the reply to the newest earlier asking (None without one), then every
-        leaf to open for ``query`` in order, that reply first (see the class docs)."""
+        """The leaf of the reply to the newest earlier asking that was answered (None when
+        that reply is not archived, or there is none), then every leaf to open for ``query``
+        in order, that reply first (see the class docs)."""
         repeats = self.repeats(query)
-        since = self.order.get(repeats[0], 0) if repeats else 0
-        reply = self._leaf_of(self.replies[repeats[0]]) if repeats else None
+        answered = next((r for r in repeats if r in self.replies), None)
+        since = self.order.get(answered, 0) if answered is not None else 0
+        reply = self._leaf_of(self.replies[answered]) if answered is not None else None
         first = [reply] if reply is not None else []
-        skip = {*repeats, *(self.replies[r] for r in repeats)}
+        skip = {*repeats, *(self.replies[r] for r in repeats if r in self.replies)}
         scores = self.index.scores(query_weights(query))
         best: dict[str, tuple[float, str]] = {}  # record -> (score, its best leaf)
         for leaf in self.index.manifest.leaf_ids:
             record = self._record_of(leaf)
             score = scores.get(leaf, 0.0)
-            if record in skip or score <= 0 or self.order.get(record, 0) <= since:
+            if record in skip or score <= 0:
                 continue
             if record not in best or score > best[record][0]:
                 best[record] = (score, leaf)
-        rest = sorted(best, key=lambda r: (-best[r][0], -self.order.get(r, 0)))
-        return reply, [*first, *(best[r][1] for r in rest)]
+
+        top = max((score for score, _ in best.values()), default=0.0)
+        kept = [r for r in best if best[r][0] >= MATCH_SHARE * top]
+
+        def rank(r: str) -> tuple[bool, float, int]:
+            return (self.order.get(r, 0) <= since, -best[r][0], -self.order.get(r, 0))
+
+        return reply, [*first, *(best[r][1] for r in sorted(kept, key=rank))]
 
     # -- walking ----------------------------------------------------------------------------
     def decide(

@@ -69,7 +69,7 @@ from picocontext.policies.history import (
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.prompts import COMPLETION_GUIDANCE, COMPLETION_INSTRUCTIONS
 from picocontext.records import Record, Role, Scope, Snapshot
-from picocontext.report import RunMode, RunReport
+from picocontext.report import RunMode, RunReport, ToolStep
 from picocontext.session import (
     ContextSession,
     FreshIds,
@@ -612,14 +612,15 @@ class NavigatedPolicy:
         )
         archived = len(info.archived_ids)
         index_text = nav.index()
+        prefetched: tuple[ToolStep, ...] = ()
         if cfg.navigator is not None:
             navigator = (
-                ArchiveNavigator(positions, replies(split.archive))
+                ArchiveNavigator(positions, replies([snapshot.records]), asked_before(split.view))
                 if cfg.navigator == ARCHIVE_NAVIGATOR
                 else make_navigator(cfg.navigator)
             )
-            opened = prefetch(nav, split.view, navigator, cfg.prefetch_steps)
-            index_text = "\n".join([index_text, opened]) if opened else index_text
+            prefetched = prefetch(nav, split.view, navigator, cfg.prefetch_steps)
+            index_text = "\n".join([index_text, *(p.result for p in prefetched)])
         body = "\n".join(
             [
                 INDEX_HEADER,
@@ -669,6 +670,7 @@ class NavigatedPolicy:
             system_text=SYSTEM_TEXT,
             guidance=GUIDANCE,
             max_steps=steps,
+            prefetched=prefetched,
         )
         return NavPlan(loop=loop, info=info, nav=nav, executor=executor, leaves=dict(leaves))
 
@@ -777,12 +779,19 @@ def _archive_key(
     return digest.hexdigest()
 
 
-def replies(archive: Sequence[Unit]) -> dict[str, str]:
-    """Archived user record id -> the assistant record that answered it: the first plain
-    assistant reply (text, no tool call) after it and before the next user record."""
+def asked_before(view: Snapshot) -> dict[str, str]:
+    """Id -> text of the user records in ``view`` other than the latest one (the question
+    a prefetch answers)."""
+    users = [r for r in view.records if r.role is Role.USER]
+    return {r.id: r.body for r in users[:-1]}
+
+
+def replies(history: Sequence[Sequence[Record]]) -> dict[str, str]:
+    """User record id -> the assistant record that answered it: the first plain assistant
+    reply (text, no tool call) after it and before the next user record."""
     out: dict[str, str] = {}
     asking: str | None = None
-    for record in (r for unit in archive for r in unit):
+    for record in (r for unit in history for r in unit):
         if record.role is Role.USER:
             asking = record.id
         elif (
@@ -796,34 +805,49 @@ def replies(archive: Sequence[Unit]) -> dict[str, str]:
     return out
 
 
-def prefetch(nav: NavSession, view: Snapshot, navigator: Navigator, steps: int) -> str:
+def prefetch(
+    nav: NavSession, view: Snapshot, navigator: Navigator, steps: int
+) -> tuple[ToolStep, ...]:
     """Let ``navigator`` take up to ``steps`` steps for the latest user request before the
     model reads the archive: ``open``, ``search`` and ``related`` are carried out through the
     session (charged like the model's own calls). A document navigator stops after opening a
     leaf (it looks for one page); the archive navigator goes on to its next target. A
     ``close`` ends the prefetch instead of being carried out: what was shown stays in the
-    prompt, so its tokens stay charged. Returns what the steps showed."""
+    prompt, so its tokens stay charged. Returns each call carried out, with what it showed."""
     query = next((r.body for r in reversed(view.records) if r.role == Role.USER), "")
     navigator.prepare(nav.manifest)
     one_leaf = not isinstance(navigator, ArchiveNavigator)
-    shown: list[str] = []
-    for _ in range(steps if query.strip() else 0):
+    done: list[ToolStep] = []
+    for step in range(steps if query.strip() else 0):
         action = navigator.decide(query, nav.runtime.peek(), nav.budget_remaining)
+        if action.verb == "search":
+            arguments: dict[str, object] = {"query": action.query or query, "k": action.k}
+        elif action.verb in ("open", "related"):
+            arguments = {"id": action.ids[0]}
+        else:
+            break
         try:
             if action.verb == "search":
-                shown.append(nav.search(action.query or query, action.k))
-                continue
-            if action.verb == "related":
-                shown.append(nav.related(action.ids[0]))
-                continue
-            if action.verb != "open":
-                break
-            shown.append(nav.open(action.ids[0]))
+                shown = nav.search(action.query or query, action.k)
+            elif action.verb == "related":
+                shown = nav.related(action.ids[0])
+            else:
+                shown = nav.open(action.ids[0])
         except ManifestError:
             break
-        if one_leaf and nav.manifest.get(action.ids[0]).is_leaf:
+        done.append(
+            ToolStep(
+                step=step,
+                name=action.verb,
+                arguments=json.dumps(arguments, ensure_ascii=False),
+                ok=True,
+                result=shown,
+                model_text=f"{navigator.name}: {action.reason}" if action.reason else "",
+            )
+        )
+        if action.verb == "open" and one_leaf and nav.manifest.get(action.ids[0]).is_leaf:
             break
-    return "\n".join(shown)
+    return tuple(done)
 
 
 class _Executor(ToolExecutor):

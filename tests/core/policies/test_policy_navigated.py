@@ -477,7 +477,7 @@ def test_runtime_budget_refuses_an_open_until_something_is_closed() -> None:
 
 def test_transcript_guard_refuses_what_would_overflow_the_window() -> None:
     session = session_for(ledger(), scripted([]))
-    plan = NavigatedPolicy().plan(session.counter, session.state, BUDGET)
+    plan = NavigatedPolicy(ALONE).plan(session.counter, session.state, BUDGET)
     assert plan.nav is not None and plan.executor is not None
     assert plan.loop.execute("open", '{"id": "turns-1-5"}').ok
     assert plan.loop.execute("open", '{"id": "turn-2"}').ok
@@ -926,7 +926,6 @@ def test_fewer_reserved_steps_leave_more_to_read_in_a_small_window() -> None:
 def test_a_scanning_navigator_searches_then_opens_and_every_shown_token_is_charged() -> None:
     """A prefetch carries out the search a search-first navigator (``subtree-scan``, the best
     on the held-out corpora of docs/build.md) begins with, then opens the best hit."""
-    assert NavigatedConfig().navigator is None
     session = session_for(ledger(), scripted([]))
     alone = NavigatedPolicy(ALONE).plan(session.counter, session.state, BUDGET)
     helped = NavigatedPolicy(NavigatedConfig(navigator="subtree-scan")).plan(
