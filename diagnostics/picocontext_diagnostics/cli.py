@@ -408,6 +408,9 @@ def step_line(step: StepReport) -> str:
         if run.tool_steps:
             calls = ", ".join(f"{t.name}{'' if t.ok else ' (not ok)'}" for t in run.tool_steps)
             parts.append(f"tools: {calls}")
+        if run.prefetch_steps:
+            opened = sum(1 for t in run.prefetch_steps if t.name == "open")
+            parts.append(f"prefetched {len(run.prefetch_steps)} ({opened} open)")
     if step.failure:
         parts.append(f"failure: {step.failure}")
     return ", ".join(parts)

@@ -82,6 +82,8 @@ class EvaluationStep(BaseModel):
     calls: tuple[CallTrace, ...]
     # Every navigation or digest tool call of a navigated/distilled turn, with its result.
     tool_steps: tuple[ToolStep, ...] = ()
+    # What the navigated policy's runtime opened for the model before it read (charged).
+    prefetch_steps: tuple[ToolStep, ...] = ()
 
     @classmethod
     def from_step(cls, report: StepReport) -> EvaluationStep:
@@ -127,6 +129,7 @@ class EvaluationStep(BaseModel):
             attempts=attempts,
             calls=calls,
             tool_steps=run.tool_steps if run else (),
+            prefetch_steps=run.prefetch_steps if run else (),
         )
 
 
