@@ -462,9 +462,10 @@ class _LazyReader(DeterministicNotebookBackend):
 
 
 def test_a_document_navigator_prefetches_an_earlier_request_on_notebook_episodes() -> None:
-    """Why the navigated policy does not prefetch by default: for a model that never calls a
-    tool (the 0.5B model live), ``subtree-scan`` searches with the latest request, whose words
-    match the earlier requests best, and opens one of those instead of a record with facts."""
+    """Why the navigated policy's prefetch is not a document navigator: for a model that
+    never calls a tool (the 0.5B model live), ``subtree-scan`` searches with the latest
+    request, whose words match the earlier requests best, and opens one of those instead of
+    a record with facts."""
     policy = Policy(
         name="navigated", config={**NARROW_NAVIGATED.config, "navigator": "subtree-scan"}
     )
@@ -477,6 +478,23 @@ def test_a_document_navigator_prefetches_an_earlier_request_on_notebook_episodes
     index = step.run.calls[0].rendered
     opened = index[index.index("[context]") :]
     assert opened.split("\n")[1] == "--- step-1-request (full) ---"
+
+
+@pytest.mark.parametrize("steps", [4, 8])
+def test_the_archive_navigator_carries_a_reader_that_never_calls_a_tool(steps: int) -> None:
+    """The default prefetch opens the reply to the previous asking and what came after it,
+    so the same reader answers every step; with the model navigating alone it cannot."""
+    episode = long_episode(steps)
+    helped = EpisodeRunner(ByteCounter(), _LazyReader()).run(
+        episode, NARROW_NAVIGATED, WIDE, 2_000_000
+    )
+    alone = Policy(name="navigated", config={**NARROW_NAVIGATED.config, "navigator": None})
+    unhelped = EpisodeRunner(ByteCounter(), _LazyReader()).run(episode, alone, WIDE, 2_000_000)
+    assert helped.passed and helped.answer_correct_steps == steps
+    assert unhelped.answer_correct_steps < steps
+    prefetched = [s.run.prefetch_steps for s in helped.steps if s.run is not None]
+    assert any(prefetched) and all(t.name == "open" for p in prefetched for t in p)
+    assert all(not s.run.tool_steps for s in helped.steps if s.run is not None)
 
 
 def test_a_reader_that_may_not_fetch_fails_once_the_answer_is_archived() -> None:

@@ -25,19 +25,24 @@ from picocontext.manifest.navigator import NavAction
 from picocontext.manifest.runtime import FrontierEntry
 from picocontext.manifest.text import terms
 
-# An earlier request whose descriptor words are mostly the question's own words asks the
-# same thing: its overlap coefficient (shared terms over the smaller set) is at least this.
-REPEAT_OVERLAP = 0.6
+# An earlier asking of the question is a near-duplicate of it: the Jaccard similarity of its
+# words and the question's (see same_words) is at least this. A statement that shares a
+# short question's words ("Store key4 = value-676." / "What value did I store for key4?")
+# stays below it, because its value is a word the question lacks.
+REPEAT_SIMILARITY = 0.8
 MIN_REPEAT_TERMS = 3  # a two-word record ("ok thanks") is never taken for a repeat
 # A match worth opening scores at least this share of the best match: a record that shares
 # only a word every record has ("notebook") would spend the reading budget on nothing.
 MATCH_SHARE = 0.5
 
 
-def overlap(a: set[str], b: set[str]) -> float:
-    """Shared terms over the size of the smaller set (0 when either is empty)."""
-    small = min(len(a), len(b))
-    return len(a & b) / small if small else 0.0
+def same_words(record: Sequence[str], question: Sequence[str]) -> float:
+    """Jaccard similarity of a record's terms and the question's first as many terms (0 when
+    either is empty). A descriptor keeps only the start of a long record, so a long question
+    is compared over the same stretch; the whole question when the record is longer."""
+    a, b = set(record), set(question[: max(len(record), 1)])
+    union = len(a | b)
+    return len(a & b) / union if record and question else 0.0
 
 
 class ArchiveNavigator:
@@ -98,18 +103,18 @@ class ArchiveNavigator:
         """User records that ask what ``query`` asks, newest first: their words (an archived
         record's descriptor without its title, a shown record's text) are mostly the
         question's words."""
-        wanted = set(terms(query))
+        wanted = terms(query)
         manifest = self.index.manifest
-        words: dict[str, set[str]] = {rid: set(terms(text)) for rid, text in self.shown.items()}
+        words: dict[str, list[str]] = {rid: terms(text) for rid, text in self.shown.items()}
         for leaf in manifest.leaf_ids:
             node = manifest.get(leaf)
-            if (node.facets or {}).get("role") == "user":
-                own = set(terms(node.what)) - set(terms(node.title or ""))
-                words.setdefault(self._record_of(leaf), set()).update(own)
+            if (node.facets or {}).get("role") == "user" and self._record_of(leaf) == leaf:
+                title = set(terms(node.title or ""))
+                words[leaf] = [t for t in terms(node.what) if t not in title]
         found = [
             rid
             for rid, own in words.items()
-            if len(own) >= MIN_REPEAT_TERMS and overlap(own, wanted) >= REPEAT_OVERLAP
+            if len(set(own)) >= MIN_REPEAT_TERMS and same_words(own, wanted) >= REPEAT_SIMILARITY
         ]
         return sorted(found, key=lambda r: -self.order.get(r, 0))
 
@@ -159,8 +164,13 @@ class ArchiveNavigator:
                 (n for n in path if n in entries and not entries[n].expanded),
                 None,
             )
-            if step is None or entries[step].expand_cost > budget_remaining:
-                continue  # out of sight or too dear: the next target may still fit
+            if step is None:
+                continue  # out of sight
+            # Do not start a walk that cannot finish: the target's own declared size must fit
+            # after this step (a paged record's page list alone would spend the budget).
+            rest = 0 if step == target else manifest.get(target).tokens or 0
+            if entries[step].expand_cost + rest > budget_remaining:
+                continue  # too dear: the next target may still fit
             why = "the reply to an earlier asking" if target == self._reply else "a match"
             return NavAction(verb="open", ids=(step,), reason=f"towards {why}: {target}")
         return NavAction.stop("every target is read, out of sight or too dear")
