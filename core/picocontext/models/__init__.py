@@ -29,7 +29,13 @@ if typing.TYPE_CHECKING:
     from picocontext.models.embedded import ensure_embedded, ensure_embedded_model
     from picocontext.models.embedded import get_spec as embedded_spec
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
-    from picocontext.models.openai_backend import OpenAIBackend, RemoteAccounting, ServerKind
+    from picocontext.models.openai_backend import (
+        OpenAIBackend,
+        RemoteAccounting,
+        ServerKind,
+        load_tokenizer,
+        resolve_tokenizer_dir,
+    )
     from picocontext.models.registry import (
         MODELS,
         ModelSpec,
@@ -50,6 +56,8 @@ _LAZY = {
     "OpenAIBackend": "picocontext.models.openai_backend",
     "ServerKind": "picocontext.models.openai_backend",
     "RemoteAccounting": "picocontext.models.openai_backend",
+    "load_tokenizer": "picocontext.models.openai_backend",
+    "resolve_tokenizer_dir": "picocontext.models.openai_backend",
     "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",
     "ModelSpec": "picocontext.models.registry",
@@ -110,8 +118,10 @@ __all__ = [
     "forced_tokens",
     "handle_for",
     "load_model",
+    "load_tokenizer",
     "openblas_preload_env",
     "resolve_model",
+    "resolve_tokenizer_dir",
     "scripted_call",
     "write_tiny_model",
 ]

@@ -8,7 +8,16 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from picocontext import ContextSession, ModelResponse, Record, Role, RunBudget, Scope, Snapshot
+from picocontext import (
+    ContextSession,
+    ModelResponse,
+    Record,
+    Role,
+    RunBudget,
+    Scope,
+    Snapshot,
+    ToolCall,
+)
 from picocontext.manifest.text import terms
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import NavigatedPolicy
@@ -105,7 +114,7 @@ def test_replies_map_each_request_to_the_first_plain_assistant_answer() -> None:
         id="fetch",
         role=Role.ASSISTANT,
         body="Looking.",
-        tool_calls=({"id": "c1", "name": "look", "arguments": "{}"},),  # type: ignore[arg-type]
+        tool_calls=(ToolCall(id="c1", name="look", arguments="{}"),),
     )
     history = [
         Record(id="q1", role=Role.USER, body="first"),
