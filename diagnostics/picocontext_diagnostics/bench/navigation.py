@@ -473,7 +473,10 @@ def run_third_party(
     expansion: Expansion | None = None,
     llm: LLMBench | None = None,
     embedding: Embedding | None = None,
+    build_model: str | None = None,
 ) -> int:
+    """``build_model``: describe the corpus with the LLM engine on that local model instead
+    of the offline engine (the seconds per described node are reported)."""
     kind, ensure = THIRD_PARTY[name]
     try:
         corpus, n_docs = ensure()
@@ -486,8 +489,10 @@ def run_third_party(
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         built = Path(tmp) / "out"
-        t0 = time.process_time()
+        t0, wall = time.process_time(), time.perf_counter()
         argv_build = [str(corpus), "--kind", kind, "--budgets", "4k,32k", "--out", str(built)]
+        if build_model is not None:
+            argv_build += ["--engine", "llm", "--model", build_model]
         stats = io.StringIO()
         with contextlib.redirect_stdout(stats):
             rc = run_command(
@@ -498,7 +503,16 @@ def run_third_party(
         results["build_cpu_seconds"] = round(time.process_time() - t0, 2)
         if rc != 0:
             raise SystemExit(f"our build failed with exit code {rc}")
-        results["gates"] = gates(json.loads(stats.getvalue()))
+        built_stats = json.loads(stats.getvalue())
+        results["gates"] = gates(built_stats)
+        results["build_engine"] = f"llm:{build_model}" if build_model else "offline"
+        if build_model is not None:
+            seconds = time.perf_counter() - wall
+            calls = sum(built_stats.get("engine_calls", {}).values())
+            results["build_wall_seconds"] = round(seconds, 1)
+            results["engine_calls"] = built_stats.get("engine_calls", {})
+            results["seconds_per_node"] = round(seconds / max(built_stats["nodes"], 1), 2)
+            results["seconds_per_call"] = round(seconds / max(calls, 1), 2)
         for b in BUDGETS:
             label = f"{b // 1024}k"
             m, _ = load_lenient(built / f"corpus.pcx.{label}.json")
@@ -535,6 +549,12 @@ def run_third_party(
 def print_third_party(results: dict[str, Any]) -> None:
     g = results["gates"]
     print(f"{results['corpus']}: {results['documents']} documents, {results['cases']} cases")
+    if "seconds_per_node" in results:
+        print(
+            f"descriptors: {results['build_engine']}, {results['build_wall_seconds']} s "
+            f"({results['seconds_per_node']} s per node, {results['seconds_per_call']} s per "
+            f"engine call: {results['engine_calls']})"
+        )
     print(
         f"gates: worst sibling similarity {g['max_sibling_similarity']}, colliding groups "
         f"{g['colliding_groups']}, vacuous lines {g['vacuity_flagged']}, lexical fidelity "
@@ -593,17 +613,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="also run subtree-embed on this local model's hidden states (qwen2.5-coder-0.5b)",
     )
+    p.add_argument(
+        "--build-model",
+        default=None,
+        help="build with the LLM descriptor engine on this local model (third-party corpora)",
+    )
     add_llm_options(p)
     args = p.parse_args(argv)
     if args.llm_model and args.corpus == "stdlib":
         p.error("--llm-model runs on the third-party corpora (--corpus manpages|pytest-docs)")
+    if args.build_model and args.corpus == "stdlib":
+        p.error("--build-model runs on the third-party corpora (--corpus manpages|pytest-docs)")
     expansion = Expansion(args.expand_model) if args.expand_model else None
     embedding = Embedding(args.embed_model) if args.embed_model else None
     if args.corpus != "stdlib":
         out = args.out or ROOT / "out" / "bench" / f"navigation-{args.corpus}.json"
         llm = LLMBench(args.llm_model, args.llm_cases) if args.llm_model else None
         navs = args.navigators.split(",")
-        return run_third_party(args.corpus, out, navs, expansion, llm, embedding)
+        return run_third_party(
+            args.corpus, out, navs, expansion, llm, embedding, build_model=args.build_model
+        )
     args.out = args.out or ROOT / "out" / "bench" / "navigation.json"
     raw = load_cases(CASES)
     results: dict[str, Any] = {
