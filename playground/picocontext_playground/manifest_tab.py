@@ -368,7 +368,9 @@ class ManifestTab(QWidget):
                 parent = parent.parent()
         touched = ", ".join(f"{node} ({'/'.join(v)})" for node, v in used.items()) or "none"
         self.status.setStyleSheet("")
-        self.status.setText(f"Nodes the model used in this step (highlighted): {touched}.")
+        self.status.setText(
+            f"Nodes used in this step, by the model or prefetched for it (highlighted): {touched}."
+        )
 
     def _fill_tree(self, m: Manifest) -> None:
         self.tree.clear()

@@ -251,7 +251,8 @@ def test_navigated_step_opens_its_manifest_with_the_used_nodes_highlighted(
         node for node, item in tab._items.items() if item.background(0).color().name() == "#fff4cc"
     ]
     assert highlighted and set(highlighted) <= set(used)
-    assert "Nodes the model used" in tab.status.text()
+    assert "Nodes used in this step, by the model or prefetched for it" in tab.status.text()
+    assert "prefetched open" in tab.status.text()
     assert window.columns["editable"].open_manifest.isHidden()
 
 
