@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext import PicoContextError, PreparedPrompt, RunBudget, TokenCounter
+from picocontext import PicoContextError, PreparedPrompt, TokenCounter
 from picocontext.manifest import NAVIGATORS
 from picocontext.models import ByteCounter
 from picocontext.policies import NavigatedConfig
@@ -89,13 +89,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     limits = config.limits
     if args.tokenizer == "bytes":
         limits = limits.scaled(args.bytes_per_token)
-    budget = RunBudget(
-        context_window=limits.context_window,
-        total_tokens=limits.turn_tokens,
-        edit_output_tokens=limits.decision_output_tokens,
-        completion_output_tokens=limits.completion_output_tokens,
-        max_edit_attempts=limits.decision_attempts,
-    )
+    budget = limits.run_budget()
     seed = args.seed if args.seed is not None else config.seeds[0]
     episode = generated_episode(
         config.scenario,
