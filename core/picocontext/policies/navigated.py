@@ -246,8 +246,9 @@ class NavigatedConfig(BaseModel):
     # reads it; what it shows is in the index, charged to the reading budget. "archive" (the
     # default, picocontext.policies.archive_nav): subtree-scan's descriptor ranking with a
     # query made for conversations -- the reply to the newest earlier asking of the question,
-    # then newer matching records -- since on notebook episodes a document navigator's best
-    # match is an earlier asking, which holds no answer. A name from
+    # then newer matching records, then older ones while the budget lasts -- since on notebook
+    # episodes a document navigator's best match is an earlier asking, which holds no answer
+    # (scripts/bench.sh prefetch, docs/build.md). A name from
     # picocontext.manifest.routing.NAVIGATORS runs that document navigator instead (it stops
     # after one leaf); None: the model navigates alone.
     navigator: str | None = ARCHIVE_NAVIGATOR
