@@ -269,7 +269,8 @@ class DeterministicConversationBackend(DeterministicNotebookBackend):
         to list what it holds."""
         wanted = content_words(question)
         lines: dict[str, tuple[int, bool, int]] = {}
-        for record in prompt.input.control_records:
+        # the navigated policy's index is in the history; a recall's results are control records
+        for record in (*prompt.input.context.records, *prompt.input.control_records):
             for node_id, kind, text in _INDEX_LINE.findall(record.body):
                 if node_id != "r" and node_id not in opened:
                     score = len(wanted & content_words(text))

@@ -200,13 +200,14 @@ class DeterministicNotebookBackend:
         the records' own lines fold.)"""
         state: dict[str, str] = {}
         results: list[str] = []
-        for r in prompt.input.control_records:
-            if r.role is Role.TOOL:
-                results.append(r.body)
-            elif r.role is Role.USER and r.body.startswith(NAVIGATED_INDEX_HEADER):
+        # The navigated policy's index stands in the history where the archive was; a tool
+        # policy's other runtime records follow it.
+        for r in (*prompt.input.context.records, *prompt.input.control_records):
+            if r.role is Role.USER and r.body.startswith(NAVIGATED_INDEX_HEADER):
                 # What a navigator prefetched is spliced in as leaves, each under its own
                 # breadcrumb: placed like an opened leaf, so the reading order holds.
                 results.extend(_PREFETCHED.split(r.body))
+        results.extend(r.body for r in prompt.input.control_records if r.role is Role.TOOL)
         for chunk in history_chunks(results):
             for line in chunk.split("\n"):
                 answer = _facts_line(line)

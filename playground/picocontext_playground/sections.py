@@ -19,7 +19,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from picocontext import ModelInput, PreparedPrompt, Record, Role
-from picocontext.policies import SUMMARY_MARK
+from picocontext.policies import NAVIGATED_INDEX_HEADER, SUMMARY_MARK
 
 TextCounter = Callable[[str], int]
 
@@ -78,7 +78,7 @@ def classify(record: Record, control: bool) -> Section:
         return Section.VIEWS if record.role is Role.USER else Section.CONTROL
     if record.role is Role.TOOL:
         return Section.TOOLS
-    if record.body.startswith(SUMMARY_MARK):
+    if record.body.startswith((SUMMARY_MARK, NAVIGATED_INDEX_HEADER)):
         return Section.VIEWS
     if record.role is Role.USER and record.protected:
         return Section.TASK

@@ -419,6 +419,8 @@ class NavPlan:
     nav: NavSession | None = None
     executor: _Executor | None = None
     leaves: dict[str, str] = field(default_factory=dict)
+    # The archive index record, placed in the view where the archive was (None: no archive).
+    index: Record | None = None
 
     def finished(self) -> NavigatedTurn:
         """The turn info with the reading numbers as they stand now (after the loop ran)."""
@@ -567,10 +569,14 @@ class NavigatedPolicy:
                 )
                 return NavPlan(loop=loop, info=info)
 
-            fixed = prepare(split.view, (empty_index,))
+            fixed = prepare(with_index(split.view, empty_index, split.archived_ids, positions))
             # priced at the longest receipt ids a turn writes (step 15, call 30)
-            probe = (empty_index, *sample_receipt(CLOSE_TOOL.name, step=15, index=30))
-            per_call = prepare(split.view, probe) - fixed + cfg.call_slack
+            probe = sample_receipt(CLOSE_TOOL.name, step=15, index=30)
+            per_call = (
+                prepare(with_index(split.view, empty_index, split.archived_ids, positions), probe)
+                - fixed
+                + cfg.call_slack
+            )
             room = window - out - fixed - steps * (per_call + refusal)
             nav_budget = min(int(cfg.nav_share * window), room)
             if nav_budget < cfg.min_nav_tokens:
@@ -630,15 +636,11 @@ class NavigatedPolicy:
                 f"{nav.spent} used by this index.)",
             ]
         )
-        preamble = Record(id=index_id, role=Role.USER, protected=True, body=body)
-        fixed_tools = prepare(split.view, (preamble,))
+        index_record = Record(id=index_id, role=Role.USER, protected=True, body=body)
+        view = with_index(split.view, index_record, split.archived_ids, positions)
+        fixed_tools = prepare(view)
         fixed_final = counter.prepare(
-            ModelInput(
-                context=split.view,
-                phase=Phase.COMPLETION,
-                control_records=(preamble,),
-                system_text=SYSTEM_TEXT,
-            )
+            ModelInput(context=view, phase=Phase.COMPLETION, system_text=SYSTEM_TEXT)
         ).token_count
         executor = _Executor(
             nav,
@@ -664,8 +666,8 @@ class NavigatedPolicy:
         )
         loop = ToolLoop(
             mode=RunMode.NAVIGATED,
-            view=split.view,
-            preamble=(preamble,),
+            view=view,
+            preamble=(),
             tools=offered,
             execute=executor,
             system_text=SYSTEM_TEXT,
@@ -673,7 +675,14 @@ class NavigatedPolicy:
             max_steps=steps,
             prefetched=prefetched,
         )
-        return NavPlan(loop=loop, info=info, nav=nav, executor=executor, leaves=dict(leaves))
+        return NavPlan(
+            loop=loop,
+            info=info,
+            nav=nav,
+            executor=executor,
+            leaves=dict(leaves),
+            index=index_record,
+        )
 
     # -- compiling --------------------------------------------------------------------------
     def _engine(self) -> DescriptorEngine:
@@ -778,6 +787,21 @@ def _archive_key(
         digest.update(part.encode("utf-8", errors="surrogatepass"))
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def with_index(
+    view: Snapshot, index: Record, archived: Sequence[str], positions: dict[str, int]
+) -> Snapshot:
+    """``view`` with the archive index standing where the archive was: before the first
+    shown record newer than the oldest archived one. Measured on the 0.5B model (a long-
+    history step 2 prompt, docs/results/qwen-four-policies.md): with the index after the
+    latest request it gave ``cell1`` the value of ``cell0``, the first fact of the older
+    records read last; with the index in its place in time it answered right."""
+    first = min((positions[r] for r in archived), default=0)
+    records = list(view.records)
+    at = next((i for i, r in enumerate(records) if positions.get(r.id, 0) > first), len(records))
+    records.insert(at, index)
+    return view.model_copy(update={"records": tuple(records)})
 
 
 def asked_before(view: Snapshot) -> dict[str, str]:
