@@ -289,7 +289,11 @@ class DeterministicNotebookBackend:
         kinds: dict[str, str] = {}
         numbers: dict[str, int] = {}
         holds_answer: dict[str, int] = {}  # newest own answer a node is or lists
-        for record in prompt.input.control_records:
+        # the archive index stands in the history where the archive was; receipts follow
+        index = [
+            r for r in prompt.input.context.records if r.body.startswith(NAVIGATED_INDEX_HEADER)
+        ]
+        for record in (*index, *prompt.input.control_records):
             for node_id, kind, text in _INDEX_LINE.findall(record.body):
                 kinds[node_id] = kind
                 newest = max((int(n) for n in _RECORD_NUMBER.findall(text)), default=0)

@@ -152,6 +152,59 @@ def test_unknown_policies_are_rejected_before_any_call() -> None:
     assert resolve_policies(["summarize"]) == (SUMMARIZE,)
 
 
+ALONE = {"name": "navigated-alone", "kind": "navigated", "config": {"navigator": None}}
+
+
+def test_a_variant_runs_beside_the_policy_it_configures() -> None:
+    """Two settings of one policy in one run: the variant keeps its own name in the report
+    and its settings (no prefetch) in every turn."""
+    config = EvaluationConfig.parse(
+        json.dumps(
+            {
+                "scenario": "state_updates",
+                "seeds": [17],
+                "repetitions": 1,
+                "step_count": 4,
+                "noise_lines": 48,
+                "protect_requests": False,
+                "policies": ["navigated", "navigated-alone"],
+                "variants": [ALONE],
+                "limits": {"context_window": 16_384, "turn_tokens": 96_000},
+            }
+        )
+    )
+    report = runner_for(config).run()
+    by_name = {r.policy.name: r for r in report.results}
+    assert set(by_name) == {"navigated", "navigated-alone"}
+    assert by_name["navigated-alone"].policy.config == {"navigator": None}
+    alone = by_name["navigated-alone"].steps
+    helped = by_name["navigated"].steps
+    assert not any(s.prefetch_steps for s in alone)
+    assert any(s.prefetch_steps for s in helped)
+    assert [p.policy for p in report.summary.policies] == ["navigated", "navigated-alone"]
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ([ALONE, ALONE], "variant names must be unique"),
+        ([{**ALONE, "name": "navigated"}], "must differ from the built-in policies"),
+        ([{**ALONE, "kind": "wandering"}], "wandering"),
+        ([{**ALONE, "config": {"navigator": "nope"}}], "navigator must be one of"),
+    ],
+)
+def test_bad_variants_are_refused_with_a_clear_message(
+    variants: list[dict[str, object]], message: str
+) -> None:
+    with pytest.raises(InvalidConfiguration, match=message):
+        EvaluationConfig.parse(json.dumps({"policies": ["editable"], "variants": variants}))
+
+
+def test_an_unlisted_variant_name_is_an_unknown_policy() -> None:
+    with pytest.raises(InvalidConfiguration, match="unknown policy 'navigated-alone'"):
+        runner_for(EvaluationConfig(policies=("navigated-alone",)))
+
+
 def test_policies_are_data() -> None:
     assert set(BUILTIN_POLICIES) == {
         "append-only",

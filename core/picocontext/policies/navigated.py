@@ -7,7 +7,9 @@ records. The archive is compiled in memory into a pcx manifest (one verbatim lea
 grouped by turn; descriptors from the offline engine, or from a chat model when one is given)
 and cached per scope, so the next turn reuses unchanged history instead of recompiling it.
 
-The model reads the manifest index as a protected runtime preamble and may call ``index``,
+The model reads the manifest index as a protected runtime record standing in the history where
+the archived records were (before the recent tail, so the prompt stays in time order), with
+what the prefetch opened for the latest request spliced in, and may call ``index``,
 ``look``, ``open`` and ``close`` (:class:`~picocontext.manifest.NavSession` verbs) through the
 session's bounded tool loop before answering. Two limits hold, both measured in the session's
 units:

@@ -17,7 +17,9 @@ from picocontext_diagnostics.fixtures import (
     load_json_model,
 )
 from picocontext_diagnostics.policies import (
+    BUILTIN_POLICIES,
     DEFAULT_POLICIES,
+    Policy,
 )
 
 MAX_PLANNED_STEPS = 512
@@ -76,6 +78,10 @@ class EvaluationConfig(BaseModel):
     # False: answered requests are ordinary history a policy may drop or archive.
     protect_requests: bool = True
     policies: tuple[str, ...] = Field(default=DEFAULT_POLICIES, min_length=1)
+    # Named settings of a registered policy that ``policies`` may list beside the built-ins,
+    # e.g. {"name": "navigated-alone", "kind": "navigated", "config": {"navigator": null}}:
+    # two configurations of one policy compared in one run.
+    variants: tuple[Policy, ...] = Field(default=(), max_length=16)
     limits: EvaluationLimits = Field(default_factory=EvaluationLimits)
 
     @model_validator(mode="after")
@@ -86,6 +92,12 @@ class EvaluationConfig(BaseModel):
             raise ValueError("seeds must be unique")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("policies must be unique")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError("variant names must be unique")
+        shadowing = sorted(set(names) & set(BUILTIN_POLICIES))
+        if shadowing:
+            raise ValueError(f"variant names must differ from the built-in policies: {shadowing}")
         if self.planned_steps > MAX_PLANNED_STEPS:
             raise ValueError(
                 f"the plan has {self.planned_steps} steps (seeds × repetitions × policies × "

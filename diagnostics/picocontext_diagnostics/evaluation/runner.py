@@ -86,7 +86,8 @@ class EvaluationRunner:
         if workers < 1:
             raise InvalidConfiguration("workers must be at least 1")
         self.config = config
-        self.policies = resolve_policies(config.policies, registry or BUILTIN_POLICIES)
+        known = {**(registry or BUILTIN_POLICIES), **{v.name: v for v in config.variants}}
+        self.policies = resolve_policies(config.policies, known)
         self.counter = counter
         self.backend = backend
         self.provenance = provenance

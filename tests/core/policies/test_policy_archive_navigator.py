@@ -47,6 +47,12 @@ BUDGET = RunBudget(
 NARROW = {"tail_share": 0.05, "nav_share": 0.6}
 
 
+def index_text(plan: NavPlan) -> str:
+    """The archive index record's text (the plan must have an archive)."""
+    assert plan.index is not None
+    return plan.index.body
+
+
 def value(t: int) -> str:
     return f"value-{t * 7919 % 1000:03d}"
 
@@ -161,7 +167,7 @@ def test_a_repeated_question_opens_the_newest_reply_then_what_came_after_never_a
     assert not any(i.startswith("ask-") for i in leaves)  # an asking holds no answer
     # an older reply is superseded by the newer one and never opened
     assert not any(i.startswith("reply-") for i in leaves[1:])
-    body = plan.loop.preamble[0].body
+    body = index_text(plan)
     assert "--- reply-6 (full) ---" in body and "--- note-late (full) ---" in body
 
 
@@ -223,7 +229,7 @@ def test_it_only_opens_walks_down_to_each_target_and_every_open_is_charged() -> 
     assert plan.nav is not None and alone.nav is not None
     assert plan.info.spent == plan.nav.spent > alone.nav.spent
     assert plan.nav.spent <= plan.info.nav_budget
-    body = plan.loop.preamble[0].body
+    body = index_text(plan)
     assert all(s.result in body for s in steps)  # what it showed is what the model reads
 
 

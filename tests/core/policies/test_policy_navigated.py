@@ -46,6 +46,7 @@ from picocontext.policies.navigated import (
     PLAIN_SYSTEM_TEXT,
     NavigatedConfig,
     NavigatedTurn,
+    NavPlan,
     archive_tree,
     leaf_text,
     parse_arguments,
@@ -59,6 +60,12 @@ ALONE = NavigatedConfig(navigator=None)
 # Checked at the full view (lines with "when" and keys): these scenarios need an archive the
 # default tail cannot leave room for, which the exact check at the brief view would admit.
 CHECKED_FULL = NavigatedConfig(navigator=None, check_view="full")
+
+
+def index_text(plan: NavPlan) -> str:
+    """The archive index record's text (the plan must have an archive)."""
+    assert plan.index is not None
+    return plan.index.body
 
 
 def turn_with_info(
@@ -376,12 +383,18 @@ def test_valid_navigation_reads_a_verbatim_record_and_answers() -> None:
     assert "sheet-2 [leaf]" in report.tool_steps[3].result
     assert sheet_body(2) in report.tool_steps[4].result  # verbatim
     assert "tokens freed" in report.tool_steps[5].result
-    # the first prompt shows the index as a protected preamble after the visible history
+    # the first prompt shows the index as a protected record where the archive was: after
+    # the protected head, before the shown tail and the question (time order kept)
     first = backend.prompts[0]
     assert first.input.phase is Phase.TOOLS and first.input.tools_json is not None
-    preamble = first.input.control_records[0]
-    assert preamble.protected and preamble.body.startswith("ARCHIVE INDEX")
-    assert "sheet-2" not in [r.id for r in first.input.context.records]
+    shown = first.input.context.records
+    index = next(r for r in shown if r.body.startswith("ARCHIVE INDEX"))
+    assert index.protected and not first.input.control_records
+    ids = [r.id for r in shown]
+    assert ids.index("task") < ids.index(index.id) < ids.index("question")
+    tail = [r.id for r in shown[ids.index(index.id) + 1 :]]
+    assert tail and all(i.startswith(("ask-", "fetch-", "sheet-", "question")) for i in tail)
+    assert "sheet-2" not in ids
     assert balance(2) not in first.rendered  # the fact is only in the archive
     # the answer came after the model read it; the working context never changed
     assert session.context == snapshot == report.revised == report.run_start
@@ -860,8 +873,8 @@ def test_a_named_navigator_walks_the_archive_first_and_is_charged() -> None:
     config = NavigatedConfig(navigator="subtree-backout", prefetch_steps=4)
     helped = NavigatedPolicy(config).plan(session.counter, session.state, BUDGET)
     assert helped.nav is not None and alone.nav is not None
-    body = helped.loop.preamble[0].body
-    assert len(body) > len(alone.loop.preamble[0].body)
+    body = index_text(helped)
+    assert len(body) > len(index_text(alone))
     assert "[context]" in body  # a leaf was opened and spliced with its envelope
     assert helped.info.spent > alone.info.spent
     assert helped.info.spent == helped.nav.spent
@@ -932,7 +945,7 @@ def test_a_scanning_navigator_searches_then_opens_and_every_shown_token_is_charg
         session.counter, session.state, BUDGET
     )
     assert helped.nav is not None and alone.nav is not None
-    body = helped.loop.preamble[0].body
+    body = index_text(helped)
     assert "search hit" in body and "[context]" in body  # hits disclosed, then a leaf spliced
     assert helped.info.spent == helped.nav.spent > alone.info.spent
     assert helped.nav.shown_tokens >= helped.nav.spent
@@ -962,7 +975,7 @@ def test_a_close_ends_the_prefetch_so_what_was_shown_stays_charged(
         session.counter, session.state, BUDGET
     )
     assert plan.nav is not None
-    body = plan.loop.preamble[0].body
+    body = index_text(plan)
     assert "search hit" in body and "[context]" not in body  # the open after the close: never
     assert plan.info.spent == plan.nav.spent
 

@@ -144,13 +144,16 @@ def navigator(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
     """Answer from the shown records if they hold the key; otherwise open index lines newest
     first, open only leaves whose description names the key, close leaves after reading."""
     key = _asked(prompt)
-    in_view = [v for r in prompt.input.context.records for k, v in FACT.findall(r.body) if k == key]
+    # the archive index stands in the history where the archive was; its lines are not records
+    index = [r for r in prompt.input.context.records if r.body.startswith("ARCHIVE INDEX")]
+    shown = [r for r in prompt.input.context.records if r not in index]
+    in_view = [v for r in shown for k, v in FACT.findall(r.body) if k == key]
     if in_view:
         return _answer(f"{key}={in_view[-1]}")
     lines: dict[str, tuple[str, str]] = {}
     hits: list[tuple[int, str]] = []
     read: set[str] = set()
-    for record in prompt.input.control_records:
+    for record in (*index, *prompt.input.control_records):
         for nid, kind, text in LINE.findall(record.body):
             lines.setdefault(nid, (kind, text))
         header = re.search(r"^--- (\S+) \(full\) ---$", record.body, re.MULTILINE)
@@ -265,7 +268,9 @@ def test_a_model_that_does_not_navigate_cannot_answer_from_the_view() -> None:
         return reply if not reply.tool_calls else _answer("unknown")
 
     session = ContextSession(start(), ByteCounter(), ScriptedBackend(lazy))
-    policy = NavigatedPolicy(NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12))
+    policy = NavigatedPolicy(
+        NavigatedConfig(tail_share=0.3, nav_share=0.45, max_steps=12, navigator=None)
+    )
     right = 0
     for step in range(1, 9):
         session.append_records(step_records(step))

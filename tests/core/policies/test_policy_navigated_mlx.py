@@ -90,9 +90,11 @@ def test_real_tokenizer_counts_and_template_renders_the_navigation(tiny: Any) ->
         if prompt.input.phase is Phase.COMPLETION or len(opened) >= 3:
             found = "bay 3" in prompt.rendered
             return ModelResponse(text="bay 3" if found else "unknown", generated_tokens=3)
+        # the archive index stands in the history; the tool receipts follow the question
+        index = [r for r in prompt.input.context.records if r.body.startswith("ARCHIVE INDEX")]
         lines = [
             line.split(" ", 1)[0]
-            for r in prompt.input.control_records
+            for r in (*index, *prompt.input.control_records)
             for line in r.body.split("\n")
             if " [" in line
         ]
