@@ -8,7 +8,7 @@ grouped by turn; descriptors from the offline engine, or from a chat model when 
 and cached per scope, so the next turn reuses unchanged history instead of recompiling it.
 
 The model reads the manifest index as a protected runtime record standing in the history where
-the archived records were (before the recent tail, so the prompt stays in time order), with
+the archived records end (before the recent tail, so the prompt stays in time order), with
 what the prefetch opened for the latest request spliced in, and may call ``index``,
 ``look``, ``open`` and ``close`` (:class:`~picocontext.manifest.NavSession` verbs) through the
 session's bounded tool loop before answering. Two limits hold, both measured in the session's
@@ -794,14 +794,19 @@ def _archive_key(
 def with_index(
     view: Snapshot, index: Record, archived: Sequence[str], positions: dict[str, int]
 ) -> Snapshot:
-    """``view`` with the archive index standing where the archive was: before the first
-    shown record newer than the oldest archived one. Measured on the 0.5B model (a long-
-    history step 2 prompt, docs/results/qwen-four-policies.md): with the index after the
-    latest request it gave ``cell1`` the value of ``cell0``, the first fact of the older
-    records read last; with the index in its place in time it answered right."""
-    first = min((positions[r] for r in archived), default=0)
+    """``view`` with the archive index standing where the archive ends: before the first
+    shown record newer than the newest archived one, so the prompt stays in time order and
+    protected records older than that (earlier requests kept in view) come before it.
+
+    Measured on the 0.5B model, one prompt per placement (docs/results/qwen-four-policies.md):
+    on a long-history step (unprotected requests) with the index after the latest request it
+    gave ``cell1`` the value of ``cell0``; in its place in time it answered right. On a state
+    step whose earlier requests are protected, the index before all of them (where the
+    archive *begins*) made it copy the requests' ``<current value>`` placeholder; after them,
+    where the archive ends, it answered right."""
+    last = max((positions[r] for r in archived), default=0)
     records = list(view.records)
-    at = next((i for i, r in enumerate(records) if positions.get(r.id, 0) > first), len(records))
+    at = next((i for i, r in enumerate(records) if positions.get(r.id, 0) > last), len(records))
     records.insert(at, index)
     return view.model_copy(update={"records": tuple(records)})
 

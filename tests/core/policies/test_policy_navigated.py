@@ -51,6 +51,7 @@ from picocontext.policies.navigated import (
     leaf_text,
     parse_arguments,
     tail_ladder,
+    with_index,
 )
 from picocontext.report import RunReport
 
@@ -998,3 +999,30 @@ def test_the_archive_is_checked_at_the_view_the_model_is_shown() -> None:
         for nid in [*manifest.ancestors(leaf)[1:], leaf]:
             result = fresh.loop.execute("open", json.dumps({"id": nid}))
             assert result.ok, (leaf, result.text)
+
+
+def test_the_index_stands_where_the_archive_ends() -> None:
+    """After every shown record older than the newest archived one (a protected earlier
+    request stays before it), before the recent tail and the question: time order kept."""
+    records = (
+        Record(id="rules", role=Role.SYSTEM, body="r"),
+        Record(id="task", role=Role.USER, protected=True, body="t"),
+        Record(id="ask-1", role=Role.USER, protected=True, body="report"),
+        Record(id="reply-1", role=Role.ASSISTANT, body="{}"),
+        Record(id="question", role=Role.USER, body="report"),
+    )
+    view = Snapshot(scope=SCOPE, records=records)
+    # archived: records 3 and 5 of the history (#4 is ask-1, shown because it is protected)
+    positions = {"rules": 1, "task": 2, "old-1": 3, "ask-1": 4, "old-2": 5, "reply-1": 6}
+    positions["question"] = 7
+    index = Record(id="runtime-history-index", role=Role.USER, protected=True, body="INDEX")
+    placed = with_index(view, index, ("old-1", "old-2"), positions)
+    assert [r.id for r in placed.records] == [
+        "rules",
+        "task",
+        "ask-1",
+        "runtime-history-index",
+        "reply-1",
+        "question",
+    ]
+    validate_snapshot(placed)
