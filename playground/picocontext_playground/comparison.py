@@ -315,21 +315,23 @@ def tool_calls_text(steps: Sequence[ToolStep]) -> str:
     first use; an unknown or refused call counts as refused."""
     if not steps:
         return "tool calls 0"
-    counts: dict[str, int] = {}
-    for step in steps:
-        counts[step.name] = counts.get(step.name, 0) + 1
-    verbs = ", ".join(f"{name} \u00d7{n}" for name, n in counts.items())
     refused = sum(1 for s in steps if not s.ok)
-    return f"tool calls {len(steps)}: {verbs}" + (f" ({refused} refused)" if refused else "")
+    return f"tool calls {_verb_counts(steps)}" + (f" ({refused} refused)" if refused else "")
 
 
 def prefetch_text(steps: Sequence[ToolStep]) -> str:
     """``prefetched 3: open ×3`` -- the calls a policy's runtime made for the model."""
+    return f"prefetched {_verb_counts(steps)}" if steps else "prefetched 0"
+
+
+def _verb_counts(steps: Sequence[ToolStep]) -> str:
+    """``5: open ×3, close ×1, look ×1`` -- how many calls, then each verb in order of first
+    use."""
     counts: dict[str, int] = {}
     for step in steps:
         counts[step.name] = counts.get(step.name, 0) + 1
     verbs = ", ".join(f"{name} \u00d7{n}" for name, n in counts.items())
-    return f"prefetched {len(steps)}: {verbs}" if steps else "prefetched 0"
+    return f"{len(steps)}: {verbs}"
 
 
 def budgets_for(settings: ComparisonSettings, scale: int) -> tuple[RunBudget, int | None]:
