@@ -107,6 +107,16 @@ def history_chunks(results: Sequence[str]) -> list[str]:
 _PREFETCHED = re.compile(r"\n(?=\[context\] )")
 
 
+def archive_index(prompt: PreparedPrompt) -> list[Record]:
+    """The navigated policy's archive index: a protected user record standing in the shown
+    history where the archive ends (the tool receipts follow the question)."""
+    return [
+        r
+        for r in prompt.input.context.records
+        if r.role is Role.USER and r.body.startswith(NAVIGATED_INDEX_HEADER)
+    ]
+
+
 def _facts_line(line: str) -> dict[str, str] | None:
     """The notebook of a line that is one whole facts answer, else None."""
     if not line.startswith('{"facts"'):
@@ -200,13 +210,10 @@ class DeterministicNotebookBackend:
         the records' own lines fold.)"""
         state: dict[str, str] = {}
         results: list[str] = []
-        # The navigated policy's index stands in the history where the archive was; a tool
-        # policy's other runtime records follow it.
-        for r in (*prompt.input.context.records, *prompt.input.control_records):
-            if r.role is Role.USER and r.body.startswith(NAVIGATED_INDEX_HEADER):
-                # What a navigator prefetched is spliced in as leaves, each under its own
-                # breadcrumb: placed like an opened leaf, so the reading order holds.
-                results.extend(_PREFETCHED.split(r.body))
+        for r in archive_index(prompt):
+            # What a navigator prefetched is spliced in as leaves, each under its own
+            # breadcrumb: placed like an opened leaf, so the reading order holds.
+            results.extend(_PREFETCHED.split(r.body))
         results.extend(r.body for r in prompt.input.control_records if r.role is Role.TOOL)
         for chunk in history_chunks(results):
             for line in chunk.split("\n"):
@@ -289,11 +296,7 @@ class DeterministicNotebookBackend:
         kinds: dict[str, str] = {}
         numbers: dict[str, int] = {}
         holds_answer: dict[str, int] = {}  # newest own answer a node is or lists
-        # the archive index stands in the history where the archive was; receipts follow
-        index = [
-            r for r in prompt.input.context.records if r.body.startswith(NAVIGATED_INDEX_HEADER)
-        ]
-        for record in (*index, *prompt.input.control_records):
+        for record in (*archive_index(prompt), *prompt.input.control_records):
             for node_id, kind, text in _INDEX_LINE.findall(record.body):
                 kinds[node_id] = kind
                 newest = max((int(n) for n in _RECORD_NUMBER.findall(text)), default=0)
@@ -380,3 +383,12 @@ class DeterministicNotebookBackend:
             )
         text, used, clipped = _clip(self.answer(prompt), max_tokens)
         return ModelResponse(text=text, generated_tokens=used, reached_token_limit=clipped)
+
+
+class ShownOnlyReader(DeterministicNotebookBackend):
+    """The same reader with its own fetching turned off: it answers from what it is shown and
+    never calls a tool (as the 0.5B model does live), so whatever archived fact it answers
+    with, a policy's prefetch put in front of it."""
+
+    def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> None:
+        return None

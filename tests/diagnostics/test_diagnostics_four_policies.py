@@ -18,7 +18,6 @@ from picocontext import (
     ModelInput,
     ModelResponse,
     Phase,
-    PreparedPrompt,
     Record,
     Role,
     RunBudget,
@@ -50,7 +49,11 @@ from picocontext_diagnostics.evaluation import (
     load_config,
 )
 from picocontext_diagnostics.fixtures import Scenario, fixtures_dir
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend, history_chunks
+from picocontext_diagnostics.notebook import (
+    DeterministicNotebookBackend,
+    ShownOnlyReader,
+    history_chunks,
+)
 from picocontext_diagnostics.policies import (
     BUILTIN_POLICIES,
     DISTILLED,
@@ -454,13 +457,6 @@ def _fetched(run: Any, verb: str) -> bool:
     return own or (verb == "open" and "[context]" in run.calls[0].rendered)
 
 
-class _LazyReader(DeterministicNotebookBackend):
-    """Answers from what it is shown and never calls a tool."""
-
-    def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> None:
-        return None
-
-
 def test_a_document_navigator_prefetches_an_earlier_request_on_notebook_episodes() -> None:
     """Why the navigated policy's prefetch is not a document navigator: for a model that
     never calls a tool (the 0.5B model live), ``subtree-scan`` searches with the latest
@@ -469,7 +465,7 @@ def test_a_document_navigator_prefetches_an_earlier_request_on_notebook_episodes
     policy = Policy(
         name="navigated", config={**NARROW_NAVIGATED.config, "navigator": "subtree-scan"}
     )
-    report = EpisodeRunner(ByteCounter(), _LazyReader()).run(
+    report = EpisodeRunner(ByteCounter(), ShownOnlyReader()).run(
         long_episode(4), policy, WIDE, 2_000_000
     )
     assert not report.passed
@@ -485,11 +481,11 @@ def test_the_archive_navigator_carries_a_reader_that_never_calls_a_tool(steps: i
     """The default prefetch opens the reply to the previous asking and what came after it,
     so the same reader answers every step; with the model navigating alone it cannot."""
     episode = long_episode(steps)
-    helped = EpisodeRunner(ByteCounter(), _LazyReader()).run(
+    helped = EpisodeRunner(ByteCounter(), ShownOnlyReader()).run(
         episode, NARROW_NAVIGATED, WIDE, 2_000_000
     )
     alone = Policy(name="navigated", config={**NARROW_NAVIGATED.config, "navigator": None})
-    unhelped = EpisodeRunner(ByteCounter(), _LazyReader()).run(episode, alone, WIDE, 2_000_000)
+    unhelped = EpisodeRunner(ByteCounter(), ShownOnlyReader()).run(episode, alone, WIDE, 2_000_000)
     assert helped.passed and helped.answer_correct_steps == steps
     assert unhelped.answer_correct_steps < steps
     prefetched = [s.run.prefetch_steps for s in helped.steps if s.run is not None]
@@ -500,7 +496,7 @@ def test_the_archive_navigator_carries_a_reader_that_never_calls_a_tool(steps: i
 def test_a_reader_that_may_not_fetch_fails_once_the_answer_is_archived() -> None:
     """Control: the same narrow tails without the tools' help lose the older facts."""
 
-    report = EpisodeRunner(ByteCounter(), _LazyReader()).run(
+    report = EpisodeRunner(ByteCounter(), ShownOnlyReader()).run(
         long_episode(4), NARROW_DISTILLED, WIDE, 2_000_000
     )
     assert not report.passed and report.answer_correct_steps < len(report.steps)

@@ -23,27 +23,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext import PicoContextError, PreparedPrompt, TokenCounter
+from picocontext import PicoContextError, TokenCounter
 from picocontext.manifest import NAVIGATORS
 from picocontext.models import ByteCounter
 from picocontext.policies import NavigatedConfig
 from picocontext_diagnostics.episodes import generated_episode
 from picocontext_diagnostics.evaluation import load_config
 from picocontext_diagnostics.fixtures import fixtures_dir
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
+from picocontext_diagnostics.notebook import ShownOnlyReader
 from picocontext_diagnostics.policies import Policy
 from picocontext_diagnostics.runner import EpisodeRunner
 
 DEFAULT_CONFIG = "long-history.json"
 DEFAULT_TOKENIZER = "qwen2.5-coder-0.5b"
 NAVIGATOR_CHOICES = ("off", *NAVIGATORS, "archive")
-
-
-class ShownOnlyReader(DeterministicNotebookBackend):
-    """Answers from what it is shown; never calls a tool."""
-
-    def look_up(self, prompt: PreparedPrompt, missing: Sequence[str]) -> None:
-        return None
 
 
 def counter_for(name: str) -> TokenCounter:
