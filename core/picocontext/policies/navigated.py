@@ -571,14 +571,11 @@ class NavigatedPolicy:
                 )
                 return NavPlan(loop=loop, info=info)
 
-            fixed = prepare(with_index(split.view, empty_index, split.archived_ids, positions))
+            indexed = with_index(split.view, empty_index, split.archived_ids, positions)
+            fixed = prepare(indexed)
             # priced at the longest receipt ids a turn writes (step 15, call 30)
             probe = sample_receipt(CLOSE_TOOL.name, step=15, index=30)
-            per_call = (
-                prepare(with_index(split.view, empty_index, split.archived_ids, positions), probe)
-                - fixed
-                + cfg.call_slack
-            )
+            per_call = prepare(indexed, probe) - fixed + cfg.call_slack
             room = window - out - fixed - steps * (per_call + refusal)
             nav_budget = min(int(cfg.nav_share * window), room)
             if nav_budget < cfg.min_nav_tokens:
@@ -624,7 +621,7 @@ class NavigatedPolicy:
         prefetched: tuple[ToolStep, ...] = ()
         if cfg.navigator is not None:
             navigator = (
-                ArchiveNavigator(positions, replies([snapshot.records]), asked_before(split.view))
+                ArchiveNavigator(positions, replies(snapshot.records), asked_before(split.view))
                 if cfg.navigator == ARCHIVE_NAVIGATOR
                 else make_navigator(cfg.navigator)
             )
@@ -818,12 +815,12 @@ def asked_before(view: Snapshot) -> dict[str, str]:
     return {r.id: r.body for r in users[:-1]}
 
 
-def replies(history: Sequence[Sequence[Record]]) -> dict[str, str]:
+def replies(history: Sequence[Record]) -> dict[str, str]:
     """User record id -> the assistant record that answered it: the first plain assistant
     reply (text, no tool call) after it and before the next user record."""
     out: dict[str, str] = {}
     asking: str | None = None
-    for record in (r for unit in history for r in unit):
+    for record in history:
         if record.role is Role.USER:
             asking = record.id
         elif (

@@ -133,7 +133,7 @@ def test_replies_map_each_request_to_the_first_plain_assistant_answer() -> None:
         Record(id="blank", role=Role.ASSISTANT, body="  "),
         Record(id="a3", role=Role.ASSISTANT, body="answer three"),
     ]
-    assert replies([history]) == {"q1": "a1", "q3": "a3"}
+    assert replies(history) == {"q1": "a1", "q3": "a3"}
 
 
 def test_the_question_itself_is_not_an_earlier_asking() -> None:
@@ -177,7 +177,7 @@ def test_a_reply_the_model_already_sees_makes_every_newer_record_come_first() ->
     snapshot = keys_conversation()
     navigator = ArchiveNavigator(
         {r.id: i for i, r in enumerate(snapshot.records, start=1)},
-        replies([snapshot.records]),
+        replies(snapshot.records),
         asked_before(snapshot),
     )
     plan = plan_for(snapshot)
@@ -239,7 +239,7 @@ def test_it_skips_a_target_that_does_not_fit_and_stops_when_none_does() -> None:
     snapshot = keys_conversation()
     navigator = ArchiveNavigator(
         {r.id: i for i, r in enumerate(snapshot.records, start=1)},
-        replies([snapshot.records]),
+        replies(snapshot.records),
         asked_before(snapshot),
     )
     navigator.prepare(plan.info.manifest)
