@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.cancel import CancelToken
 from picocontext.prompts import (
+    CHOICE_GUIDANCE,
     COMPLETION_GUIDANCE,
     decision_guidance,
     decision_tools,
@@ -28,17 +29,27 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Phase(StrEnum):
-    """``edit``: the context decision (edit/keep tools); ``completion``: the answer, no tools;
-    ``tools``: a policy's own tool step (navigation or digest verbs, given in ``tools_json``)."""
+    """``edit``: the tool-call context decision (edit/keep tools); ``choice``: one short
+    question of the incremental decision, answered by one option of ``answer_schema_json``;
+    ``completion``: the answer (tool calls refused); ``tools``: a policy's own tool step
+    (navigation or digest verbs, given in ``tools_json``)."""
 
     EDIT = "edit"
+    CHOICE = "choice"
     COMPLETION = "completion"
     TOOLS = "tools"
 
 
 class EditStyle(StrEnum):
+    """How an editable run decides. ``incremental``: for each new record, one constrained
+    choice "which earlier record does it replace, or none" (designed by measurement for
+    0.5–1.5B models, see docs/policies.md). ``targeted`` and ``summarize`` are the tool-call
+    protocol (one ``edit_context``/``keep_context`` call with operations), kept for
+    comparison."""
+
     TARGETED = "targeted"
     SUMMARIZE = "summarize"
+    INCREMENTAL = "incremental"
 
 
 class ModelInput(BaseModel):
@@ -85,10 +96,15 @@ class ModelInput(BaseModel):
 
     @property
     def trailing_guidance(self) -> str:
-        """The final runtime user message: the override, or the phase's own."""
+        """The final runtime user message: the override, or the phase's own. Everything that
+        depends on the phase or the revision belongs here, after the history."""
         if self.guidance is not None:
             return self.guidance
-        return decision_guidance(self) if self.phase is Phase.EDIT else COMPLETION_GUIDANCE
+        if self.phase is Phase.EDIT:
+            return decision_guidance(self)
+        if self.phase is Phase.CHOICE:
+            return CHOICE_GUIDANCE
+        return COMPLETION_GUIDANCE
 
 
 class PreparedPrompt(BaseModel):

@@ -14,7 +14,7 @@ from picocontext.headers import record_header as record_header
 from picocontext.records import Snapshot
 
 if TYPE_CHECKING:
-    from picocontext.backend import ModelInput
+    from picocontext.backend import EditStyle, ModelInput
 
 DECISION_INSTRUCTIONS = "\n".join(
     [
@@ -43,9 +43,12 @@ SUMMARIZE_INSTRUCTIONS = "\n".join(
     ]
 )
 
+# The system text of every call of an append-only or incremental-editable step: the answer
+# and the decision questions share it (and the history after it) token for token, so a
+# question or the answer prefills only its trailing message.
 COMPLETION_INSTRUCTIONS = (
     "Answer the latest user request from the caller using the working history. "
-    "Obey the protected instructions and the initial task. Context editing is over."
+    "Obey the protected instructions and the initial task."
 )
 
 COMPLETION_GUIDANCE = "\n".join(
@@ -59,14 +62,23 @@ COMPLETION_GUIDANCE = "\n".join(
 
 
 def system_instructions(model_input: ModelInput) -> str:
-    from picocontext.backend import EditStyle, Phase
+    """The default system text of an input. Nothing in it depends on the revision (the
+    revision trails after the history, in the guidance), so an edit re-prefills from its
+    first changed record, not from the system message."""
+    from picocontext.backend import Phase
 
-    if model_input.phase is Phase.COMPLETION:
-        return COMPLETION_INSTRUCTIONS
+    if model_input.phase is Phase.EDIT:
+        return tool_call_instructions(model_input.edit_style)
+    return COMPLETION_INSTRUCTIONS
+
+
+def tool_call_instructions(style: EditStyle) -> str:
+    """The system text of every call of a tool-call decision step (decision and answer)."""
+    from picocontext.backend import EditStyle
+
     parts = [DECISION_INSTRUCTIONS]
-    if model_input.edit_style is EditStyle.SUMMARIZE:
+    if style is EditStyle.SUMMARIZE:
         parts.append(SUMMARIZE_INSTRUCTIONS)
-    parts.append(f"Current baseRevision: {model_input.context.revision}.")
     return "\n".join(parts)
 
 
@@ -132,10 +144,13 @@ def retry_feedback(revision: int) -> str:
     )
 
 
-def edit_tool_schema(snapshot: Snapshot) -> dict[str, Any]:
-    """OpenAI-style function schema; recordID is an enum of the current unprotected ids."""
-    ids = snapshot.unprotected_ids
-    record_id: dict[str, Any] = {"type": "string", "enum": ids}
+def edit_tool_schema(snapshot: Snapshot | None) -> dict[str, Any]:
+    """OpenAI-style function schema; recordID is an enum of the current unprotected ids, or
+    (``snapshot`` None) a plain string: the spec a session renders before the history, which
+    must not change when the history does (the constrained grammar still enforces the ids)."""
+    record_id: dict[str, Any] = {"type": "string"}
+    if snapshot is not None:
+        record_id["enum"] = snapshot.unprotected_ids
     replace = {
         "type": "object",
         "additionalProperties": False,
@@ -198,5 +213,33 @@ def keep_tool_schema() -> dict[str, Any]:
     }
 
 
-def decision_tools(snapshot: Snapshot) -> list[dict[str, Any]]:
+def decision_tools(snapshot: Snapshot | None) -> list[dict[str, Any]]:
+    """The edit and keep tools; ``snapshot`` None gives the history-independent specs."""
     return [edit_tool_schema(snapshot), keep_tool_schema()]
+
+
+# -- the incremental decision -----------------------------------------------------------------
+CHOICE_NONE = "none"
+# A choice input without its question (the session always writes one).
+CHOICE_GUIDANCE = "Reply with exactly one of the offered options."
+
+
+def choice_question(new_ids: list[str], options: list[tuple[str, str]]) -> str:
+    """The trailing user message of one incremental choice: which earlier record the new
+    record replaces. ``options`` pairs each answer handle with its record id (equal unless the
+    ids are long). Measured on 0.5–1.5B models: one choice among few enumerated options is the
+    act they do best; every extra instruction line cost accuracy (docs/policies.md)."""
+    new = " and ".join(header_field(i) for i in new_ids)
+    if all(handle == record_id for handle, record_id in options):
+        listed = ", ".join(header_field(h) for h, _ in options)
+    else:
+        listed = ", ".join(f"{h} (record {header_field(i)})" for h, i in options)
+    return "\n".join(
+        [
+            "Context check before the answer.",
+            f"Which earlier record does the new record {new} replace?",
+            "It replaces an earlier record when it gives a new value for the same thing, "
+            "so the earlier one is out of date.",
+            f"Reply with one of: {listed}, or {CHOICE_NONE} if it replaces nothing.",
+        ]
+    )

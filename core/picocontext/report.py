@@ -42,6 +42,29 @@ class EditAttempt(BaseModel):
         return self.outcome is not Outcome.REJECTED
 
 
+class Choice(BaseModel):
+    """One question of the incremental decision and what the runtime made of the reply.
+
+    ``records`` is the new record (or tool group) asked about; ``options`` the earlier record
+    ids offered, answered by ``handles`` (the same ids unless they were long); ``chosen`` the
+    record id replaced, ``None`` for none or an invalid reply. ``asked`` is false for a new
+    record beyond the per-step limit or the budget (then nothing was generated)."""
+
+    model_config = _FROZEN
+
+    records: tuple[str, ...]
+    options: tuple[str, ...]
+    handles: tuple[str, ...]
+    reply: str = ""
+    chosen: str | None = None
+    valid: bool = True
+    asked: bool = True
+    detail: str = ""
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    generated_tokens: int = 0
+
+
 class ToolStep(BaseModel):
     """One tool call of a tool-using policy (navigation or digest verbs) and its result."""
 
@@ -85,6 +108,11 @@ class RunReport(BaseModel):
     # prefetch): charged to the same reading budget, shown in the first prompt, and not the
     # model's own calls, so they are kept apart from ``tool_steps``.
     prefetch_steps: tuple[ToolStep, ...] = ()
+    # The incremental decision's questions, in order (empty for other styles).
+    choices: tuple[Choice, ...] = ()
+    # Prompt tokens actually computed by each call, parallel to ``calls`` (the rest of each
+    # prompt came from the prefix cache); a backend that does not say counts its whole prompt.
+    call_prefill_tokens: tuple[int, ...] = ()
 
     @property
     def succeeded(self) -> bool:

@@ -27,6 +27,15 @@ from picocontext.backend import (
 )
 from picocontext.budget import RunBudget, Usage, check_prompt
 from picocontext.cancel import CancelToken, check
+from picocontext.choices import (
+    CHOICE_OUTPUT_TOKENS,
+    MAX_CHOICES_PER_STEP,
+    Plan,
+    Question,
+    Unit,
+    plan,
+    replacement_edit,
+)
 from picocontext.edits import (
     EDIT_TOOL,
     KEEP_TOOL,
@@ -34,6 +43,8 @@ from picocontext.edits import (
     Edit,
     decode_edit_payload,
     decode_keep_payload,
+    edit_payload,
+    keep_payload,
 )
 from picocontext.errors import (
     BudgetExceeded,
@@ -46,9 +57,15 @@ from picocontext.errors import (
     StorageError,
 )
 from picocontext.persistence import ContextStore
-from picocontext.prompts import accepted_detail, kept_detail, retry_feedback
+from picocontext.prompts import (
+    accepted_detail,
+    decision_tools,
+    kept_detail,
+    retry_feedback,
+    tool_call_instructions,
+)
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
-from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep
+from picocontext.report import Choice, EditAttempt, Outcome, RunMode, RunReport, ToolStep
 from picocontext.working import WorkingContext, validate_snapshot
 
 
@@ -222,6 +239,9 @@ class ContextSession:
         # The answer's JSON schema when the caller's task defines one (see ModelInput); set it
         # before a turn, and every answer-producing call of that turn carries it.
         self.answer_schema_json: str | None = None
+        # Record ids the incremental decision has already asked about (in memory: a reopened
+        # session asks again, at most MAX_CHOICES_PER_STEP questions a step).
+        self._judged: set[str] = set()
         if store is not None and store.load(state.snapshot.scope) is None:
             try:
                 store.save(state)
@@ -269,6 +289,11 @@ class ContextSession:
     @property
     def backend(self) -> ModelBackend:
         return self._backend
+
+    @property
+    def judged_ids(self) -> frozenset[str]:
+        """Record ids the incremental decision has asked about (they are not asked again)."""
+        return frozenset(self._judged)
 
     @property
     def counter(self) -> TokenCounter:
@@ -396,17 +421,40 @@ class _Run:
         self.keep_calls = 0
         self.tool_steps: list[ToolStep] = []
         self.prefetch_steps: tuple[ToolStep, ...] = ()
+        self.choices: list[Choice] = []
+        self.call_prefill: list[int] = []
+        # One prefix per step: every call of this run renders the same system text and tool
+        # specs before the history; the phase, the revision and the question trail after it.
+        # The tool-call protocol shows its tools (without the per-revision id enum, which the
+        # grammar enforces) in the answer call too, where the runtime refuses any call.
+        self.system_text: str | None = None
+        self.tools_json: str | None = None
+        if mode is RunMode.EDITABLE and edit_style is not EditStyle.INCREMENTAL:
+            self.system_text = tool_call_instructions(edit_style)
+            self.tools_json = json.dumps(
+                decision_tools(None), ensure_ascii=False, sort_keys=True, separators=(",", ":")
+            )
 
     def prepare(
-        self, snapshot: Snapshot, phase: Phase, control: tuple[Record, ...] = ()
+        self,
+        snapshot: Snapshot,
+        phase: Phase,
+        control: tuple[Record, ...] = (),
+        *,
+        guidance: str | None = None,
+        answer_schema_json: str | None = None,
     ) -> PreparedPrompt:
+        schema = answer_schema_json if phase is Phase.CHOICE else self._answer_schema(phase)
         return self.s._counter.prepare(
             ModelInput(
                 context=snapshot,
                 phase=phase,
                 control_records=control,
                 edit_style=self.style,
-                answer_schema_json=self._answer_schema(phase),
+                tools_json=self.tools_json,
+                system_text=self.system_text,
+                guidance=guidance,
+                answer_schema_json=schema,
             )
         )
 
@@ -421,8 +469,9 @@ class _Run:
         if not 0 <= response.generated_tokens <= cap:
             raise InvalidContext("backend reported invalid token usage")
         self.usage.generated_tokens += response.generated_tokens
-        prefill = response.prefill_tokens
-        self.usage.prefill_tokens += prompt.token_count if prefill is None else prefill
+        prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
+        self.usage.prefill_tokens += prefill
+        self.call_prefill.append(prefill)
         return response
 
     def execute(
@@ -495,6 +544,8 @@ class _Run:
             policy=policy or self.mode.value,
             tool_steps=tuple(self.tool_steps),
             prefetch_steps=self.prefetch_steps,
+            choices=tuple(self.choices),
+            call_prefill_tokens=tuple(self.call_prefill),
         )
 
     # -- one model call ---------------------------------------------------------------------
@@ -519,6 +570,9 @@ class _Run:
 
     # -- decision loop ------------------------------------------------------------------
     def decide(self) -> None:
+        if self.style is EditStyle.INCREMENTAL:
+            self.decide_incremental()
+            return
         control: tuple[Record, ...] = ()
         for attempt in range(self.budget.max_edit_attempts):
             check(self.cancel)
@@ -552,6 +606,125 @@ class _Run:
             self.attempt(response, arguments, outcome, detail)
             return
         raise EditLimit()
+
+    def decide_incremental(self) -> None:
+        """The incremental decision: one constrained choice per new editable record (which
+        earlier record it replaces, or none), every question over the same snapshot so each
+        prefills only its trailing message; the replacements become one atomic edit, judged
+        by the validator and receipted like a model's ``edit_context`` call."""
+        current = self.s._state
+        snapshot = current.snapshot
+        steps = plan(snapshot, self.s._judged)
+        for unit in steps.skipped:
+            self.s._judged.update(unit.ids)
+            self.choices.append(
+                Choice(
+                    records=unit.ids,
+                    options=(),
+                    handles=(),
+                    asked=False,
+                    detail=f"not asked: more than {MAX_CHOICES_PER_STEP} new records this step",
+                )
+            )
+        chosen = self.ask_choices(snapshot, steps)
+        replies = "; ".join(f"{','.join(c.records)}: {c.reply.strip()}" for c in self.choices)
+        said = ModelResponse(text=replies)
+        edit = replacement_edit(snapshot, chosen)
+        if edit is not None:
+            self.edit_calls += 1
+            arguments = edit_payload(edit.base_revision, edit.operations)
+            try:
+                candidate = current.apply(edit)
+            except PicoContextError as exc:
+                # Cannot happen for deletes of whole unprotected groups; if it does, the
+                # context stays as it was and the run answers on it, saying so.
+                self.attempt(said, arguments, Outcome.REJECTED, exc.message)
+            else:
+                call = ModelToolCall(name=EDIT_TOOL, arguments=arguments)
+                detail = accepted_detail(candidate.revision)
+                receipt = self.receipts(current, ()).decision(0, (call,), detail)
+                self.commit(candidate, said, arguments)
+                self.final_prompt = self.prepare(candidate.snapshot, Phase.COMPLETION, receipt)
+                self.attempt(said, arguments, Outcome.EDITED, detail)
+                return
+        self.keep_calls += 1
+        arguments = keep_payload(current.revision)
+        call = ModelToolCall(name=KEEP_TOOL, arguments=arguments)
+        detail = kept_detail(current.revision)
+        receipt = self.receipts(current, ()).decision(0, (call,), detail)
+        self.final_prompt = self.prepare(snapshot, Phase.COMPLETION, receipt)
+        self.attempt(said, arguments, Outcome.KEPT, detail)
+
+    def ask_choices(self, snapshot: Snapshot, steps: Plan) -> list[Unit]:
+        """Ask the planned questions in order; returns the units chosen for deletion. A
+        question the budget cannot afford (keeping the answer's allowance) ends the asking:
+        it and the rest are reported as not asked and stay new for the next step."""
+        budget = self.budget
+        cap = min(budget.edit_output_tokens, CHOICE_OUTPUT_TOKENS)
+        chosen: list[Unit] = []
+        for position, unit in enumerate(steps.asked):
+            check(self.cancel)
+            question = steps.question(unit, [u.key for u in chosen])
+            if question is None:
+                self.s._judged.update(unit.ids)  # nothing earlier it could replace
+                continue
+            prompt = self.prepare(
+                snapshot,
+                Phase.CHOICE,
+                guidance=question.text(),
+                answer_schema_json=question.schema_json(),
+            )
+            try:
+                check_prompt(
+                    budget,
+                    self.usage,
+                    prompt.token_count,
+                    cap,
+                    reserve=budget.completion_output_tokens,
+                    cancel=self.cancel,
+                )
+            except BudgetExceeded as exc:
+                for later in steps.asked[position:]:
+                    self.choices.append(
+                        Choice(
+                            records=later.ids,
+                            options=(),
+                            handles=(),
+                            asked=False,
+                            detail=f"not asked: {exc.message}",
+                        )
+                    )
+                break
+            response = self.dispatch(prompt, cap)
+            self.s._judged.update(unit.ids)
+            self.choices.append(self.choice(question, prompt, response))
+            picked = self.choices[-1].chosen
+            if picked is not None:
+                chosen.extend(o.unit for o in question.options if o.unit.key == picked)
+        return chosen
+
+    def choice(self, question: Question, prompt: PreparedPrompt, response: ModelResponse) -> Choice:
+        """The record of one answered question; an illegal reply is invalid, never applied."""
+        reading = question.read(response.text)
+        valid, detail = reading.valid, reading.detail
+        if response.tool_calls:
+            valid, detail = False, "a choice is a reply, not a tool call; nothing applied"
+        elif response.reached_token_limit and not valid:
+            detail = "the reply hit its output limit before naming an option; nothing applied"
+        option = reading.option if valid else None
+        prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
+        return Choice(
+            records=question.new.ids,
+            options=tuple(o.unit.key for o in question.options),
+            handles=tuple(o.handle for o in question.options),
+            reply=response.text,
+            chosen=option.unit.key if option is not None else None,
+            valid=valid,
+            detail=detail,
+            prompt_tokens=prompt.token_count,
+            prefill_tokens=prefill,
+            generated_tokens=response.generated_tokens,
+        )
 
     def attempt(
         self, response: ModelResponse, arguments: str, outcome: Outcome, detail: str

@@ -46,17 +46,19 @@ def test_diff_marks_deleted_and_replaced_records_against_the_transcript() -> Non
 
 def test_instructions_per_phase() -> None:
     snap = kettle_snapshot().model_copy(update={"revision": 7})
-    decision = ModelInput(context=snap, phase=Phase.EDIT).instructions
-    assert decision.endswith("Current baseRevision: 7.")
+    decision_input = ModelInput(context=snap, phase=Phase.EDIT)
+    decision = decision_input.instructions
+    # The revision trails after the history (cache-aware layout), never in the system text.
+    assert "7" not in decision and "Use baseRevision 7." in decision_input.trailing_guidance
     assert "edit_context" in decision and "keep_context" in decision
     summarize = ModelInput(
         context=snap, phase=Phase.EDIT, edit_style=EditStyle.SUMMARIZE
     ).instructions
     assert len(summarize.splitlines()) == len(decision.splitlines()) + 7
-    assert summarize.endswith("Current baseRevision: 7.")
     for style in EditStyle:
-        done = ModelInput(context=snap, phase=Phase.COMPLETION, edit_style=style)
-        assert done.instructions == COMPLETION_INSTRUCTIONS
+        for phase in (Phase.COMPLETION, Phase.CHOICE):
+            done = ModelInput(context=snap, phase=phase, edit_style=style)
+            assert done.instructions == COMPLETION_INSTRUCTIONS
 
 
 def test_destination_prefers_the_last_unprotected_body_without_calls() -> None:

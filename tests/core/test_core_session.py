@@ -379,7 +379,9 @@ def test_expanded_edit_cannot_commit_past_the_window() -> None:
 
 
 def test_total_budget_reserves_output_before_calling_the_model() -> None:
-    edit_prompt = ByteCounter().prepare(ModelInput(context=kettle_snapshot(), phase=Phase.EDIT))
+    # The decision prompt exactly as the session renders it (with the step's shared layout).
+    edit_prompt = session(phased([good_edit()])).run(budget=TEST_BUDGET).calls[0]
+    assert edit_prompt.input.phase is Phase.EDIT
     budget = TEST_BUDGET.model_copy(update={"total_tokens": edit_prompt.token_count + 1_024})
     backend = phased([good_edit()])
     report = session(backend).run(budget=budget)

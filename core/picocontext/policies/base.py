@@ -57,7 +57,7 @@ class EditablePolicy:
 
     def __init__(self, style: EditStyle = EditStyle.TARGETED, name: str | None = None) -> None:
         self.style = style
-        self.name = name or ("editable" if style is EditStyle.TARGETED else "summarize")
+        self.name = name or ("summarize" if style is EditStyle.SUMMARIZE else "editable")
 
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None

@@ -338,10 +338,15 @@ def test_editable_run_through_the_session_with_a_real_model(model: MLXModel, lam
     assert session.context.record("result") is not None
     assert session.context.record("result").body == "SKU LM-204, 37.50 USD"  # type: ignore[union-attr]
     assert all("prefix cache: on" in call.notes for call in report.calls)
-    # The next turn's completion prompt extends this one's: only the new tail is computed.
+    # One prefix per step: the answer call shares the decision call's system text, tools and
+    # history, so it computes only its trailing receipt and guidance.
+    decision_call, answer_call = report.calls
+    assert report.call_prefill_tokens[1] < answer_call.token_count // 4
+    # The next turn's prompts extend this one's: only the new tail is computed.
     session.append_records([Record(id="follow-up", role=Role.USER, body="Thanks.")])
-    second = session.run(RunMode.APPEND_ONLY, RunBudget(completion_output_tokens=60))
-    assert second.failure is None and second.answer == "Noted."
+    model.extra_processors = scripted(model, KEEP.replace("0", "2"), "Noted.")
+    second = session.run(RunMode.EDITABLE, RunBudget(completion_output_tokens=60))
+    assert second.failure is None and second.answer == "Noted.", second.failure
     assert second.total_prefill_tokens * 2 < second.total_input_tokens
 
 

@@ -90,8 +90,10 @@ def test_unknown_names_and_bad_configs_say_what_exists() -> None:
         registry.get("sliding")
     with pytest.raises(PolicyError, match=r"Invalid config for policy 'navigated' \(tail_share"):
         registry.create("navigated", ScriptedBackend([]), {"tail_share": 2})
-    with pytest.raises(PolicyError, match=r"'editable'.*NoConfig takes nothing"):
+    with pytest.raises(PolicyError, match=r"'editable'.*EditableConfig takes decision"):
         registry.create("editable", ScriptedBackend([]), {"style": "summarize"})
+    with pytest.raises(PolicyError, match=r"'summarize'.*NoConfig takes nothing"):
+        registry.create("summarize", ScriptedBackend([]), {"style": "targeted"})
     spec = registry.get("navigated")
     made = spec.create(ScriptedBackend([]), {"max_steps": 3}, "nav-3")
     assert isinstance(made, NavigatedPolicy)
