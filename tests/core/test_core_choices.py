@@ -1,0 +1,295 @@
+"""The incremental decision protocol with the scripted backend: one constrained choice per new
+record, one atomic edit, the same validator and receipts, illegal replies never applied."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from kettle import SCOPE, TEST_BUDGET, answer_from, kettle_snapshot
+from picocontext import (
+    ContextSession,
+    EditStyle,
+    ModelInput,
+    ModelResponse,
+    ModelToolCall,
+    Outcome,
+    Phase,
+    PreparedPrompt,
+    Record,
+    Role,
+    RunBudget,
+    RunMode,
+    RunReport,
+    Snapshot,
+    ToolCall,
+)
+from picocontext.choices import (
+    CHOICE_OUTPUT_TOKENS,
+    MAX_CHOICES_PER_STEP,
+    plan,
+    question_for,
+    read_reply,
+    replacement_edit,
+    units,
+)
+from picocontext.models import ByteCounter, ScriptedBackend
+from picocontext.policies import policy_registry
+
+Reply = Callable[[PreparedPrompt], str]
+
+
+def chooser(reply: Reply | str | list[str]) -> ScriptedBackend:
+    """Choice prompts get ``reply`` (a fixed text, one text per question, or a function);
+    completion prompts are answered from what they show."""
+    queue = list(reply) if isinstance(reply, list) else None
+
+    def respond(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        if prompt.input.phase is Phase.COMPLETION:
+            return answer_from(prompt)
+        assert prompt.input.phase is Phase.CHOICE
+        if queue is not None:
+            text = queue.pop(0)
+        else:
+            text = reply if isinstance(reply, str) else reply(prompt)  # type: ignore[operator]
+        return ModelResponse(text=text, generated_tokens=3)
+
+    return ScriptedBackend(respond)
+
+
+def notes(*bodies: str, task: str = "Report the lamp price.") -> Snapshot:
+    records = [Record(id="task", role=Role.USER, protected=True, body=task)]
+    records += [Record(id=f"n{i}", role=Role.USER, body=b) for i, b in enumerate(bodies, 1)]
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+def run(
+    snapshot: Snapshot, backend: ScriptedBackend, budget: RunBudget = TEST_BUDGET
+) -> tuple[ContextSession, RunReport]:
+    session = ContextSession(snapshot, ByteCounter(), backend)
+    return session, session.run(RunMode.EDITABLE, budget, EditStyle.INCREMENTAL)
+
+
+def test_a_chosen_replacement_becomes_one_atomic_validated_edit_with_a_receipt() -> None:
+    backend = chooser('"old-result"')
+    session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+    report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL)
+    assert report.failure is None, report.failure
+    # The first tool group has nothing earlier to replace: one question, about the second.
+    assert [c.records for c in report.choices] == [("new-call", "new-result", "warranty-result")]
+    choice = report.choices[0]
+    assert choice.options == ("old-result",) and choice.chosen == "old-result" and choice.valid
+    # The whole assistant/tool group goes; the transcript keeps it.
+    assert session.context.ids == [
+        "instructions",
+        "task",
+        "new-call",
+        "new-result",
+        "warranty-result",
+    ]
+    assert session.original_context.record("old-result") is not None
+    assert [a.outcome for a in report.attempts] == [Outcome.EDITED]
+    assert json.loads(report.attempts[0].arguments)["operations"] == [
+        {"action": "delete", "recordID": "old-call"},
+        {"action": "delete", "recordID": "old-result"},
+    ]
+    assert (report.edit_call_count, report.keep_call_count) == (1, 0)
+    assert report.answer.startswith("SKU CK-88")
+    # The answer reads the edited history plus the receipt (protected runtime records).
+    final = report.final_prompt
+    assert final is not None and final.input.context == session.context
+    receipt = final.input.control_records
+    assert [r.role for r in receipt] == [Role.ASSISTANT, Role.TOOL]
+    assert receipt[0].tool_calls[0].name == "edit_context" and all(r.protected for r in receipt)
+    assert receipt[1].body == "Accepted revision 1. Answer the latest user request now."
+
+
+def test_none_keeps_the_revision_with_a_keep_receipt() -> None:
+    session, report = run(kettle_snapshot(), chooser('"none"'))
+    assert report.failure is None
+    assert session.context == kettle_snapshot()
+    assert [a.outcome for a in report.attempts] == [Outcome.KEPT]
+    final = report.final_prompt
+    assert (
+        final.input.control_records[1].body
+        == "Kept revision 0. Answer the latest user request now."
+    )
+
+
+def test_choice_prompts_are_short_trailing_questions_over_the_shared_prefix() -> None:
+    backend = chooser(['"none"', '"n1"'])
+    session, _ = run(
+        notes("Lamp price 30 EUR.", "Desk price 80 EUR.", "Lamp price now 35 EUR."), backend
+    )
+    choice_prompts = [p for p in backend.prompts if p.input.phase is Phase.CHOICE]
+    assert len(choice_prompts) == 2
+    for prompt, allowance in zip(backend.prompts, backend.max_tokens, strict=True):
+        if prompt.input.phase is Phase.CHOICE:
+            assert allowance == CHOICE_OUTPUT_TOKENS
+            # Every question renders the same snapshot: the same system text and history.
+            assert prompt.input.context == choice_prompts[0].input.context
+            assert prompt.input.tools is None and prompt.input.system_text is None
+    first, second = (json.loads(p.input.answer_schema_json or "") for p in choice_prompts)
+    assert first == {"type": "string", "enum": ["n1", "none"]}
+    assert second == {"type": "string", "enum": ["n1", "n2", "none"]}
+    assert "new record n3" in (choice_prompts[1].input.guidance or "")
+    answer = backend.prompts[-1]
+    assert answer.input.phase is Phase.COMPLETION and answer.input.tools is None
+    # Byte-level: every call starts with the system text and history of the step.
+    history = ByteCounter().render(choice_prompts[0].input.model_copy(update={"guidance": None}))
+    for prompt in choice_prompts:
+        assert prompt.rendered.startswith(history)
+    assert session.context.ids == ["task", "n2", "n3"]
+
+
+def test_protected_records_are_never_offered_and_chosen_records_are_not_offered_again() -> None:
+    records = (
+        Record(id="task", role=Role.USER, protected=True, body="Track the lamp."),
+        Record(id="rule", role=Role.USER, protected=True, body="Lamp price 20 EUR (contract)."),
+        Record(id="a", role=Role.USER, body="Lamp price 30 EUR."),
+        Record(id="b", role=Role.USER, body="Lamp price 35 EUR."),
+        Record(id="c", role=Role.USER, body="Lamp price 40 EUR."),
+    )
+    backend = chooser(['"a"', '"b"'])
+    session, report = run(Snapshot(scope=SCOPE, records=records), backend)
+    offered = [c.options for c in report.choices]
+    assert offered == [("a",), ("b",)]  # "a" is already going when "c" is asked
+    assert session.context.ids == ["task", "rule", "c"]
+
+
+def test_illegal_free_replies_are_recorded_invalid_and_never_applied() -> None:
+    for reply in ("maybe the first one", '"task"', "n9", "", '{"name": "x"}'):
+        session, report = run(notes("Lamp 30.", "Lamp 35."), chooser(reply))
+        (choice,) = report.choices
+        assert not choice.valid and choice.chosen is None and "nothing applied" in choice.detail
+        assert choice.reply == reply
+        assert session.context.revision == 0 and len(session.context.records) == 3
+        assert [a.outcome for a in report.attempts] == [Outcome.KEPT]
+
+
+def test_a_tool_call_as_a_choice_is_invalid() -> None:
+    def respond(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        if prompt.input.phase is Phase.COMPLETION:
+            return answer_from(prompt)
+        call = ModelToolCall(name="edit_context", arguments="{}")
+        return ModelResponse(text='"n1"', tool_calls=(call,), generated_tokens=3)
+
+    session, report = run(notes("Lamp 30.", "Lamp 35."), ScriptedBackend(respond))
+    assert not report.choices[0].valid and session.context.revision == 0
+
+
+def test_free_replies_are_read_leniently_but_only_as_an_offered_option() -> None:
+    question = question_for(units(notes("a", "b", "c"))[3], units(notes("a", "b", "c"))[:3])
+    assert question is not None and question.answers == ["n1", "n2", "none"]
+    read = {
+        t: read_reply(t, question)
+        for t in ('"n2"', "n2", " N2.", "n2 - same lamp", "None", "`none`")
+    }
+    assert [r.option.handle if r.option else None for r in read.values()] == [
+        "n2",
+        "n2",
+        "n2",
+        "n2",
+        None,
+        None,
+    ]
+    assert all(r.valid for r in read.values())
+    assert not read_reply("task", question).valid  # protected: not an option
+    assert not read_reply("the second", question).valid
+
+
+def test_long_ids_are_answered_by_short_handles() -> None:
+    records = (
+        Record(id="task", role=Role.USER, protected=True, body="Track the lamp."),
+        Record(id="note-2026-01-01-lamp", role=Role.USER, body="Lamp 30."),
+        Record(id="note-2026-01-02-desk", role=Role.USER, body="Desk 80."),
+        Record(id="note-2026-01-03-lamp", role=Role.USER, body="Lamp 35."),
+    )
+    backend = chooser(['"none"', '"A"'])
+    session, report = run(Snapshot(scope=SCOPE, records=records), backend)
+    last = report.choices[-1]
+    assert last.handles == ("A", "B") and last.chosen == "note-2026-01-01-lamp"
+    question = backend.prompts[1].input.guidance or ""
+    assert "A (record note-2026-01-01-lamp)" in question
+    assert session.context.ids == ["task", "note-2026-01-02-desk", "note-2026-01-03-lamp"]
+
+
+def test_only_new_records_are_asked_on_later_steps() -> None:
+    backend = chooser('"none"')
+    session = ContextSession(notes("Lamp 30.", "Desk 80."), ByteCounter(), backend)
+    first = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL)
+    assert [c.records for c in first.choices] == [("n2",)]
+    session.append_records([Record(id="n3", role=Role.USER, body="Lamp 35.")])
+    second = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL)
+    assert [c.records for c in second.choices] == [("n3",)]
+    assert session.judged_ids >= {"n1", "n2", "n3"}
+
+
+def test_more_new_records_than_the_step_limit_are_reported_not_asked() -> None:
+    bodies = [f"Item {i} costs {i} EUR." for i in range(MAX_CHOICES_PER_STEP + 3)]
+    _, report = run(notes(*bodies), chooser('"none"'))
+    skipped = [c for c in report.choices if not c.asked]
+    asked = [c for c in report.choices if c.asked]
+    assert len(asked) == MAX_CHOICES_PER_STEP and len(skipped) == 3
+    assert all("not asked" in c.detail for c in skipped)
+
+
+def test_a_question_the_budget_cannot_afford_is_not_asked_and_stays_new() -> None:
+    snapshot = notes("Lamp 30.", "Lamp 35.")
+    answer_prompt = ByteCounter().prepare(ModelInput(context=snapshot, phase=Phase.COMPLETION))
+    # Enough for the answer, not for a question plus the answer.
+    budget = RunBudget(
+        context_window=32_000,
+        total_tokens=answer_prompt.token_count + 512 + 100,
+        completion_output_tokens=512,
+    )
+    backend = chooser('"n1"')
+    session, report = run(snapshot, backend, budget)
+    (choice,) = report.choices
+    assert not choice.asked and "not asked" in choice.detail
+    assert "n2" not in session.judged_ids and session.context.revision == 0
+
+
+def test_the_edit_is_built_from_whole_units() -> None:
+    snapshot = kettle_snapshot()
+    grouped = units(snapshot)
+    assert [u.ids for u in grouped][2:] == [
+        ("old-call", "old-result"),
+        ("new-call", "new-result", "warranty-result"),
+    ]
+    assert [u.editable for u in grouped] == [False, False, True, True]
+    edit = replacement_edit(snapshot, [grouped[2]])
+    assert edit is not None and [op.record_id for op in edit.operations] == [
+        "old-call",
+        "old-result",
+    ]
+    assert replacement_edit(snapshot, []) is None
+    steps = plan(snapshot, judged=())
+    assert [u.key for u in steps.asked] == ["old-result", "warranty-result"]
+
+
+def test_a_group_with_a_protected_record_is_never_offered() -> None:
+    records = (
+        Record(id="task", role=Role.USER, protected=True, body="Track the lamp."),
+        Record(
+            id="call",
+            role=Role.ASSISTANT,
+            body="Checking.",
+            tool_calls=(ToolCall(id="c1", name="price", arguments="{}"),),
+        ),
+        Record(id="res", role=Role.TOOL, tool_call_id="c1", protected=True, body="Lamp 30."),
+        Record(id="n1", role=Role.USER, body="Lamp 35."),
+    )
+    _, report = run(Snapshot(scope=SCOPE, records=records), chooser('"none"'))
+    assert report.choices == ()
+    assert [a.outcome for a in report.attempts] == [Outcome.KEPT]
+
+
+def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
+    backend = chooser('"old-result"')
+    policy = policy_registry().create("editable", backend, {"decision": "incremental"})
+    session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+    report = policy.turn(session, TEST_BUDGET)
+    assert report.edit_style is EditStyle.INCREMENTAL and report.policy == "editable"
+    assert session.context.record("old-result") is None
+    assert len(report.call_prefill_tokens) == len(report.calls) == 2
