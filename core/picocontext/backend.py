@@ -22,6 +22,7 @@ from picocontext.prompts import (
     decision_guidance,
     decision_tools,
     system_instructions,
+    tool_call_instructions,
 )
 from picocontext.records import Record, Snapshot
 
@@ -71,6 +72,10 @@ class ModelInput(BaseModel):
     # ``tools_json``). Never rendered: the request itself describes the shape; a backend with
     # structured decoding constrains the answer to it.
     answer_schema_json: str | None = None
+    # Set on every call of a tool-call decision step (decision and answer): all of them show
+    # the decision system text and the edit/keep tools (without the per-revision id enum)
+    # before the history, so the calls of the step share one prefix.
+    tool_call_step: bool = False
 
     @property
     def answer_schema(self) -> dict[str, Any] | None:
@@ -84,7 +89,11 @@ class ModelInput(BaseModel):
     @property
     def instructions(self) -> str:
         """The system text: the override, or the phase's own."""
-        return self.system_text if self.system_text is not None else system_instructions(self)
+        if self.system_text is not None:
+            return self.system_text
+        if self.tool_call_step:
+            return tool_call_instructions(self.edit_style)
+        return system_instructions(self)
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:
@@ -92,6 +101,8 @@ class ModelInput(BaseModel):
         if self.tools_json is not None:
             loaded: list[dict[str, Any]] = json.loads(self.tools_json)
             return loaded
+        if self.tool_call_step:
+            return decision_tools(None)
         return decision_tools(self.context) if self.phase is Phase.EDIT else None
 
     @property

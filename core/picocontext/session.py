@@ -57,13 +57,7 @@ from picocontext.errors import (
     StorageError,
 )
 from picocontext.persistence import ContextStore
-from picocontext.prompts import (
-    accepted_detail,
-    decision_tools,
-    kept_detail,
-    retry_feedback,
-    tool_call_instructions,
-)
+from picocontext.prompts import accepted_detail, kept_detail, retry_feedback
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
 from picocontext.report import Choice, EditAttempt, Outcome, RunMode, RunReport, ToolStep
 from picocontext.working import WorkingContext, validate_snapshot
@@ -427,13 +421,7 @@ class _Run:
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
         # grammar enforces) in the answer call too, where the runtime refuses any call.
-        self.system_text: str | None = None
-        self.tools_json: str | None = None
-        if mode is RunMode.EDITABLE and edit_style is not EditStyle.INCREMENTAL:
-            self.system_text = tool_call_instructions(edit_style)
-            self.tools_json = json.dumps(
-                decision_tools(None), ensure_ascii=False, sort_keys=True, separators=(",", ":")
-            )
+        self.tool_call_step = mode is RunMode.EDITABLE and edit_style is not EditStyle.INCREMENTAL
 
     def prepare(
         self,
@@ -451,8 +439,7 @@ class _Run:
                 phase=phase,
                 control_records=control,
                 edit_style=self.style,
-                tools_json=self.tools_json,
-                system_text=self.system_text,
+                tool_call_step=self.tool_call_step,
                 guidance=guidance,
                 answer_schema_json=schema,
             )

@@ -129,6 +129,7 @@ def test_choice_prompts_are_short_trailing_questions_over_the_shared_prefix() ->
             # Every question renders the same snapshot: the same system text and history.
             assert prompt.input.context == choice_prompts[0].input.context
             assert prompt.input.tools is None and prompt.input.system_text is None
+            assert not prompt.input.tool_call_step
     first, second = (json.loads(p.input.answer_schema_json or "") for p in choice_prompts)
     assert first == {"type": "string", "enum": ["n1", "none"]}
     assert second == {"type": "string", "enum": ["n1", "n2", "none"]}

@@ -133,6 +133,7 @@ def test_tool_call_style_decision_and_answer_share_the_history_prefix(fmt: ChatF
     assert decision.input.phase is Phase.EDIT and answer.input.phase is Phase.COMPLETION
     # Same tools before the history in both (the answer call refuses calls at runtime).
     assert decision.input.tools == answer.input.tools and decision.input.tools
+    assert decision.input.tool_call_step and answer.input.tool_call_step
     assert "<tools>" in answer.rendered or "keep_context" in answer.rendered
     shared = common(decision.token_ids, answer.token_ids)
     assert "Lamp price is now 35 EUR." in fmt.tokenizer.decode(decision.token_ids[:shared])
