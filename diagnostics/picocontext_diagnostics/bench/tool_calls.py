@@ -1,26 +1,37 @@
 """``scripts/bench.sh tool-calls``: can a model make the protocol's calls, free or constrained?
 
-The probes (``resources/fixtures/tool_call_probes.json``, our own prompts) cover tool choice,
-argument copying, stale-record deletion by id (the editable decision), keep when nothing is
-stale, navigation verb choice over a small archive index, and distill verb choice over a digest
-map. Each probe is a :class:`picocontext.ModelInput` rendered by the model's own chat template
-exactly as the policies' calls are (tool probes in the ``tools`` phase with their tool specs,
-decision probes in the ``edit`` phase), generated greedily, one call per probe.
+The built-in probes (``resources/fixtures/tool_call_probes.json``, our own prompts) cover tool
+choice, argument copying, stale-record deletion by id (the ``edit_context`` call), keep when
+nothing is stale, navigation verb choice over a small archive index, and distill verb choice
+over a digest map. Each is a :class:`picocontext.ModelInput` rendered by the model's own chat
+template exactly as the policies' calls are (tool probes in the ``tools`` phase with their
+tool specs, decision probes in the ``edit`` phase), generated greedily, one call per probe.
+
+Decision probes files (``--probes FILE``; by default the project's own
+``resources/probes/decisions.json`` after the built-in probes) are judged by **outcome**
+instead (:mod:`picocontext_diagnostics.decision_probes`): the editable policy's real decision
+runs through :class:`picocontext.ContextSession` over the probe's snapshot, whatever decision
+protocol the core uses, and the probe is right iff the records it deleted or replaced are
+exactly the probe's ``stale`` ids.
 
 Per probe: *valid* = exactly one call to an offered tool whose arguments satisfy that tool's
-JSON schema (decisions: the core's own decoders accept it), not clipped by the output cap;
-*right tool* = valid and the expected tool; *right args* = right tool and the expected values
-(exact; a stale-record probe needs exactly the stale ids deleted). The last line printed is
-one JSON object: model, decoding, n, valid_rate, right_tool_rate, right_args_rate,
-seconds_per_call (plus generated tokens per call and the rates per probe kind).
+JSON schema (decisions: the core's own decoders accept it; outcome probes: the core accepted
+every decision call), not clipped by the output cap; *right tool* = valid and the expected
+tool (outcome probes: edited iff something is stale); *right args* = right tool and the
+expected values (exact; a stale-record probe needs exactly the stale ids deleted). The last
+line printed is one JSON object: model, decoding, n, valid_rate, right_tool_rate,
+right_args_rate, seconds_per_call (plus generated tokens per call, the rates per probe kind),
+and for the outcome-judged probes ``decision_exact_rate`` with its breakdowns.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +46,7 @@ from picocontext import (
     PicoContextError,
     Record,
     Role,
+    RunBudget,
     Scope,
     Snapshot,
     ToolSpec,
@@ -42,6 +54,17 @@ from picocontext import (
     decode_keep_payload,
     tools_json,
 )
+from picocontext_diagnostics.decision_probes import (
+    DEFAULT_PROBES_FILE,
+    SCHEMA_FILENAME,
+    DecisionProbe,
+    decision_config,
+    default_probes_path,
+    read_probes,
+    run_decision_probe,
+    summarize_decisions,
+)
+from picocontext_diagnostics.errors import DiagnosticsError
 from picocontext_diagnostics.fixtures import load_fixture
 
 PROBES_FILE = "tool_call_probes.json"
@@ -217,9 +240,16 @@ def _rate(rows: Sequence[dict[str, Any]], key: str) -> float:
     return round(sum(bool(r[key]) for r in rows) / len(rows), 3) if rows else 0.0
 
 
+def _group(row: dict[str, Any]) -> str:
+    """The ``right_args_by_kind`` key of a row: outcome-judged probes count as ``decision``
+    (their own labels get ``decision_exact_by_kind``), so a user's label never mixes with a
+    built-in kind."""
+    return "decision" if row.get("judged") == "outcome" else str(row["kind"])
+
+
 def summarize(rows: Sequence[dict[str, Any]], model: str, decoding: str) -> dict[str, Any]:
     n = len(rows)
-    kinds = dict.fromkeys(r["kind"] for r in rows)
+    kinds = dict.fromkeys(_group(r) for r in rows)
     return {
         "benchmark": "tool-calls",
         "model": model,
@@ -233,20 +263,72 @@ def summarize(rows: Sequence[dict[str, Any]], model: str, decoding: str) -> dict
         if n
         else 0.0,
         "right_args_by_kind": {
-            kind: _rate([r for r in rows if r["kind"] == kind], "right_args") for kind in kinds
+            kind: _rate([r for r in rows if _group(r) == kind], "right_args") for kind in kinds
         },
+        **summarize_decisions(rows),
     }
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What one bench run will do: built-in probes, then the decision probes of each file,
+    cut to ``--limit`` in that order. Built before any model loads, so a bad probe file
+    fails in milliseconds."""
+
+    tool_set: ProbeSet | None
+    tool_probes: tuple[Probe, ...]
+    decision_probes: tuple[DecisionProbe, ...]
+    files: tuple[str, ...]
+    config: dict[str, Any]
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    files = [Path(f) for f in args.probes] if args.probes else [default_probes_path()]
+    tool_set = None if args.probes else load_probes()
+    builtin = tool_set.probes if tool_set is not None else ()
+    decisions: list[DecisionProbe] = []
+    for path in files:
+        decisions.extend(read_probes(path))
+    if args.limit is not None:
+        builtin = builtin[: args.limit]
+        decisions = decisions[: max(args.limit - len(builtin), 0)]
+    config = decision_config({"decision": args.decision} if args.decision else None)
+    return Plan(tool_set, tuple(builtin), tuple(decisions), tuple(str(f) for f in files), config)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bench.sh tool-calls", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="bench.sh tool-calls",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model", default=None, help="a known model name (default model)")
     parser.add_argument("--model-dir", default=None, help="a local MLX model directory")
+    parser.add_argument("--engine", default=None, help="mlx or llamacpp (default: the platform's)")
     parser.add_argument(
         "--decoding",
         choices=("free", "constrained"),
         default=None,
         help="default: the model's default (constrained for embedded models)",
+    )
+    parser.add_argument(
+        "--probes",
+        action="append",
+        metavar="FILE",
+        default=None,
+        help="a decision probe file (resources/schemas/" + SCHEMA_FILENAME + "); repeatable. "
+        "Runs only these, judged by outcome. Default: the built-in probes, then "
+        "resources/probes/" + DEFAULT_PROBES_FILE,
+    )
+    parser.add_argument(
+        "--decision",
+        default=None,
+        metavar="PROTOCOL",
+        help="the editable policy's decision protocol (its config 'decision'; default: the "
+        "policy's default)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="validate the probe files and exit (no model)"
     )
     parser.add_argument("--limit", type=int, default=None, help="run only the first N probes")
     parser.add_argument("--max-tokens", type=int, default=128, help="output cap per call")
@@ -257,27 +339,68 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _show_tool(row: dict[str, Any]) -> str:
+    return (
+        f"  {row['id']:<18} valid={row['valid']!s:<5} tool={row['right_tool']!s:<5} "
+        f"args={row['right_args']!s:<5} {row['seconds']:6.2f}s {row['text'][:70]!r}"
+    )
+
+
+def _show_decision(row: dict[str, Any]) -> str:
+    changed = ",".join(row["deleted"] + row["replaced"] + row["added"]) or "-"
+    stale = ",".join(row["stale"]) or "-"
+    return (
+        f"  {row['id']:<24} exact={row['exact']!s:<5} changed={changed:<14} stale={stale:<14} "
+        f"calls={row['decision_calls']} {row['seconds']:6.2f}s"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        run_plan = plan_run(args)
+        if args.check:
+            for name in run_plan.files:
+                print(f"{name}: ok")
+            print(f"{len(run_plan.decision_probes)} decision probes ok")
+            return 0
+        return _run(args, run_plan)
+    except DiagnosticsError as exc:
+        print(f"bench.sh tool-calls: {exc.message}", file=sys.stderr)
+        return 2
+    except PicoContextError as exc:
+        print(f"bench.sh tool-calls: {exc.message}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, run_plan: Plan) -> int:
     from picocontext.models import load_model
 
-    args = parse_args(argv)
-    probes = load_probes()
-    chosen = probes.probes[: args.limit] if args.limit else probes.probes
     constrained = None if args.decoding is None else args.decoding == "constrained"
+    extra: dict[str, Any] = {"engine": args.engine} if args.engine else {}
     model = load_model(
-        args.model, model_dir=args.model_dir, prefix_cache=True, constrained=constrained, log=print
+        args.model,
+        model_dir=args.model_dir,
+        prefix_cache=True,
+        constrained=constrained,
+        log=print,
+        **extra,
     )
     try:
         rows = []
-        for probe in chosen:
-            row = run_probe(model, probes, probe, args.max_tokens)
+        for probe in run_plan.tool_probes:
+            assert run_plan.tool_set is not None  # tool probes come from the built-in set
+            row = run_probe(model, run_plan.tool_set, probe, args.max_tokens)
             rows.append(row)
-            print(
-                f"  {row['id']:<18} valid={row['valid']!s:<5} tool={row['right_tool']!s:<5} "
-                f"args={row['right_args']!s:<5} {row['seconds']:6.2f}s {row['text'][:70]!r}",
-                flush=True,
-            )
+            print(_show_tool(row), flush=True)
+        budget = RunBudget(edit_output_tokens=args.max_tokens)
+        for decision in run_plan.decision_probes:
+            row = run_decision_probe(decision, model, model, run_plan.config, budget)
+            rows.append(row)
+            print(_show_decision(row), flush=True)
         summary = summarize(rows, model.model_id, model.decoding)
+        summary["decision_config"] = run_plan.config
+        summary["probe_files"] = list(run_plan.files)
         description = model.describe()
     finally:
         model.close()
