@@ -242,16 +242,24 @@ def _parse_probe(item: object, where: str) -> DecisionProbe:
     try:
         probe = DecisionProbe.model_validate(item)
     except ValidationError as exc:
-        raise ProbeFileError(f"{where}: {_explain(exc)}") from None
+        raise ProbeFileError(f"{where}: {_explain(exc, item)}") from None
     problem = probe_problem(probe)
     if problem is not None:
         raise ProbeFileError(f"{where}: {problem}")
     return probe
 
 
-def _explain(error: ValidationError) -> str:
+def _explain(error: ValidationError, item: dict[str, Any]) -> str:
+    """The first problem, placed by record id where there is one (``record 'n2'.role``)."""
     first = error.errors()[0]
-    place = ".".join(str(p) for p in first["loc"]) or "probe"
+    loc = list(first["loc"])
+    records = item.get("records")
+    if len(loc) >= 2 and loc[0] == "records" and isinstance(loc[1], int):
+        record = records[loc[1]] if isinstance(records, list) else None
+        record_id = record.get("id") if isinstance(record, dict) else None
+        if isinstance(record_id, str) and record_id:
+            loc = [f"record {record_id[:128]!r}", *loc[2:]]
+    place = ".".join(str(p) for p in loc) or "probe"
     message = _one_line(str(first["msg"]).removeprefix("Value error, "))
     more = error.error_count() - 1
     return f"{place}: {message}" + (f" (and {more} more)" if more > 0 else "")

@@ -10,6 +10,7 @@ import pytest
 
 from picocontext import ModelResponse, ModelToolCall, Phase
 from picocontext_diagnostics.bench import tool_calls
+from picocontext_diagnostics.decision_probes import default_probes_path
 
 
 def test_probe_set_covers_every_kind_and_renders_valid_inputs() -> None:
@@ -84,7 +85,8 @@ def test_bench_runs_on_the_tiny_model_and_prints_its_line_last(
     model_dir = write_tiny_model(tmp_path / "tiny")
     output = tmp_path / "tool_calls.json"
     for decoding in ("free", "constrained"):
-        argv = ["--model-dir", str(model_dir), "--decoding", decoding, "--limit", "4"]
+        argv = ["--model-dir", str(model_dir), "--engine", "mlx", "--decoding", decoding]
+        argv += ["--limit", "4"]
         assert tool_calls.main([*argv, "--max-tokens", "24", "--output", str(output)]) == 0
         last = capsys.readouterr().out.strip().splitlines()[-1]
         summary = json.loads(last)
@@ -96,3 +98,22 @@ def test_bench_runs_on_the_tiny_model_and_prints_its_line_last(
         assert summary["seconds_per_call"] > 0
         written = json.loads(output.read_text(encoding="utf-8"))
         assert len(written["rows"]) == 4 and written["environment"]["decoding"] == decoding
+
+
+@pytest.mark.mlx
+def test_decision_probes_run_on_the_tiny_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The outcome path on a real backend: the policy's decision runs, the line says how
+    many probes were judged and the exact rate."""
+    pytest.importorskip("mlx_lm")
+    pytest.importorskip("llguidance")
+    from picocontext.models.tiny import write_tiny_model
+
+    model_dir = write_tiny_model(tmp_path / "tiny")
+    argv = ["--model-dir", str(model_dir), "--engine", "mlx", "--decoding", "constrained"]
+    argv += ["--probes", str(default_probes_path()), "--limit", "2", "--max-tokens", "24"]
+    assert tool_calls.main([*argv, "--output", str(tmp_path / "out.json")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["n"] == summary["decision_n"] == 2
+    assert 0.0 <= summary["decision_exact_rate"] <= 1.0
