@@ -21,6 +21,16 @@ picocontext_system_packages() {
     fi
 }
 
+picocontext_extras() {
+    # The given extras, plus llama.cpp on Linux (the default engine there; on macOS MLX on
+    # Metal is the default and llama.cpp an opt-in extra).
+    if [ "$(uname -s)" = "Linux" ]; then
+        echo "$1,llamacpp"
+    else
+        echo "$1"
+    fi
+}
+
 picocontext_venv() {
     local extras="$1"
     if [ ! -x "$VENV/bin/python" ]; then

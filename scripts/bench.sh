@@ -10,7 +10,7 @@ if [ $# -lt 1 ]; then
     exit 2
 fi
 picocontext_system_packages libopenblas0-pthread
-picocontext_venv "mlx,dev"
+picocontext_venv "$(picocontext_extras mlx,dev)"
 name="${1//-/_}"
 shift
 exec "$VENV/bin/python" -m "picocontext_diagnostics.bench.$name" "$@"

@@ -5,7 +5,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 picocontext_system_packages fonts-dejavu-core libopenblas0-pthread libegl1 libxkbcommon0 libfontconfig1 libgl1 libglib2.0-0
-picocontext_venv "mlx,gui,dev"
+picocontext_venv "$(picocontext_extras mlx,gui,dev)"
 PY="$VENV/bin/python"
 
 echo "== ruff" >&2

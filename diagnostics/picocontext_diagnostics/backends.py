@@ -25,7 +25,7 @@ from picocontext_diagnostics.evaluation import Provenance
 from picocontext_diagnostics.notebook import MODEL_ID, MODEL_REVISION
 
 SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
-BACKENDS = ("deterministic", "mlx", "openai")
+BACKENDS = ("deterministic", "mlx", "llamacpp", "openai")
 
 
 def deterministic_backend() -> ModelHandle:
@@ -71,12 +71,14 @@ def mlx_backend(
     prefix_cache: bool | None = None,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
+    engine: str = "mlx",
 ) -> ModelHandle:
-    """Load ``model`` — a registry name (``picocontext.models.MODELS``), or a local MLX model
-    directory; ``None`` = the default model — as one object that is both token counter and
-    backend. ``prefix_cache``/``constrained`` default to the loader's defaults."""
+    """Load ``model`` — a registry name (``picocontext.models.MODELS``), or a local model
+    directory; ``None`` = the engine's default model — on ``engine`` (``mlx`` or
+    ``llamacpp``) as one object that is both token counter and backend.
+    ``prefix_cache``/``constrained`` default to the loader's defaults."""
     resolve = _find_resolver()
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"engine": engine}
     if model is not None and Path(model).expanduser().is_dir():
         kwargs["model_dir"] = model
     elif model is not None:
@@ -168,16 +170,17 @@ def resolve_backend(
     tokenizer_dir: str | None = None,
     server_kind: str | None = None,
 ) -> ModelHandle:
-    """``deterministic`` (model settings must be absent), ``mlx``, or ``openai`` (needs
-    ``base_urls`` and ``model``)."""
+    """``deterministic`` (model settings must be absent), ``mlx`` or ``llamacpp`` (in
+    process), or ``openai`` (needs ``base_urls`` and ``model``)."""
     if name == "deterministic":
         if model is not None or prefix_cache is not None or constrained is not None:
             raise BackendSetupError(
-                "--model, --prefix-cache and --decoding apply only to --backend mlx or openai"
+                "--model, --prefix-cache and --decoding apply only to --backend mlx, llamacpp "
+                "or openai"
             )
         return deterministic_backend()
-    if name == "mlx":
-        return mlx_backend(model, prefix_cache, constrained, log)
+    if name in ("mlx", "llamacpp"):
+        return mlx_backend(model, prefix_cache, constrained, log, engine=name)
     if name == "openai":
         if model is None:
             raise BackendSetupError("--backend openai needs --model NAME")

@@ -46,10 +46,10 @@ DESCRIPTION = (
 )
 EPILOG = "Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."
 _BACKEND_ONLY = {
-    "model": ("mlx", "openai"),
-    "prefix-cache": ("mlx",),
-    "constrained": ("mlx", "openai"),
-    "decoding": ("mlx", "openai"),
+    "model": ("mlx", "llamacpp", "openai"),
+    "prefix-cache": ("mlx", "llamacpp"),
+    "constrained": ("mlx", "llamacpp", "openai"),
+    "decoding": ("mlx", "llamacpp", "openai"),
     "base-url": ("openai",),
     "tokenizer-dir": ("openai",),
     "server-kind": ("openai",),
@@ -117,10 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     switch("-h", "--help", help="show this help")
     valued(
         "--backend",
-        "{deterministic,mlx,openai}",
-        "deterministic (default; a rule-based notebook model, byte counts), mlx (a real "
-        "local model through picocontext.models) or openai (an OpenAI-compatible server; "
-        "prompts rendered and counted locally, docs/remote.md)",
+        "{deterministic,mlx,llamacpp,openai}",
+        "deterministic (default; a rule-based notebook model, byte counts), mlx or llamacpp "
+        "(a real local model in process through picocontext.models: MLX, or llama.cpp on the "
+        "shipped GGUF, docs/models.md) or openai (an OpenAI-compatible server; prompts "
+        "rendered and counted locally, docs/remote.md)",
     )
     valued("--config", "PATH", "evaluation configuration JSON (at most 1 MB)")
     valued("--profile", "NAME", f"a bundled configuration: {', '.join(PROFILES)}")
@@ -140,11 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     valued(
         "--model",
         "NAME_OR_DIR",
-        "mlx: a known model name (picocontext.models.MODELS) or a local MLX model "
+        "mlx/llamacpp: a known model name (picocontext.models.MODELS) or a local model "
         "directory (default model when omitted); openai: the name the server serves (required)",
     )
     for name, help in (
-        ("--prefix-cache", "mlx only: reuse the KV cache of the common prefix (bare: on)"),
+        (
+            "--prefix-cache",
+            "mlx/llamacpp only: reuse the KV cache of the common prefix (bare: on)",
+        ),
         ("--constrained", "deprecated spelling of --decoding constrained|free (bare: on)"),
     ):
         parser.add_argument(
@@ -153,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     valued(
         "--decoding",
         "free|constrained",
-        "mlx: constrained (grammar-enforced decisions, tool calls and JSON answers; the "
+        "mlx/llamacpp: constrained (grammar-enforced decisions, tool calls and JSON answers; the "
         "default for embedded models) or free decoding; openai: JSON-schema constrained "
         "decisions, tool calls and JSON answers where the server supports it (vllm, llama.cpp)",
     )
@@ -182,7 +186,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         "N",
         f"run N independent episodes at once (1...{MAX_WORKERS}, default 1); the report is the "
-        "same apart from timings. Not above 1 with --backend mlx",
+        "same apart from timings. Not above 1 with --backend mlx or llamacpp",
     )
     valued(
         "--conversation",
@@ -261,9 +265,9 @@ def check_options(out: dict[str, str]) -> dict[str, str]:
     if "config" in out and "profile" in out:
         raise UsageError("use either --config or --profile, not both")
     backend = out.get("backend", "deterministic")
-    if backend not in ("deterministic", "mlx", "openai"):
+    if backend not in ("deterministic", "mlx", "llamacpp", "openai"):
         raise UsageError(
-            "--backend must be deterministic or mlx (in process), or openai (a server)"
+            "--backend must be deterministic, mlx or llamacpp (in process), or openai (a server)"
         )
     if "profile" in out and out["profile"] not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}")
@@ -305,7 +309,7 @@ def _check_remote(out: dict[str, str]) -> None:
         text = out["workers"]
         if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_WORKERS):
             raise UsageError(f"--workers must be an integer 1...{MAX_WORKERS}")
-        if backend == "mlx" and int(text) > 1:
+        if backend in ("mlx", "llamacpp") and int(text) > 1:
             raise UsageError(f"--workers {text} is refused: {MLX_SINGLE_WORKER}")
 
 

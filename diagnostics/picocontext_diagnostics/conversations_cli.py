@@ -82,7 +82,7 @@ def check_options(args: dict[str, str]) -> None:
     for key in EPISODE_ONLY:
         if key in args:
             raise InvalidConfiguration(f"--{key} does not apply with --conversation")
-    if args.get("backend", "deterministic") not in ("deterministic", "mlx"):
+    if args.get("backend", "deterministic") not in ("deterministic", "mlx", "llamacpp"):
         raise InvalidConfiguration("--conversation runs on --backend deterministic or mlx")
     _number(args, "questions", 1, 100_000)
     _number(args, "window", 256, MAX_WINDOW)

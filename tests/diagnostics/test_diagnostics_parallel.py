@@ -116,7 +116,8 @@ def test_the_report_does_not_depend_on_the_worker_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--backend", "mlx", "--workers", "2"], "the in-process MLX backend holds one model"),
+        (["--backend", "mlx", "--workers", "2"], "the in-process backends (mlx, llamacpp) hold"),
+        (["--backend", "llamacpp", "--workers", "2"], "the in-process backends (mlx, llamacpp)"),
         (["--workers", "0"], "--workers must be an integer 1...64"),
         (["--workers", "many"], "--workers must be an integer 1...64"),
         (["--base-url", "http://127.0.0.1:1/v1"], "--base-url applies only to --backend openai"),

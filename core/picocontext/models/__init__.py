@@ -1,9 +1,10 @@
 """Model adapters. Importing this package never imports MLX; real backends load it lazily.
 
 ``picocontext.models.load_model()`` resolves and loads the default (or a named) model;
-``MLXModel`` is the real backend (TokenCounter + ModelBackend + ChatModel) and
-``OpenAIBackend`` the same three over an OpenAI-compatible server; ``ChatFormat``
-adapts any tokenizer's own chat template; ``ByteCounter``/``ScriptedBackend`` are test doubles.
+``MLXModel`` and ``LlamaCppModel`` are the real in-process backends (TokenCounter +
+ModelBackend + ChatModel) and ``OpenAIBackend`` the same three over an OpenAI-compatible
+server; ``ChatFormat`` adapts any tokenizer's own chat template; ``ByteCounter`` and
+``ScriptedBackend`` are test doubles.
 """
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ if typing.TYPE_CHECKING:
     from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
     from picocontext.models.constrained import DecisionGrammar, decision_lark, decision_schema
     from picocontext.models.embedded import MODEL_NAME as EMBEDDED_MODEL_NAME
-    from picocontext.models.embedded import ensure_embedded, ensure_embedded_model
+    from picocontext.models.embedded import (
+        ensure_embedded,
+        ensure_embedded_gguf,
+        ensure_embedded_model,
+    )
     from picocontext.models.embedded import get_spec as embedded_spec
+    from picocontext.models.llamacpp_backend import LlamaCppModel
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
     from picocontext.models.openai_backend import (
         OpenAIBackend,
@@ -37,9 +43,11 @@ if typing.TYPE_CHECKING:
         resolve_tokenizer_dir,
     )
     from picocontext.models.registry import (
+        ENGINES,
         MODELS,
         ModelSpec,
         ResolvedModel,
+        default_engine,
         default_model_name,
         fetch_hub_model,
         load_model,
@@ -52,6 +60,7 @@ _LAZY = {
     "ChatFormat": "picocontext.models.chatformat",
     "HFChatTokenizer": "picocontext.models.chatformat",
     "MLXModel": "picocontext.models.mlx_backend",
+    "LlamaCppModel": "picocontext.models.llamacpp_backend",
     "forced_tokens": "picocontext.models.mlx_backend",
     "OpenAIBackend": "picocontext.models.openai_backend",
     "ServerKind": "picocontext.models.openai_backend",
@@ -60,6 +69,8 @@ _LAZY = {
     "resolve_tokenizer_dir": "picocontext.models.openai_backend",
     "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",
+    "ENGINES": "picocontext.models.registry",
+    "default_engine": "picocontext.models.registry",
     "ModelSpec": "picocontext.models.registry",
     "ResolvedModel": "picocontext.models.registry",
     "default_model_name": "picocontext.models.registry",
@@ -73,6 +84,7 @@ _LAZY = {
     "ensure_embedded_model": "picocontext.models.embedded",
     "embedded_spec": "picocontext.models.embedded",
     "ensure_embedded": "picocontext.models.embedded",
+    "ensure_embedded_gguf": "picocontext.models.embedded",
 }
 # Names this facade spells differently from their module.
 _RENAMED = {"EMBEDDED_MODEL_NAME": "MODEL_NAME", "embedded_spec": "get_spec"}
@@ -90,6 +102,7 @@ def __getattr__(name: str) -> typing.Any:
 __all__ = [
     "BYTE_UNIT",
     "EMBEDDED_MODEL_NAME",
+    "ENGINES",
     "MLX_SINGLE_WORKER",
     "MODELS",
     "TOKEN_UNIT",
@@ -98,6 +111,7 @@ __all__ = [
     "DecisionGrammar",
     "GenerationProgress",
     "HFChatTokenizer",
+    "LlamaCppModel",
     "MLXModel",
     "ModelDescription",
     "ModelHandle",
@@ -110,9 +124,11 @@ __all__ = [
     "ServerKind",
     "decision_lark",
     "decision_schema",
+    "default_engine",
     "default_model_name",
     "embedded_spec",
     "ensure_embedded",
+    "ensure_embedded_gguf",
     "ensure_embedded_model",
     "fetch_hub_model",
     "forced_tokens",

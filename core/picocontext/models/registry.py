@@ -1,10 +1,17 @@
-"""Which model to run and where its files are: names, pinned revisions, defaults, fallback.
+"""Which model to run, on which engine, and where its files are: names, pinned revisions,
+defaults, fallback.
 
 Resolution order: an explicit directory argument, then an explicit model name, then
-``PICOCONTEXT_MODEL_DIR``, then ``PICOCONTEXT_MODEL``, then the platform default
-(Qwen3-1.7B-4bit on macOS arm64, the embedded SmolLM2 elsewhere). A model the user asked for
-explicitly either loads or fails with a clear error; only the *default* falls back (to the
-embedded model), and the resolution says so.
+``PICOCONTEXT_MODEL_DIR``, then ``PICOCONTEXT_MODEL``, then the platform default. A model the
+user asked for explicitly either loads or fails with a clear error; only the *default* falls
+back (to the embedded model), and the resolution says so.
+
+Engines: ``mlx`` (Metal on macOS, dense float32 on other CPUs) and ``llamacpp`` (the shipped
+GGUF as is, in process). The default engine is MLX on Apple silicon and llama.cpp elsewhere
+when its extra is installed (measured 4-10x MLX-f32 decode on a CPU, docs/models.md); without
+the extra the default falls back to MLX and says so. ``PICOCONTEXT_ENGINE`` overrides it.
+Defaults by engine, chosen by measurement: Qwen3-1.7B-4bit on Metal, Qwen2.5-Coder-1.5B on
+llama.cpp, Qwen2.5-Coder-0.5B on MLX on a CPU.
 """
 
 from __future__ import annotations
@@ -21,10 +28,21 @@ from pydantic import BaseModel, ConfigDict
 from picocontext.errors import ModelError
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from picocontext.models.llamacpp_backend import LlamaCppModel
     from picocontext.models.mlx_backend import MLXModel
+
+    LocalModel: TypeAlias = MLXModel | LlamaCppModel
 
 MODEL_DIR_ENV = "PICOCONTEXT_MODEL_DIR"
 MODEL_ENV = "PICOCONTEXT_MODEL"
+ENGINE_ENV = "PICOCONTEXT_ENGINE"
+ENGINES = ("mlx", "llamacpp")
+Engine = Literal["mlx", "llamacpp"]
+# The default model of the llama.cpp engine: the most capable embedded model whose main job
+# fits its time limit on the 2-core machine we ship for (docs/models.md).
+LLAMACPP_DEFAULT = "qwen2.5-coder-1.5b"
 
 Progress = Callable[[float], None]
 
@@ -99,7 +117,56 @@ def is_apple_silicon() -> bool:
     return sys.platform == "darwin" and platform.machine() == "arm64"
 
 
-def default_model_name() -> str:
+def default_engine() -> Engine:
+    """``PICOCONTEXT_ENGINE``, else MLX on Apple silicon, llama.cpp elsewhere when its extra
+    is installed, else MLX (:func:`engine_notes` says why)."""
+    chosen = os.environ.get(ENGINE_ENV, "").strip()
+    if chosen:
+        return check_engine(chosen)
+    if is_apple_silicon():
+        return "mlx"
+    from picocontext.models.llamacpp_backend import engine_available
+
+    return "llamacpp" if engine_available() else "mlx"
+
+
+def check_engine(name: str) -> Engine:
+    if name == "mlx":
+        return "mlx"
+    if name == "llamacpp":
+        return "llamacpp"
+    raise ModelError(f"Unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _engine_for(name: str | None, model_dir: str | Path | None) -> Engine:
+    """The engine a directory's layout needs (``model.gguf``: llama.cpp, ``config.json`` with
+    weights: MLX), else the default engine."""
+    directory = model_dir or (None if name else os.environ.get(MODEL_DIR_ENV))
+    if directory:
+        from picocontext.models.gguf import GGUF_FILE
+
+        path = Path(directory).expanduser()
+        if (path / GGUF_FILE).is_file():
+            return "llamacpp"
+        if (path / "config.json").is_file():
+            return "mlx"
+    return default_engine()
+
+
+def engine_notes(engine: Engine) -> tuple[str, ...]:
+    """Why the default engine is what it is, when that is a fallback worth telling."""
+    if engine == "mlx" and not is_apple_silicon() and not os.environ.get(ENGINE_ENV):
+        from picocontext.models.llamacpp_backend import INSTALL_HINT
+
+        return (f"Using MLX on the CPU: {INSTALL_HINT} for 4-10x faster decoding.",)
+    return ()
+
+
+def default_model_name(engine: Engine | None = None) -> str:
+    """The default model of ``engine`` (default: :func:`default_engine`)."""
+    engine = engine or default_engine()
+    if engine == "llamacpp":
+        return LLAMACPP_DEFAULT
     return QWEN3.name if is_apple_silicon() else DEFAULT_EMBEDDED_SPEC.name
 
 
@@ -175,12 +242,17 @@ def _progress_class(progress: Progress) -> Any:
 
 
 def _embedded(
-    log: Callable[[str], None] | None, name: str = DEFAULT_EMBEDDED_SPEC.name
+    log: Callable[[str], None] | None,
+    name: str = DEFAULT_EMBEDDED_SPEC.name,
+    engine: Engine = "mlx",
 ) -> ResolvedModel:
-    from picocontext.models.embedded import ensure_embedded_model, get_spec
+    from picocontext.models.embedded import ensure_embedded_gguf, ensure_embedded_model, get_spec
 
     spec = get_spec(name)
-    path = ensure_embedded_model(name, log=log)
+    if engine == "llamacpp":
+        path = ensure_embedded_gguf(spec, log=log)
+    else:
+        path = ensure_embedded_model(name, log=log)
     # The pinned wheels and GGUF digest are the honest "revision" for provenance.
     return ResolvedModel(path=path, model_id=spec.title, revision=spec.revision, requested=name)
 
@@ -192,14 +264,18 @@ def resolve_model(
     progress: Progress | None = None,
     offline: bool | None = None,
     log: Callable[[str], None] | None = None,
+    engine: Engine = "mlx",
 ) -> ResolvedModel:
-    """Find (and if needed fetch) the model directory; see the module docstring for order."""
+    """Find (and if needed fetch) the model directory for ``engine``; see the module
+    docstring for order."""
     # An explicit name beats the directory from the environment; an explicit directory wins.
     directory = model_dir or (None if name else os.environ.get(MODEL_DIR_ENV))
     if directory:
         path = Path(directory).expanduser()
         if path.exists() and not path.is_dir():
             raise ModelError(f"{path} is not a directory; --model-dir names a model directory.")
+        if engine == "llamacpp":
+            return _llamacpp_dir(path)
         if not (path / "config.json").is_file():
             raise ModelError(
                 f"{path} is not an MLX model directory (no config.json). Point --model-dir / "
@@ -207,7 +283,7 @@ def resolve_model(
             )
         return ResolvedModel(path=path, model_id=path.name, requested=str(path))
     explicit = name or os.environ.get(MODEL_ENV)
-    chosen = explicit or default_model_name()
+    chosen = explicit or default_model_name(engine)
     spec = MODELS.get(chosen)
     given = Path(chosen).expanduser()
     if spec is None and given.exists():
@@ -220,7 +296,13 @@ def resolve_model(
         known = ", ".join(sorted(MODELS))
         raise ModelError(f"Unknown model {chosen!r}. Known models: {known}; or pass --model-dir.")
     if spec.source == "embedded":
-        return _embedded(log, spec.name)
+        return _embedded(log, spec.name, engine)
+    if engine == "llamacpp":
+        gguf_names = ", ".join(n for n, m in sorted(MODELS.items()) if m.source == "embedded")
+        raise ModelError(
+            f"{spec.name} is an MLX model; the llama.cpp engine runs GGUF models ({gguf_names}) "
+            "or a directory with model.gguf (--model-dir). Use --backend mlx for this one."
+        )
     try:
         path = fetch_hub_model(spec, progress=progress, offline=offline)
     except ModelError as exc:
@@ -237,6 +319,18 @@ def resolve_model(
     )
 
 
+def _llamacpp_dir(path: Path) -> ResolvedModel:
+    from picocontext.models.gguf import GGUF_FILE
+
+    if not (path / GGUF_FILE).is_file() or not (path / "tokenizer_config.json").is_file():
+        raise ModelError(
+            f"{path} is not a llama.cpp model directory: it needs {GGUF_FILE} beside "
+            "tokenizer.json, tokenizer_config.json and config.json (the layout picocontext "
+            "installs embedded models in)."
+        )
+    return ResolvedModel(path=path, model_id=path.name, requested=str(path))
+
+
 def is_embedded(resolved: ResolvedModel) -> bool:
     """Whether ``resolved`` is one of the embedded models (by the name it was resolved as)."""
     spec = MODELS.get(resolved.requested or "")
@@ -251,20 +345,36 @@ def load_model(
     prefix_cache: bool = True,
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
-) -> MLXModel:
-    """Resolve and load the model; its ``notes`` (and ``describe()["notes"]``) carry any
-    fallback message. :func:`picocontext.models.handle_for` turns it into a report handle.
+    engine: str | None = None,
+) -> LocalModel:
+    """Resolve and load the model on ``engine`` (``None``: :func:`default_engine`); its
+    ``notes`` (and ``describe()["notes"]``) carry any fallback message.
+    :func:`picocontext.models.handle_for` turns it into a report handle.
     ``constrained=None`` picks the default decoding: constrained for embedded models (small
     models need it), free otherwise."""
-    from picocontext.models.mlx_backend import MLXModel
+    chosen: Engine = check_engine(engine) if engine is not None else _engine_for(name, model_dir)
+    resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log, engine=chosen)
+    decoding = is_embedded(resolved) if constrained is None else constrained
+    model: LocalModel
+    if chosen == "llamacpp":
+        from picocontext.models.llamacpp_backend import LlamaCppModel
 
-    resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log)
-    model = MLXModel.load(
-        resolved.path,
-        model_id=resolved.model_id,
-        revision=resolved.revision,
-        prefix_cache=prefix_cache,
-        constrained=is_embedded(resolved) if constrained is None else constrained,
-    )
-    model.notes = resolved.notes
+        model = LlamaCppModel.load(
+            resolved.path,
+            model_id=resolved.model_id,
+            revision=resolved.revision,
+            prefix_cache=prefix_cache,
+            constrained=decoding,
+        )
+    else:
+        from picocontext.models.mlx_backend import MLXModel
+
+        model = MLXModel.load(
+            resolved.path,
+            model_id=resolved.model_id,
+            revision=resolved.revision,
+            prefix_cache=prefix_cache,
+            constrained=decoding,
+        )
+    model.notes = resolved.notes + (engine_notes(chosen) if engine is None else ())
     return model

@@ -321,10 +321,10 @@ def _tiny_layer(rng: Any, arch: str, hidden: int, heads: int, kv_heads: int) -> 
     return out
 
 
-def _write_gguf_header(writer: Any, arch: str, hidden: int, layers: int) -> None:
+def _write_gguf_header(writer: Any, arch: str, hidden: int, layers: int, context: int) -> None:
     heads = 4
     writer.add_block_count(layers)
-    writer.add_context_length(2048)
+    writer.add_context_length(context)
     writer.add_embedding_length(hidden)
     writer.add_feed_forward_length(2 * hidden)
     writer.add_head_count(heads)
@@ -361,6 +361,7 @@ def write_tiny_gguf(
     layers: int = 2,
     pre: str | None = None,
     eos_id: int | None = None,
+    context: int = 2048,
 ) -> TinyGGUF:
     """Write a GGUF of ``arch`` with quantized tensors (Q4_0/Q4_1/Q5_0/Q8_0/F16) and a tiny
     byte-level BPE vocabulary, written with llama.cpp's own ``gguf`` writer.
@@ -376,7 +377,7 @@ def write_tiny_gguf(
     rng = _rng(seed)
     tokens, merges, types = _gguf_vocab(_train_tokenizer(vocab_size))
     writer = GGUFWriter(str(path), arch)
-    _write_gguf_header(writer, arch, hidden, layers)
+    _write_gguf_header(writer, arch, hidden, layers, context)
     default_pre = "qwen2" if arch == "qwen2" else "smollm"
     eos = tokens.index("<|im_end|>") if eos_id is None else eos_id
     _write_gguf_vocab(writer, tokens, merges, types, pre or default_pre, eos)

@@ -340,7 +340,7 @@ def test_editable_run_through_the_session_with_a_real_model(model: MLXModel, lam
     assert all("prefix cache: on" in call.notes for call in report.calls)
     # One prefix per step: the answer call shares the decision call's system text, tools and
     # history, so it computes only its trailing receipt and guidance.
-    decision_call, answer_call = report.calls
+    _decision_call, answer_call = report.calls
     assert report.call_prefill_tokens[1] < answer_call.token_count // 4
     # The next turn's prompts extend this one's: only the new tail is computed.
     session.append_records([Record(id="follow-up", role=Role.USER, body="Thanks.")])

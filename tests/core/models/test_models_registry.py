@@ -63,11 +63,45 @@ def test_pinned_qwen_revision_and_names() -> None:
 
 
 def test_default_depends_on_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(registry.ENGINE_ENV, raising=False)
     monkeypatch.setattr(registry, "is_apple_silicon", lambda: True)
+    assert registry.default_engine() == "mlx"
     assert default_model_name() == QWEN3.name
     monkeypatch.setattr(registry, "is_apple_silicon", lambda: False)
-    # the embedded model chosen by the tool-call bench (docs/models.md, "Which model")
-    assert default_model_name() == registry.DEFAULT_EMBEDDED_SPEC.name == "qwen2.5-coder-0.5b"
+    # the embedded models chosen by measurement per engine (docs/models.md, "Which model")
+    assert default_model_name("mlx") == registry.DEFAULT_EMBEDDED_SPEC.name == "qwen2.5-coder-0.5b"
+    assert default_model_name("llamacpp") == registry.LLAMACPP_DEFAULT == "qwen2.5-coder-1.5b"
+
+
+def test_default_engine_is_llamacpp_off_apple_when_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from picocontext.models import llamacpp_backend
+
+    monkeypatch.delenv(registry.ENGINE_ENV, raising=False)
+    monkeypatch.setattr(registry, "is_apple_silicon", lambda: False)
+    monkeypatch.setattr(llamacpp_backend, "engine_available", lambda: True)
+    assert registry.default_engine() == "llamacpp"
+    assert registry.engine_notes("llamacpp") == ()
+    monkeypatch.setattr(llamacpp_backend, "engine_available", lambda: False)
+    assert registry.default_engine() == "mlx"
+    (note,) = registry.engine_notes("mlx")
+    assert "pip install 'picocontext[llamacpp]'" in note
+    monkeypatch.setenv(registry.ENGINE_ENV, "llamacpp")
+    assert registry.default_engine() == "llamacpp"
+    monkeypatch.setenv(registry.ENGINE_ENV, "cuda")
+    with pytest.raises(ModelError, match="Unknown engine 'cuda'; choose one of mlx, llamacpp"):
+        registry.default_engine()
+
+
+def test_mlx_only_model_on_llamacpp_is_one_clear_error() -> None:
+    with pytest.raises(ModelError, match=r"is an MLX model; the llama\.cpp engine runs GGUF"):
+        resolve_model("qwen3-1.7b-4bit", engine="llamacpp")
+
+
+def test_llamacpp_directory_must_hold_the_gguf(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"is not a llama\.cpp model directory"):
+        resolve_model(model_dir=tmp_path, engine="llamacpp")
 
 
 def test_repo_id_path_resolves_from_the_hub_cache_offline(hub_cache: Path, tiny_dir: Path) -> None:
