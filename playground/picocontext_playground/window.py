@@ -120,11 +120,11 @@ EXTRA_TABS: tuple[tuple[str, TabFactory], ...] = (
 
 
 def default_model() -> ModelChoice:
-    """The registry's default: Qwen3 on Apple silicon (Metal), elsewhere the embedded model
-    chosen by measurement, on the CPU."""
+    """The registry's default for MLX, the engine the playground loads with: Qwen3 on Apple
+    silicon (Metal), elsewhere the embedded model chosen by measurement, on the CPU."""
     from picocontext.models import default_model_name
 
-    return ModelChoice(default_model_name())
+    return ModelChoice(default_model_name("mlx"))
 
 
 class PolicyColumn(QWidget):
