@@ -139,7 +139,7 @@ def test_profiles_run(tmp_path: Path) -> None:
         (["--output="], "needs a non-empty value"),
         (["--quiet", "--quiet"], "--quiet given more than once"),
         (["--backend", "mlx", "--backend=mlx"], "--backend given more than once"),
-        (["--backend", "gpu"], "--backend must be deterministic or mlx"),
+        (["--backend", "gpu"], "--backend must be deterministic, mlx or llamacpp"),
         (["--profile", "huge"], "--profile must be one of"),
         (["--config", "a.json", "--profile", "state"], "either --config or --profile"),
         (["--model", "x"], "--model applies only to --backend mlx"),
@@ -270,7 +270,9 @@ def test_mlx_branch_resolves_a_counter_backend_and_records_its_settings(
         prefix_cache: bool = True,
         constrained: bool = False,
         log: Any = None,
+        engine: str = "mlx",
     ) -> FakeModel:
+        assert engine == "mlx"
         made.append(FakeModel(name or model_dir))
         made[-1].prefix_cache, made[-1].constrained = prefix_cache, constrained
         return made[-1]
