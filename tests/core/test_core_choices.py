@@ -110,6 +110,7 @@ def test_none_keeps_the_revision_with_a_keep_receipt() -> None:
     assert session.context == kettle_snapshot()
     assert [a.outcome for a in report.attempts] == [Outcome.KEPT]
     final = report.final_prompt
+    assert final is not None
     assert (
         final.input.control_records[1].body
         == "Kept revision 0. Answer the latest user request now."
