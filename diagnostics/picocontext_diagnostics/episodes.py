@@ -163,9 +163,11 @@ def fixture_episode(
     """The fixed four-step episode of ``scenario`` (``noise_lines`` default from the texts;
     use :func:`picocontext_diagnostics.fixtures.pressure_profile` for the pressure amount)."""
     texts = notebook_texts()
-    lines = texts.default_noise_lines if noise_lines is None else noise_lines
-    _check_noise(lines)
     spec = episode_fixture(scenario)
+    if noise_lines is None:
+        noise_lines = texts.default_noise_lines if spec.noise_lines is None else spec.noise_lines
+    lines = noise_lines
+    _check_noise(lines)
     steps: list[Step] = []
     for index, step in enumerate(spec.steps, start=1):
         noise = [

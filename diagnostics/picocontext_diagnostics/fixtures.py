@@ -165,25 +165,37 @@ def notebook_texts() -> NotebookTexts:
 
 
 class Scenario(StrEnum):
-    """The two notebook scenarios."""
+    """The notebook scenarios."""
 
     RETENTION = "retention"
     STATE_UPDATES = "state_updates"
+    # Values that keep changing under enough telemetry that the whole history outgrows the
+    # window before the last step: keeping everything must fail, and what is out of date
+    # (each earlier value of a key) is what a managing policy can let go. The main job.
+    REVISIONS = "revisions"
 
     @property
     def check(self) -> ContextCheck:
-        """Retention asks whether exact values survive; state updates ask for the exact fold."""
+        """Retention asks whether exact values survive; the others ask for the exact fold."""
         if self is Scenario.RETENTION:
             return ContextCheck.EXACT_VALUES
         return ContextCheck.NOTEBOOK_STATE
 
     @property
     def fixture_file(self) -> str:
-        return "exact_retention.json" if self is Scenario.RETENTION else "state_updates.json"
+        return {
+            Scenario.RETENTION: "exact_retention.json",
+            Scenario.STATE_UPDATES: "state_updates.json",
+            Scenario.REVISIONS: "revisions.json",
+        }[self]
 
     @property
     def label(self) -> str:
-        return "Exact retention" if self is Scenario.RETENTION else "State updates"
+        return {
+            Scenario.RETENTION: "Exact retention",
+            Scenario.STATE_UPDATES: "State updates",
+            Scenario.REVISIONS: "Revised values",
+        }[self]
 
 
 Operation = Annotated[str, Field(pattern=_OPERATION.pattern)]
@@ -206,6 +218,9 @@ class EpisodeFixture(BaseModel):
     check: ContextCheck
     scope: Scope
     steps: tuple[EpisodeStepSpec, ...] = Field(min_length=1, max_length=32)
+    # Telemetry lines per update when the episode needs its own amount (the window must be
+    # outgrown); ``None`` means the notebook texts' default.
+    noise_lines: int | None = Field(default=None, ge=0, le=MAX_NOISE_LINES)
 
     @model_validator(mode="after")
     def _expected_follows_operations(self) -> EpisodeFixture:

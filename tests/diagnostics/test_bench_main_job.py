@@ -9,8 +9,11 @@ import pytest
 from picocontext_diagnostics.bench.main_job import (
     ROOT,
     MainJobError,
+    merge,
     parse_summary,
+    ratios,
     readme_command,
+    report_costs,
 )
 
 SUMMARY = """\
@@ -55,3 +58,57 @@ def test_a_readme_without_a_code_block_is_a_clear_error(tmp_path: Path) -> None:
     readme.write_text("# nothing to run\n", encoding="utf-8")
     with pytest.raises(MainJobError, match="no fenced code block"):
         readme_command(readme)
+
+
+REPORT = {
+    "policies": [
+        {
+            "name": "append-only",
+            "label": "Append-only",
+            "elapsed_seconds": 10.04,
+            "planned_steps": 4,
+            "steps": [
+                {"ran": True, "prefill_tokens": 900, "input_tokens": 1000, "generated_tokens": 9},
+                {"ran": False, "prefill_tokens": 0, "input_tokens": 0, "generated_tokens": 0},
+            ],
+        },
+        {
+            "name": "editable",
+            "label": "Editable",
+            "elapsed_seconds": 12.0,
+            "planned_steps": 4,
+            "steps": [
+                {
+                    "ran": True,
+                    "prefill_tokens": 1200,
+                    "input_tokens": 3000,
+                    "generated_tokens": 20,
+                    "edit_calls": 1,
+                    "keep_calls": 0,
+                },
+                {"ran": True, "prefill_tokens": 150, "input_tokens": 1000, "keep_calls": 1},
+            ],
+        },
+    ]
+}
+
+
+def test_costs_are_summed_per_policy_and_joined_with_the_checks_by_name() -> None:
+    policies = merge(parse_summary(SUMMARY), report_costs(REPORT))
+    assert list(policies) == ["append-only", "editable"]
+    base, mine = policies["append-only"], policies["editable"]
+    assert base["wall_s"] == 10.0 and base["steps_run"] == 1
+    assert base["prefill_tokens"] == 900 and base["answers"] == "3/4"
+    assert mine["edits"] == 1 and mine["keeps"] == 1
+    assert mine["input_tokens"] == 4000 and mine["prefill_tokens"] == 1350
+    assert mine["context"] == "1/4" and mine["label"] == "Editable"
+    assert ratios(policies) == {"wall_s": 1.2, "prefill_tokens": 1.5, "input_tokens": 4.0}
+
+
+def test_ratios_need_both_columns() -> None:
+    assert ratios({"editable": {"wall_s": 3.0}}) == {}
+    assert ratios({"editable": {"wall_s": 3.0}, "append-only": {"wall_s": 0}}) == {
+        "wall_s": None,
+        "prefill_tokens": None,
+        "input_tokens": None,
+    }

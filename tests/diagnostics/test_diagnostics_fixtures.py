@@ -173,6 +173,28 @@ def test_state_update_steps_overwrite_and_remove() -> None:
     assert episode.steps[2].records[1].body.split("\n")[:2] == ["REMOVE shelf", "FACT keeper=Tomas"]
 
 
+def test_revisions_supersede_whole_updates_and_bring_their_own_telemetry() -> None:
+    """The main job's episode: from step 3 on each update replaces the value set two steps
+    earlier, so that earlier update (its only fact superseded) is entirely out of date; the
+    fixture's own noise amount applies unless the caller asks for another."""
+    episode = fixture_episode(Scenario.REVISIONS)
+    assert episode.title == "Revised values" and episode.check is ContextCheck.NOTEBOOK_STATE
+    assert episode.noise_lines == 24 and len(episode.steps) == 6
+    facts = [
+        [line for line in s.records[1].body.split("\n") if line.startswith("FACT")]
+        for s in episode.steps
+    ]
+    assert all(len(f) == 1 for f in facts)
+    keys = [f[0].removeprefix("FACT ").split("=")[0] for f in facts]
+    assert keys == ["heron", "dunlin"] * 3
+    for index in range(2, 6):
+        assert facts[index] != facts[index - 2]
+    assert fixture_episode(Scenario.REVISIONS, noise_lines=3).noise_lines == 3
+    assert (
+        fixture_episode(Scenario.STATE_UPDATES).noise_lines == notebook_texts().default_noise_lines
+    )
+
+
 def test_step_record_triple_ids_links_and_protection() -> None:
     episode = fixture_episode(Scenario.RETENTION)
     for k, step in enumerate(episode.steps, start=1):

@@ -5,8 +5,11 @@ drift apart), run from the repository root exactly as a user would run it, with 
 arguments appended (``scripts/bench.sh main-job --pressure``). Wall time covers everything
 the user waits for: venv check, model check and the comparison itself. The per-policy outcome
 comes from the summary block the smoke prints (``<task> · <policy>: <state>`` followed by
-``Checks passed: context a/n; answers b/n``). The whole output goes to a log file next to the
-JSON; the last line printed is one JSON object.
+``Checks passed: context a/n; answers b/n``); the per-policy costs (``wall_s``,
+``prefill_tokens``, ``input_tokens``, ``edits``, ``keeps``) come from the JSON report the bench
+asks the run to write next to its own output (unless the command already names a report), and
+``ratios`` divides editable's by append-only's when both ran. The whole output goes to a log
+file next to the JSON; the last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -72,6 +75,59 @@ def parse_summary(output: str) -> dict[str, dict[str, Any]]:
     return policies
 
 
+# What the bench sums over a policy's steps from the run's JSON report, by output key.
+_COSTS = {
+    "prefill_tokens": "prefill_tokens",
+    "input_tokens": "input_tokens",
+    "generated_tokens": "generated_tokens",
+    "edits": "edit_calls",
+    "keeps": "keep_calls",
+}
+
+
+def report_costs(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per policy label: wall seconds, step count and the summed usage of its steps."""
+    out: dict[str, dict[str, Any]] = {}
+    for policy in report.get("policies") or ():
+        steps = policy.get("steps") or ()
+        row: dict[str, Any] = {
+            "name": str(policy.get("name") or ""),
+            "wall_s": round(float(policy.get("elapsed_seconds") or 0.0), 1),
+            "steps_run": sum(1 for s in steps if s.get("ran")),
+            "planned_steps": policy.get("planned_steps"),
+        }
+        for key, field in _COSTS.items():
+            row[key] = sum(int(s.get(field) or 0) for s in steps)
+        out[str(policy.get("label") or policy.get("name"))] = row
+    return out
+
+
+def merge(
+    summary: dict[str, dict[str, Any]], costs: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each policy's checks (``answers``, ``context``, per-step) joined with its costs, keyed
+    by policy name (``append-only``; the summary's label when the report did not name it)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for label in [*summary, *(c for c in costs if c not in summary)]:
+        cost = dict(costs.get(label, {}))
+        name = cost.pop("name", "") or label.lower().replace(" ", "-")
+        merged[name] = {"label": label, **cost, **summary.get(label, {})}
+    return merged
+
+
+def ratios(policies: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """editable / append-only for wall time and the token counts (``None`` when a side did
+    not run or spent nothing)."""
+    mine, base = policies.get("editable"), policies.get("append-only")
+    if not mine or not base:
+        return {}
+    out: dict[str, float | None] = {}
+    for key in ("wall_s", "prefill_tokens", "input_tokens"):
+        a, b = mine.get(key), base.get(key)
+        out[key] = round(a / b, 2) if isinstance(a, int | float) and b else None
+    return out
+
+
 def run(command: Sequence[str], log: Path) -> tuple[int, float, str]:
     """Run ``command`` from the repository root, teeing its output into ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +165,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, MainJobError) as exc:
         print(f"main-job: {exc}", file=sys.stderr)
         return 2
+    report_path: Path | None = None
+    if "--report" not in command and any(w.startswith("--episode-smoke") for w in command):
+        report_path = args.out.with_suffix(".report.json")
+        report_path.unlink(missing_ok=True)
+        command = [*command, "--report", str(report_path)]
     code, seconds, output = run(command, args.out.with_suffix(".log"))
-    policies = parse_summary(output)
+    costs: dict[str, dict[str, Any]] = {}
+    if report_path is not None and report_path.is_file():
+        try:
+            costs = report_costs(json.loads(report_path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            print(
+                f"main-job: could not read the run's report {report_path}: {exc}", file=sys.stderr
+            )
+    policies = merge(parse_summary(output), costs)
     line = {
         "benchmark": "main-job",
         "command": shlex.join(command),
@@ -119,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "limit_seconds": args.limit,
         "within_limit": seconds <= args.limit,
         "policies": policies,
+        "ratios": ratios(policies),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(line, indent=2) + "\n", encoding="utf-8")
