@@ -114,11 +114,11 @@ def check_gguf(path: Path) -> tuple[str, int | None]:
     """The architecture of ``path`` and the context it was trained for, after checking it is a
     whole GGUF of a supported kind: llama.cpp's own load error is one generic line, so the
     reasons are found here first."""
-    from picocontext.models.gguf import read_gguf
+    from picocontext.models.gguf import read_gguf_header
 
     if not path.is_file():
         raise ModelError(f"{path} does not exist or is not a file; expected a .gguf model file")
-    source = read_gguf(path)  # refuses bad magic, unreadable metadata and truncated tensors
+    source = read_gguf_header(path)  # refuses bad magic, a broken header, truncated tensors
     arch = str(source.meta.get("general.architecture", ""))
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelError(

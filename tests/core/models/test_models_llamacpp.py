@@ -254,3 +254,26 @@ def test_closed_model_refuses_calls(gguf_dir: Path) -> None:
     loaded.close()
     with pytest.raises(ModelError, match="was closed"):
         loaded.chat(ask("x"), 2)
+
+
+def test_the_header_scan_agrees_with_the_gguf_package_and_refuses_every_cut(
+    tmp_path: Path,
+) -> None:
+    """The fast header scan (what the engine checks before loading) reads the same scalar and
+    string metadata as ``gguf.GGUFReader`` and refuses the file cut short anywhere."""
+    from picocontext.models.gguf import read_gguf, read_gguf_header
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, arch="qwen2", context=4096)
+    header = read_gguf_header(path)
+    full = read_gguf(path)
+    scalars = {k: v for k, v in full.meta.items() if not isinstance(v, list)}
+    assert header.meta == scalars
+    assert header.tensor_count == len(full.tensors)
+    assert header.meta["qwen2.context_length"] == 4096
+    data = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for end in sorted({0, 3, 10, 24, 100, len(data) // 3, len(data) // 2, len(data) - 1}):
+        cut.write_bytes(data[:end])
+        with pytest.raises(ModelError, match=r"truncated|not a GGUF"):
+            read_gguf_header(cut)
