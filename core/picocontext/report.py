@@ -113,6 +113,11 @@ class RunReport(BaseModel):
     # Prompt tokens actually computed by each call, parallel to ``calls`` (the rest of each
     # prompt came from the prefix cache); a backend that does not say counts its whole prompt.
     call_prefill_tokens: tuple[int, ...] = ()
+    # An accepted edit's balance: window tokens its answer prompt saved against the unedited
+    # history, and the prefill it cost beyond a keep (the cache restarts at the first changed
+    # record). Zero when nothing was edited.
+    edit_window_saved_tokens: int = 0
+    edit_prefill_cost_tokens: int = 0
 
     @property
     def succeeded(self) -> bool:

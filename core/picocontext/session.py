@@ -417,6 +417,11 @@ class _Run:
         self.prefetch_steps: tuple[ToolStep, ...] = ()
         self.choices: list[Choice] = []
         self.call_prefill: list[int] = []
+        # What the accepted edit bought and cost: window tokens its answer prompt saved, and
+        # prompt tokens the answer call must prefill beyond what a keep would have (the cache
+        # is valid only up to the first changed record).
+        self.edit_saved_tokens = 0
+        self.edit_prefill_cost = 0
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
@@ -533,6 +538,8 @@ class _Run:
             prefetch_steps=self.prefetch_steps,
             choices=tuple(self.choices),
             call_prefill_tokens=tuple(self.call_prefill),
+            edit_window_saved_tokens=self.edit_saved_tokens,
+            edit_prefill_cost_tokens=self.edit_prefill_cost,
         )
 
     # -- one model call ---------------------------------------------------------------------
@@ -589,6 +596,7 @@ class _Run:
             check(self.cancel)
             if outcome is Outcome.EDITED:
                 self.commit(candidate, response, arguments)
+                self.attribute(current.snapshot, completion)
             self.final_prompt = completion
             self.attempt(response, arguments, outcome, detail)
             return
@@ -632,6 +640,7 @@ class _Run:
                 receipt = self.receipts(current, ()).decision(0, (call,), detail)
                 self.commit(candidate, said, arguments)
                 self.final_prompt = self.prepare(candidate.snapshot, Phase.COMPLETION, receipt)
+                self.attribute(snapshot, self.final_prompt)
                 self.attempt(said, arguments, Outcome.EDITED, detail)
                 return
         self.keep_calls += 1
@@ -721,6 +730,17 @@ class _Run:
                 arguments=arguments, model_text=response.text, outcome=outcome, detail=detail
             )
         )
+
+    def attribute(self, before: Snapshot, after: PreparedPrompt) -> None:
+        """Charge the accepted edit: the window its answer prompt saves against the unedited
+        one, and the prefill it adds, counted against the last call's tokens (what the cache
+        holds) as the answer prompt's unshared tail minus the unedited prompt's."""
+        kept = self.prepare(before, Phase.COMPLETION, after.input.control_records)
+        cached = self.calls[-1].token_ids if self.calls else ()
+        self.edit_saved_tokens += kept.token_count - after.token_count
+        tail_after = after.token_count - shared_prefix(after.token_ids, cached)
+        tail_kept = kept.token_count - shared_prefix(kept.token_ids, cached)
+        self.edit_prefill_cost += max(tail_after - tail_kept, 0)
 
     def commit(self, candidate: WorkingContext, response: ModelResponse, arguments: str) -> None:
         try:
@@ -856,3 +876,12 @@ def object_text(arguments: str) -> str:
     except ValueError:
         return "{}"
     return arguments if isinstance(value, dict) else "{}"
+
+
+def shared_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading tokens ``a`` and ``b`` share (what a prefix cache can reuse)."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

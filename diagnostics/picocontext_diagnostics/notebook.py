@@ -143,6 +143,10 @@ def superseded(snapshot: Snapshot) -> list[Record]:
 class DeterministicNotebookBackend:
     """Satisfies :class:`picocontext.ModelBackend`; pair it with any token counter."""
 
+    # Its rules consolidate the notebook through edit_context, so an ``auto`` editable policy
+    # asks it for tool calls (a real small model gets the incremental choice).
+    decision_protocol = "tool-call"
+
     def __init__(self, drop_keys: Iterable[str] = ()) -> None:
         self.drop_keys = frozenset(drop_keys)
         self.calls = 0

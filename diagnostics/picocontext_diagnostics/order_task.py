@@ -71,6 +71,10 @@ def _clip(text: str, max_bytes: int) -> tuple[str, bool]:
 class DeterministicOrderBackend:
     """Satisfies :class:`picocontext.ModelBackend` for prompts over the order lookup."""
 
+    # Its rules delete the stale order notes through edit_context (an ``auto`` editable
+    # policy asks it for tool calls, as DeterministicNotebookBackend).
+    decision_protocol = "tool-call"
+
     def __init__(self, order: OrderLookup) -> None:
         self.order = order
         self.calls = 0

@@ -295,3 +295,52 @@ def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
     assert report.edit_style is EditStyle.INCREMENTAL and report.policy == "editable"
     assert session.context.record("old-result") is None
     assert len(report.call_prefill_tokens) == len(report.calls) == 2
+
+
+def test_an_accepted_edit_is_charged_its_window_saving_and_its_re_prefill() -> None:
+    """The window saved is the unedited answer prompt minus the edited one; the prefill cost
+    is what the answer call must compute beyond a keep's tail, counted against the tokens of
+    the last call (the cache): everything from the first deleted record on."""
+    backend = chooser('"old-result"')
+    session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+    report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL)
+    counter = ByteCounter()
+    final = report.final_prompt
+    assert final is not None
+    kept = counter.prepare(final.input.model_copy(update={"context": kettle_snapshot()}))
+    assert report.edit_window_saved_tokens == kept.token_count - final.token_count > 0
+    choice_ids = report.calls[0].token_ids
+    common = next(
+        i for i, (a, b) in enumerate(zip(final.token_ids, choice_ids, strict=False)) if a != b
+    )
+    kept_common = next(
+        i for i, (a, b) in enumerate(zip(kept.token_ids, choice_ids, strict=False)) if a != b
+    )
+    expected = (final.token_count - common) - (kept.token_count - kept_common)
+    assert report.edit_prefill_cost_tokens == expected > 0
+    _, keep = run(kettle_snapshot(), chooser('"none"'))
+    assert (keep.edit_window_saved_tokens, keep.edit_prefill_cost_tokens) == (0, 0)
+
+
+class _Declares:
+    decision_protocol = "tool-call"
+
+
+class _Wraps:
+    def __init__(self, backend: object) -> None:
+        self.backend = backend
+
+
+def test_auto_is_incremental_unless_the_backend_or_what_it_wraps_declares_otherwise() -> None:
+    from picocontext.policies.simple import EditableConfig, declared_protocol
+
+    auto = EditableConfig()
+    assert auto.decision == "auto"
+    assert auto.style(object()) is EditStyle.INCREMENTAL
+    assert auto.style(_Wraps(_Wraps(_Declares()))) is EditStyle.TARGETED
+    assert declared_protocol(_Wraps(object())) is None
+    assert EditableConfig(decision="incremental").style(_Declares()) is EditStyle.INCREMENTAL
+    assert EditableConfig(decision="tool-call").style(object()) is EditStyle.TARGETED
+    # the scripted test backend replays tool-call scripts, so auto asks it for tool calls
+    scripted = policy_registry().create("editable", ScriptedBackend(), {})
+    assert scripted.style is EditStyle.TARGETED  # type: ignore[attr-defined]

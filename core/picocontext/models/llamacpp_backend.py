@@ -95,7 +95,12 @@ def physical_cores() -> int:
 
 
 def import_engine() -> Any:
-    """The xllamacpp module, or one actionable error."""
+    """The xllamacpp module, or one actionable error.
+
+    Its OpenMP team waits passively unless the user chose otherwise: spinning threads made
+    decoding 10-30x slower whenever another process held a core on a 2-core machine
+    (docs/results/engines.md), and the setting only takes effect before OpenMP starts."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import xllamacpp
     except ImportError as exc:

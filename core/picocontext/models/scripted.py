@@ -68,6 +68,10 @@ class ScriptedBackend:
     generation is in flight; cancellation is checked while waiting.
     """
 
+    # Scripts are written as edit_context/keep_context replies, so an ``auto`` editable policy
+    # asks for tool calls; configure ``decision: "incremental"`` to script choices instead.
+    decision_protocol = "tool-call"
+
     def __init__(
         self,
         responses: Sequence[ModelResponse | Exception] | Responder = (),

@@ -13,10 +13,28 @@ from picocontext.policies.base import AppendOnlyPolicy, EditablePolicy
 from picocontext.policies.registry import NoConfig, PolicyContext, PolicySpec
 from picocontext.report import RunMode
 
-DecisionProtocol = Literal["tool-call", "incremental"]
+DecisionProtocol = Literal["auto", "tool-call", "incremental"]
 
-# The decision protocol of ``editable`` when a config does not name one.
-DEFAULT_DECISION: DecisionProtocol = "tool-call"
+# The decision protocol of ``editable`` when a config does not name one: ``auto`` is the
+# incremental choice (the one 0.5-1.5B models can do, docs/policies.md) unless the backend
+# declares the protocol its rules implement (the scripted stand-ins implement tool calls).
+DEFAULT_DECISION: DecisionProtocol = "auto"
+# Wrappers (progress, recording, cancellation) keep the model they wrap under one of these.
+_WRAPPED = ("backend", "inner", "_backend", "_inner", "wrapped")
+
+
+def declared_protocol(backend: object, depth: int = 4) -> DecisionProtocol | None:
+    """The ``decision_protocol`` a backend (or a backend it wraps) declares, if any."""
+    seen = backend
+    for _ in range(depth):
+        declared = getattr(type(seen), "decision_protocol", None)
+        if declared in ("tool-call", "incremental"):
+            return declared  # type: ignore[no-any-return]
+        inner = next((getattr(seen, a) for a in _WRAPPED if getattr(seen, a, None)), None)
+        if inner is None or inner is seen:
+            return None
+        seen = inner
+    return None
 
 
 class EditableConfig(BaseModel):
@@ -28,9 +46,13 @@ class EditableConfig(BaseModel):
 
     decision: DecisionProtocol = DEFAULT_DECISION
 
-    @property
-    def style(self) -> EditStyle:
-        return EditStyle.INCREMENTAL if self.decision == "incremental" else EditStyle.TARGETED
+    def style(self, backend: object = None) -> EditStyle:
+        """The session's edit style for this protocol (``auto`` resolved against
+        ``backend``)."""
+        protocol = self.decision
+        if protocol == "auto":
+            protocol = declared_protocol(backend) or "incremental"
+        return EditStyle.INCREMENTAL if protocol == "incremental" else EditStyle.TARGETED
 
 
 def _append_only(config: NoConfig, context: PolicyContext) -> AppendOnlyPolicy:
@@ -38,7 +60,7 @@ def _append_only(config: NoConfig, context: PolicyContext) -> AppendOnlyPolicy:
 
 
 def _editable(config: EditableConfig, context: PolicyContext) -> EditablePolicy:
-    return EditablePolicy(config.style, name=context.name)
+    return EditablePolicy(config.style(context.backend), name=context.name)
 
 
 def _summarize(config: NoConfig, context: PolicyContext) -> EditablePolicy:
@@ -58,7 +80,7 @@ EDITABLE = PolicySpec(
     factory=_editable,
     mode=RunMode.EDITABLE,
     description="A bounded decision per turn may shorten or delete unprotected records "
-    '(decision: "tool-call" or "incremental").',
+    '(decision: "auto", "incremental" or "tool-call").',
 )
 SUMMARIZE = PolicySpec(
     name="summarize",
