@@ -142,15 +142,21 @@ def _engine_for(name: str | None, model_dir: str | Path | None) -> Engine:
     """The engine a directory's layout needs (``model.gguf``: llama.cpp, ``config.json`` with
     weights: MLX), else the default engine."""
     directory = model_dir or (None if name else os.environ.get(MODEL_DIR_ENV))
-    if directory:
-        from picocontext.models.gguf import GGUF_FILE
+    found = directory_engine(directory) if directory else None
+    return found or default_engine()
 
-        path = Path(directory).expanduser()
-        if (path / GGUF_FILE).is_file():
-            return "llamacpp"
-        if (path / "config.json").is_file():
-            return "mlx"
-    return default_engine()
+
+def directory_engine(directory: str | Path) -> Engine | None:
+    """The engine a model directory's layout needs: ``model.gguf`` llama.cpp, ``config.json``
+    (without a GGUF) MLX, anything else ``None``."""
+    from picocontext.models.gguf import GGUF_FILE
+
+    path = Path(directory).expanduser()
+    if (path / GGUF_FILE).is_file():
+        return "llamacpp"
+    if (path / "config.json").is_file():
+        return "mlx"
+    return None
 
 
 def engine_notes(engine: Engine) -> tuple[str, ...]:
