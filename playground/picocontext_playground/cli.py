@@ -5,6 +5,12 @@
     picocontext --episode-smoke retention         exact retention, headless
     picocontext --episode-smoke state-updates --pressure --report out/r.txt --image out/r.png
     picocontext --episode-smoke retention --backend scripted --report out/r.html
+    picocontext --episode-smoke retention --backend llamacpp --model qwen2.5-coder-0.5b
+
+--backend chooses the engine (mlx or llamacpp; default: llama.cpp off Apple silicon when its
+extra is installed, else MLX, which is said on stderr) or the scripted stand-in; --model
+defaults to that engine's default model, and a --model-dir's layout (model.gguf or
+config.json) chooses the engine unless --backend names one.
 
 Smoke runs write ``out/smoke-<task>.txt`` and ``.png`` unless --report/--image (or
 $PICOCONTEXT_SMOKE_REPORT / $PICOCONTEXT_SMOKE_IMAGE) say otherwise. The report's extension
@@ -28,9 +34,12 @@ from picocontext.cli import add_switch, run_command, standalone_parser
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
+    ENGINES,
     ComparisonSettings,
+    Engine,
     ModelChoice,
     Task,
+    engine_for,
 )
 
 REPORT_ENV = "PICOCONTEXT_SMOKE_REPORT"
@@ -85,18 +94,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="NAME_OR_DIR",
-        help=f"a model name ({', '.join(MODEL_NAMES)}) or a local MLX model directory "
-        "(default: embedded SmolLM2 on Linux, Qwen3 on Apple silicon)",
+        help=f"a model name ({', '.join(MODEL_NAMES)}) or a local model directory "
+        "(default: the engine's default model: Qwen2.5-Coder-1.5B on llama.cpp, Qwen3 on "
+        "Apple silicon, the embedded Qwen2.5-Coder-0.5B on MLX on a CPU)",
     )
     parser.add_argument(
         "--model-dir",
         type=Path,
-        help=f"a local MLX model directory (also ${MODEL_DIR_ENV}); never downloads",
+        help=f"a local model directory (also ${MODEL_DIR_ENV}); never downloads: MLX "
+        "(config.json and weights) or llama.cpp (model.gguf beside the tokenizer files)",
     )
     parser.add_argument(
         "--backend",
-        choices=("mlx", "scripted"),
-        help="scripted = deterministic rules and byte counts, no model (same as --model scripted)",
+        choices=(*ENGINES, "scripted"),
+        help="the engine: mlx or llamacpp (default: llamacpp off Apple silicon when its extra "
+        "is installed, else mlx); scripted = deterministic rules and byte counts, no model "
+        "(same as --model scripted)",
     )
     parser.add_argument(
         "--decoding",
@@ -191,7 +204,7 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
     else:
         from picocontext_playground.window import default_model
 
-        choice = default_model()
+        choice = default_model(_named_engine(args))
     if model_dir is not None:
         model_dir = model_dir.expanduser()
         if model_dir.exists() and not model_dir.is_dir():
@@ -200,17 +213,56 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
             raise SetupError(f"model directory {model_dir} does not exist")
     policies = tuple(p.strip() for p in str(args.policies).split(",") if p.strip())
     try:
-        return ComparisonSettings(
+        settings = ComparisonSettings(
             task=task,
             pressure=args.pressure,
             policies=policies,
             model=choice,
             model_dir=model_dir,
+            engine=_named_engine(args) or engine_for(choice, model_dir),
             constrained=_constrained(args, choice),
             prefix_cache=not args.no_prefix_cache and args.prefix_cache is not False,
         )
     except ValueError as exc:
         raise SetupError(_first_error(exc)) from None
+    _check_engine(settings)
+    return settings
+
+
+def _named_engine(args: argparse.Namespace) -> Engine | None:
+    """The engine ``--backend`` names (``None``: the model's or the default engine)."""
+    if args.backend == "mlx":
+        return "mlx"
+    if args.backend == "llamacpp":
+        return "llamacpp"
+    return None
+
+
+def _check_engine(settings: ComparisonSettings) -> None:
+    """Refuse, before a window opens, an engine whose extra is missing or a directory built
+    for the other engine."""
+    if not settings.model.real:
+        return
+    if settings.engine == "llamacpp":
+        from picocontext.models.llamacpp_backend import INSTALL_HINT, engine_available
+
+        if not engine_available():
+            raise SetupError(INSTALL_HINT)
+    if settings.model_dir is not None:
+        from picocontext_playground.models import check_directory_engine
+
+        check_directory_engine(settings.model_dir, settings.engine)
+
+
+def engine_notes(args: argparse.Namespace, settings: ComparisonSettings) -> tuple[str, ...]:
+    """Why the default engine is a fallback (llama.cpp's extra is missing), when it is."""
+    if args.backend is not None or not settings.model.real:
+        return ()
+    from picocontext.models import default_engine
+    from picocontext.models.registry import engine_notes as registry_notes
+
+    engine = default_engine()
+    return registry_notes(engine) if settings.engine == engine else ()
 
 
 def default_output(settings: ComparisonSettings, suffix: str) -> Path:
@@ -239,6 +291,8 @@ def _run_args(args: argparse.Namespace) -> int:
     """Run parsed options; a setup problem is one line on stderr and exit code 2."""
     try:
         settings = settings_from_args(args)
+        for note in engine_notes(args, settings):
+            print(f"{PROG}: {note}", file=sys.stderr)
         headless = bool(args.smoke or args.episode_smoke is not None)
         report = args.report or _env_path(REPORT_ENV)
         image = args.image or _env_path(IMAGE_ENV)

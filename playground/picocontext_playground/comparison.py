@@ -56,7 +56,7 @@ from picocontext_playground.sections import (
     prompt_sections,
     utf8_bytes,
 )
-from picocontext_playground.settings import ComparisonSettings
+from picocontext_playground.settings import ComparisonSettings, engine_label
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -230,6 +230,8 @@ class ComparisonResult(BaseModel):
     title: str
     model_id: str
     model_label: str
+    # What ran the model: ``mlx``, ``llamacpp``, ``openai`` or ``scripted`` (the handle's kind).
+    engine: str
     token_unit: str
     model_details: tuple[str, ...]
     budget: RunBudget
@@ -243,6 +245,11 @@ class ComparisonResult(BaseModel):
     @property
     def completed(self) -> bool:
         return not self.cancelled and len(self.outcomes) == len(self.settings.policies)
+
+    @property
+    def engine_label(self) -> str:
+        """The engine as reports name it (``llama.cpp``, ``MLX``, …)."""
+        return engine_label(self.engine)
 
 
 class ComparisonEvents(Protocol):
@@ -559,6 +566,7 @@ def run_comparison(
         title=episode.title,
         model_id=model.model_id,
         model_label=model.label,
+        engine=model.kind,
         token_unit=model.token_unit,
         model_details=model.details,
         budget=budget,

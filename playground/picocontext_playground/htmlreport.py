@@ -299,7 +299,8 @@ def render_html(result: ComparisonResult) -> str:
     sections = [
         "<h1>PicoContext playground report</h1>",
         f'<p class="muted">{_e(result.settings.describe())}<br/>Model: '
-        f"{_e(result.model_label)} ({_e(result.model_id)}) \u00b7 greedy sampling \u00b7 "
+        f"{_e(result.model_label)} ({_e(result.model_id)}) \u00b7 engine: "
+        f"{_e(result.engine_label)} \u00b7 greedy sampling \u00b7 "
         f"counts in {_e(unit)}<br/>{_e(' · '.join(budget_lines(result)))}</p>",
         f'<p class="{css}" id="sentence">{_e(headline(result, verdict))}</p>',
         "<h2>Verdict</h2>",

@@ -27,9 +27,13 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class ModelInfo(BaseModel):
+    """The model and what ran it: ``engine`` is ``mlx``, ``llamacpp``, ``openai`` or
+    ``scripted`` (the rule-based stand-in)."""
+
     model_config = _FROZEN
     id: str
     label: str
+    engine: str
     token_unit: str
     details: tuple[str, ...]
 
@@ -283,6 +287,7 @@ def run_doc(result: ComparisonResult) -> RunDoc:
         model=ModelInfo(
             id=result.model_id,
             label=result.model_label,
+            engine=result.engine,
             token_unit=result.token_unit,
             details=result.model_details,
         ),

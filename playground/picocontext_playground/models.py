@@ -3,7 +3,10 @@
 :func:`load_model` turns a :class:`ModelChoice` into a :class:`picocontext.models.ModelHandle`
 (a token counter, a backend and what reports say about them). The
 ``scripted`` choice is the deterministic stand-in (instant, byte counts); every real choice is
-delegated to :mod:`picocontext.models` (imported lazily, so the app starts without MLX). The
+delegated to :mod:`picocontext.models` (imported lazily, so the app starts without MLX) and
+loaded on the chosen engine: llama.cpp reads the shipped GGUF as it is, MLX its own conversion
+(float32 on a CPU). The resolution mirrors the core registry's ``load_model`` step by step so
+that the window can show each stage's progress and stop between stages. The
 window, the smoke mode and the tests all go through here, and tests can inject their own
 loader with the same signature.
 """
@@ -13,11 +16,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from picocontext import Cancelled, CancelToken, ModelError, PicoContextError
 from picocontext.models import BYTE_UNIT, TOKEN_UNIT, ModelHandle, handle_for
 from picocontext_playground.errors import SetupError
-from picocontext_playground.settings import ComparisonSettings, ModelChoice
+from picocontext_playground.settings import ComparisonSettings, Engine, ModelChoice, engine_label
+
+if TYPE_CHECKING:
+    from picocontext.models import LlamaCppModel, MLXModel
 
 # label, fraction done in 0..1 (``None`` when the amount of work is unknown)
 Progress = Callable[[str, float | None], None]
@@ -32,6 +39,7 @@ __all__ = [
     "ModelCache",
     "ModelLoader",
     "Progress",
+    "check_directory_engine",
     "load_model",
     "scripted_model",
     "wrap_model",
@@ -70,68 +78,20 @@ def scripted_model(delay: float = 0.0) -> LoadedModel:
 def _real_model(
     settings: ComparisonSettings, progress: Progress, cancel: CancelToken
 ) -> LoadedModel:
-    """Resolve the files through :mod:`picocontext.models` (hub download with progress, the
-    embedded wheel conversion, or a local directory) and load them with MLX.
+    """Resolve the files for the chosen engine (hub download with progress, the embedded GGUF
+    as shipped for llama.cpp or its MLX conversion, or a local directory) and load them.
 
     The choice made in the window is explicit, so it is honoured as chosen (no fallback to
-    another model, and ``PICOCONTEXT_MODEL_DIR`` only matters for the directory choice)."""
+    another model or engine, and ``PICOCONTEXT_MODEL_DIR`` only matters for the directory
+    choice)."""
+    engine = settings.engine
     try:
-        from picocontext.models import MODELS, MLXModel, fetch_hub_model
-    except ImportError as exc:
-        raise SetupError(
-            f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
-        ) from None
-
-    def fraction(value: float) -> None:
-        progress(f"Downloading {settings.model.value}: {value:.0%}", value)
-
-    def log(message: str) -> None:
-        progress(message[:1].upper() + message[1:], None)
-
-    revision: str | None = None
-    try:
-        if settings.model is ModelChoice.DIRECTORY:
-            assert settings.model_dir is not None
-            path = Path(settings.model_dir).expanduser()
-            if not (path / "config.json").is_file():
-                raise SetupError(
-                    f"{path} is not an MLX model directory (no config.json); choose a folder "
-                    "written by mlx_lm.convert or by picocontext's model import"
-                )
-            model_id = path.name
-        else:
-            spec = MODELS[settings.model.value]
-            if spec.source == "embedded":
-                from picocontext.models import embedded_spec, ensure_embedded_model
-
-                title = embedded_spec(spec.name).title
-                progress(f"Preparing the embedded {title}…", None)
-                path = ensure_embedded_model(
-                    spec.name,
-                    log=log,
-                    progress=lambda stage, done: progress(
-                        f"{stage.capitalize()}: {done:.0%}", done
-                    ),
-                )
-                model_id = title
-            else:
-                progress(f"Looking for {spec.repo_id} (about {spec.approx_mb} MB)…", None)
-                path = fetch_hub_model(spec, progress=fraction)
-                model_id = spec.repo_id or spec.name
-                revision = spec.revision
+        path, model_id, revision = _model_files(settings, progress)
         cancel.check()
-        progress(f"Loading {model_id} with MLX…", None)
-        loaded = MLXModel.load(
-            path,
-            model_id=model_id,
-            revision=revision,
-            prefix_cache=settings.prefix_cache,
-            constrained=settings.constrained,
-        )
+        progress(f"Loading {model_id} with {engine_label(engine)}…", None)
+        loaded = _load_files(settings, path, model_id, revision)
     except ImportError as exc:
-        raise SetupError(
-            f"the mlx extra is not installed ({exc}); install picocontext[mlx]"
-        ) from None
+        raise SetupError(f"the {engine} extra is not installed ({exc}); {_HINTS[engine]}") from None
     except SetupError:
         raise
     except PicoContextError as exc:
@@ -144,6 +104,92 @@ def _real_model(
         loaded.close()
         raise Cancelled()
     return wrap_model(loaded)
+
+
+_HINTS: dict[Engine, str] = {
+    "mlx": "install picocontext[mlx]",
+    "llamacpp": "install picocontext[llamacpp]",
+}
+
+
+def _model_files(settings: ComparisonSettings, progress: Progress) -> tuple[Path, str, str | None]:
+    """(directory, model id, revision) of the chosen model in the chosen engine's layout."""
+    from picocontext.models import MODELS, fetch_hub_model, resolve_model
+
+    if settings.model is ModelChoice.DIRECTORY:
+        assert settings.model_dir is not None
+        check_directory_engine(settings.model_dir, settings.engine)
+        resolved = resolve_model(model_dir=settings.model_dir, engine=settings.engine)
+        return resolved.path, resolved.model_id, None
+    spec = MODELS[settings.model.value]
+    if spec.source == "embedded":
+        return _embedded_files(spec.name, settings.engine, progress)
+    if settings.engine != "mlx":  # the settings refuse this; a loader may be called directly
+        raise SetupError(f"{spec.name} runs on MLX only")
+    progress(f"Looking for {spec.repo_id} (about {spec.approx_mb} MB)…", None)
+    path = fetch_hub_model(
+        spec, progress=lambda done: progress(f"Downloading {spec.name}: {done:.0%}", done)
+    )
+    return path, spec.repo_id or spec.name, spec.revision
+
+
+def check_directory_engine(directory: Path, engine: Engine) -> None:
+    """A directory built for the other engine is refused with the engine it needs."""
+    from picocontext.models.registry import directory_engine
+
+    found = directory_engine(directory)
+    if found is not None and found != engine:
+        raise SetupError(
+            f"{Path(directory).expanduser()} holds a model for {engine_label(found)}, not "
+            f"{engine_label(engine)}; choose the {engine_label(found)} engine for it"
+        )
+
+
+def _embedded_files(name: str, engine: Engine, progress: Progress) -> tuple[Path, str, str]:
+    """An embedded model: its sha-checked GGUF as shipped (llama.cpp) or the MLX conversion,
+    fetched from PyPI once with progress."""
+    from picocontext.models import embedded_spec, ensure_embedded_gguf, ensure_embedded_model
+
+    spec = embedded_spec(name)
+
+    def log(message: str) -> None:
+        progress(message[:1].upper() + message[1:], None)
+
+    def stage(what: str, done: float) -> None:
+        progress(f"{what.capitalize()}: {done:.0%}", done)
+
+    progress(f"Preparing the embedded {spec.title}…", None)
+    if engine == "llamacpp":
+        path = ensure_embedded_gguf(spec, log=log, progress=stage)
+    else:
+        path = ensure_embedded_model(name, log=log, progress=stage)
+    # The pinned wheels and GGUF digest are the honest revision for provenance.
+    return path, spec.title, spec.revision
+
+
+def _load_files(
+    settings: ComparisonSettings, path: Path, model_id: str, revision: str | None
+) -> MLXModel | LlamaCppModel:
+    """Load ``path`` on the chosen engine with the chosen decoding options."""
+    if settings.engine == "llamacpp":
+        from picocontext.models import LlamaCppModel
+
+        return LlamaCppModel.load(
+            path,
+            model_id=model_id,
+            revision=revision,
+            prefix_cache=settings.prefix_cache,
+            constrained=settings.constrained,
+        )
+    from picocontext.models import MLXModel
+
+    return MLXModel.load(
+        path,
+        model_id=model_id,
+        revision=revision,
+        prefix_cache=settings.prefix_cache,
+        constrained=settings.constrained,
+    )
 
 
 def wrap_model(loaded: object) -> ModelHandle:
@@ -178,13 +224,13 @@ class ModelCache:
     def __init__(self, loader: ModelLoader = load_model) -> None:
         self.loader = loader
         self._lock = threading.Lock()
-        self._key: tuple[ModelChoice, Path | None] | None = None
+        self._key: tuple[ModelChoice, Path | None, Engine] | None = None
         self._model: LoadedModel | None = None
 
     def get(
         self, settings: ComparisonSettings, progress: Progress, cancel: CancelToken
     ) -> LoadedModel:
-        key = (settings.model, settings.model_dir)
+        key = (settings.model, settings.model_dir, settings.engine)
         with self._lock:
             if self._model is not None and self._key == key:
                 self._model.apply_options(settings.prefix_cache, settings.constrained)

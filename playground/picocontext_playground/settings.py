@@ -1,13 +1,17 @@
-"""What a comparison run is asked to do: task, pressure, policies, model and decoding options.
+"""What a comparison run is asked to do: task, pressure, policies, model, engine and decoding
+options.
 
 These are plain data (frozen pydantic models) so the window, the headless smoke mode and the
-tests build the same request, and a report can print exactly what was run.
+tests build the same request, and a report can print exactly what was run. The engine (MLX or
+llama.cpp) is part of the request: the same model runs at very different speeds on the two, so
+a report that names the model names the engine too.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -77,12 +81,64 @@ class ModelChoice(StrEnum):
             ModelChoice.QWEN25_05: "Qwen2.5-Coder-0.5B (embedded, ~0.4 GB)",
             ModelChoice.QWEN25_15: "Qwen2.5-Coder-1.5B (embedded, ~1.1 GB)",
             ModelChoice.SMOLLM2: "SmolLM2-135M (embedded)",
-            ModelChoice.DIRECTORY: "Local MLX directory…",
+            ModelChoice.DIRECTORY: "Local model directory…",
         }[self]
 
     @property
     def real(self) -> bool:
         return self is not ModelChoice.SCRIPTED
+
+    @property
+    def engines(self) -> tuple[Engine, ...]:
+        """The engines this choice can run on: the embedded models ship a GGUF both read (MLX
+        after conversion), Qwen3-1.7B-4bit is an MLX conversion only, a directory is whatever
+        its layout holds, and the scripted stand-in runs on none."""
+        if self is ModelChoice.SCRIPTED:
+            return ()
+        if self is ModelChoice.QWEN3:
+            return ("mlx",)
+        return ENGINES
+
+
+Engine = Literal["mlx", "llamacpp"]
+ENGINES: tuple[Engine, ...] = ("mlx", "llamacpp")
+# How windows and reports name an engine (a handle's ``kind``, which also covers stand-ins).
+ENGINE_LABELS: dict[str, str] = {
+    "mlx": "MLX",
+    "llamacpp": "llama.cpp",
+    "scripted": "scripted rules (no model)",
+    "openai": "OpenAI-compatible server",
+}
+
+
+def engine_label(kind: str) -> str:
+    """``llama.cpp`` for ``llamacpp`` and so on; an unknown kind as it is."""
+    return ENGINE_LABELS.get(kind, kind)
+
+
+def default_engine() -> Engine:
+    """The core registry's default engine (llama.cpp off Apple silicon when its extra is
+    installed, else MLX; ``PICOCONTEXT_ENGINE`` overrides)."""
+    from picocontext.models import default_engine as registry_default
+
+    return registry_default()
+
+
+def engine_for(model: object = ModelChoice.SCRIPTED, model_dir: object = None) -> Engine:
+    """The engine a choice runs on when none is named: what a directory's layout needs, MLX
+    for an MLX-only model, else :func:`default_engine`."""
+    from picocontext.models.registry import directory_engine
+
+    if model_dir is not None:
+        found = directory_engine(Path(str(model_dir)))
+        if found is not None:
+            return found
+    chosen = default_engine()
+    try:
+        engines = ModelChoice(str(model)).engines
+    except ValueError:  # an unknown model: validation reports it
+        return chosen
+    return chosen if chosen in engines or not engines else engines[0]
 
 
 DEFAULT_POLICIES: tuple[str, ...] = ("append-only", "editable")
@@ -97,8 +153,18 @@ class ComparisonSettings(BaseModel):
     policies: tuple[str, ...] = Field(default=DEFAULT_POLICIES, min_length=1)
     model: ModelChoice = ModelChoice.SCRIPTED
     model_dir: Path | None = None
+    engine: Engine = Field(default_factory=default_engine)
     constrained: bool = False
     prefix_cache: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_for_model(cls, data: Any) -> Any:
+        """No engine named (or settings saved before there was a choice): the one the model
+        needs, else the default engine."""
+        if isinstance(data, dict) and data.get("engine") is None:
+            return {**data, "engine": engine_for(data.get("model"), data.get("model_dir"))}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> ComparisonSettings:
@@ -112,6 +178,12 @@ class ComparisonSettings(BaseModel):
             raise ValueError("the local-directory model needs a model directory")
         if self.model is not ModelChoice.DIRECTORY and self.model_dir is not None:
             raise ValueError("a model directory applies only to the local-directory model")
+        if self.model.real and self.engine not in self.model.engines:
+            raise ValueError(
+                f"{self.model.value} is an MLX model; the llama.cpp engine runs GGUF models "
+                "(the embedded Qwen2.5-Coder and SmolLM2, or a directory with model.gguf); "
+                "choose the MLX engine for it"
+            )
         return self
 
     @property
@@ -130,6 +202,7 @@ class ComparisonSettings(BaseModel):
             parts.append("context pressure on" if self.pressure else "normal context")
         parts.append("policies: " + ", ".join(self.policies))
         if self.model.real:
+            parts.append("engine: " + engine_label(self.engine))
             parts.append("decoding: " + ("constrained" if self.constrained else "free"))
             parts.append("prefix cache: " + ("on" if self.prefix_cache else "off"))
         return " · ".join(parts)

@@ -208,6 +208,7 @@ def render_report(result: ComparisonResult) -> str:
         *verdict_lines(verdict),
         "",
         f"Model: {result.model_label} ({result.model_id})",
+        f"Engine: {result.engine_label}",
         f"Token unit: {result.token_unit}",
         *[f"Model note: {d}" for d in result.model_details],
         f"Settings: {result.settings.describe()}",

@@ -61,9 +61,13 @@ from picocontext_playground.reports import FORMATS, dialog_filters, report_forma
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
+    ENGINES,
     ComparisonSettings,
+    Engine,
     ModelChoice,
     Task,
+    default_engine,
+    engine_label,
 )
 from picocontext_playground.verdict_view import VerdictView
 from picocontext_playground.widgets import (
@@ -82,6 +86,10 @@ from picocontext_playground.widgets import (
 from picocontext_playground.worker import PROGRESS_MAX, ComparisonWorker
 
 RUN_TIP = "Run every selected policy on the same task (Ctrl+R)"
+ENGINE_TIP = (
+    "The engine that runs the model: llama.cpp reads the shipped 4-bit GGUF as it is (fast on "
+    "a CPU); MLX uses Metal on Apple silicon and float32 weights on other CPUs"
+)
 DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
 DETAIL_HEIGHT = 440
@@ -119,12 +127,13 @@ EXTRA_TABS: tuple[tuple[str, TabFactory], ...] = (
 )
 
 
-def default_model() -> ModelChoice:
-    """The registry's default for MLX, the engine the playground loads with: Qwen3 on Apple
-    silicon (Metal), elsewhere the embedded model chosen by measurement, on the CPU."""
+def default_model(engine: Engine | None = None) -> ModelChoice:
+    """The registry's default model for ``engine`` (default: the default engine): Qwen3 on
+    Apple silicon (Metal), Qwen2.5-Coder-1.5B on llama.cpp, the embedded Qwen2.5-Coder-0.5B
+    on MLX on a CPU — each chosen by measurement (docs/models.md)."""
     from picocontext.models import default_model_name
 
-    return ModelChoice(default_model_name("mlx"))
+    return ModelChoice(default_model_name(engine or default_engine()))
 
 
 class PolicyColumn(QWidget):
@@ -470,13 +479,21 @@ class MainWindow(QMainWindow):
         for choice in ModelChoice:
             self.model_combo.addItem(choice.label, choice.value)
         self.model_combo.currentIndexChanged.connect(self._model_changed)
+        self.engine_combo = QComboBox()
+        for engine in ENGINES:
+            self.engine_combo.addItem(engine_label(engine), engine)
+        self.engine_combo.setToolTip(ENGINE_TIP)
+        self.engine_combo.currentIndexChanged.connect(self._engine_changed)
         self.model_dir = QLineEdit()
-        self.model_dir.setPlaceholderText("MLX model directory (config.json, safetensors)")
-        self.model_dir.editingFinished.connect(self._settings_changed)
+        self.model_dir.setPlaceholderText(
+            "model directory: MLX (config.json, safetensors) or llama.cpp (model.gguf)"
+        )
+        self.model_dir.editingFinished.connect(self._directory_changed)
         self.browse = QPushButton("Browse…")
         self.browse.clicked.connect(self._browse)
         model_row = QHBoxLayout()
         model_row.addWidget(self.model_combo)
+        model_row.addWidget(self.engine_combo)
         model_row.addWidget(self.model_dir, 1)
         model_row.addWidget(self.browse)
         grid.addWidget(QLabel("Model"), 2, 0)
@@ -516,6 +533,7 @@ class MainWindow(QMainWindow):
             self.pressure,
             *self.policy_boxes.values(),
             self.model_combo,
+            self.engine_combo,
             self.model_dir,
             self.browse,
             self.decoding,
@@ -594,6 +612,7 @@ class MainWindow(QMainWindow):
             for name, box in self.policy_boxes.items():
                 box.setChecked(name in settings.policies)
             self.model_combo.setCurrentIndex(self.model_combo.findData(settings.model.value))
+            self.engine_combo.setCurrentIndex(self.engine_combo.findData(settings.engine))
             self.model_dir.setText(str(settings.model_dir) if settings.model_dir else "")
             self.decoding.setCurrentIndex(1 if settings.constrained else 0)
             self.prefix_cache.setChecked(settings.prefix_cache)
@@ -610,6 +629,9 @@ class MainWindow(QMainWindow):
     def current_model(self) -> ModelChoice:
         return ModelChoice(str(self.model_combo.currentData()))
 
+    def current_engine(self) -> Engine:
+        return "llamacpp" if self.engine_combo.currentData() == "llamacpp" else "mlx"
+
     def current_settings(self) -> ComparisonSettings:
         """The settings the controls show; raises :class:`SetupError` when they are
         incomplete (no policy, no model directory)."""
@@ -619,7 +641,7 @@ class MainWindow(QMainWindow):
         choice = self.current_model()
         directory = self.model_dir.text().strip()
         if choice is ModelChoice.DIRECTORY and not directory:
-            raise SetupError("Choose a local MLX model directory first.")
+            raise SetupError("Choose a local model directory first.")
         task = self.current_task()
         try:
             return ComparisonSettings(
@@ -628,6 +650,7 @@ class MainWindow(QMainWindow):
                 policies=policies,
                 model=choice,
                 model_dir=Path(directory) if choice is ModelChoice.DIRECTORY else None,
+                engine=self.current_engine(),
                 constrained=bool(self.decoding.currentData()),
                 prefix_cache=self.prefix_cache.isChecked(),
             )
@@ -653,6 +676,19 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def _model_changed(self, index: int) -> None:
+        """A model that one engine cannot run moves the engine to one that can."""
+        engines = self.current_model().engines
+        if engines and self.current_engine() not in engines and not self._loading:
+            self.engine_combo.setCurrentIndex(self.engine_combo.findData(engines[0]))
+        self._settings_changed()
+
+    @Slot(int)
+    def _engine_changed(self, index: int) -> None:
+        """An engine that cannot run the chosen model moves the model to its default."""
+        engines = self.current_model().engines
+        if engines and self.current_engine() not in engines and not self._loading:
+            fallback = default_model(self.current_engine())
+            self.model_combo.setCurrentIndex(self.model_combo.findData(fallback.value))
         self._settings_changed()
 
     @Slot()
@@ -679,6 +715,7 @@ class MainWindow(QMainWindow):
             self.model_dir.setVisible(is_dir)
             self.browse.setVisible(is_dir)
             real = choice.real
+            self.engine_combo.setEnabled(real)
             self.decoding.setEnabled(real)
             self.prefix_cache.setEnabled(real)
         any_policy = any(box.isChecked() for box in self.policy_boxes.values())
@@ -700,10 +737,21 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _browse(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(self, "MLX model directory")
+        chosen = QFileDialog.getExistingDirectory(self, "Model directory (MLX or GGUF)")
         if chosen:
             self.model_dir.setText(chosen)
-            self._settings_changed()
+            self._directory_changed()
+
+    @Slot()
+    def _directory_changed(self) -> None:
+        """A directory's layout (``model.gguf`` or ``config.json``) chooses its engine."""
+        from picocontext.models.registry import directory_engine
+
+        text = self.model_dir.text().strip()
+        found = directory_engine(Path(text)) if text else None
+        if found is not None:
+            self.engine_combo.setCurrentIndex(self.engine_combo.findData(found))
+        self._settings_changed()
 
     # -- running ----------------------------------------------------------------------------
     @property
@@ -956,7 +1004,8 @@ class MainWindow(QMainWindow):
         self.chart.set_data(steps, series, result.token_unit, result.budget.context_window)
         b = result.budget
         self.caption.setText(
-            f"Model: {result.model_label} · greedy sampling · counts in {result.token_unit} · "
+            f"Model: {result.model_label} on {result.engine_label} · greedy sampling · counts "
+            f"in {result.token_unit} · "
             f"window {b.context_window:,}, {b.total_tokens:,} per turn, "
             f"{b.max_edit_attempts} decision attempts · same model, budgets and records for "
             "every policy; each policy starts from a fresh session and a cold cache."

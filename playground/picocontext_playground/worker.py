@@ -20,7 +20,7 @@ from picocontext_playground.comparison import (
     run_comparison,
 )
 from picocontext_playground.models import ModelCache
-from picocontext_playground.settings import ComparisonSettings
+from picocontext_playground.settings import ComparisonSettings, engine_label
 
 # Progress is reported in per-mille of the whole run. When a model must be loaded first, the
 # load takes the first LOAD_SHARE of the bar.
@@ -100,12 +100,18 @@ class ComparisonWorker(QObject):
             self.progress.emit(int(LOAD_SHARE * max(0.0, min(1.0, fraction))))
         self.cancel.check()
 
+    def _what(self) -> str:
+        """The chosen model, and for a real one the engine it loads on."""
+        model = self.settings.model
+        label = model.label.rstrip("…")
+        return f"{label} on {engine_label(self.settings.engine)}" if model.real else label
+
     @Slot()
     def run(self) -> None:
         try:
-            self.status.emit(f"Loading {self.settings.model.label.rstrip('…')}…")
+            self.status.emit(f"Loading {self._what()}…")
             model = self.cache.get(self.settings, self._load_progress, self.cancel)
-            self.model_ready.emit(model.label, model.token_unit)
+            self.model_ready.emit(f"{model.label} on {engine_label(model.kind)}", model.token_unit)
             self._run_start = LOAD_SHARE if self.settings.model.real else 0
             self._watch(model.raw)
             try:
