@@ -69,14 +69,16 @@ def test_cache_reuses_the_same_choice_and_closes_on_change(tmp_path: Path) -> No
 
 def test_directory_without_config_is_a_setup_error(tmp_path: Path) -> None:
     pytest.importorskip("mlx_lm")
-    settings = ComparisonSettings(model=ModelChoice.DIRECTORY, model_dir=tmp_path)
+    settings = ComparisonSettings(model=ModelChoice.DIRECTORY, model_dir=tmp_path, engine="mlx")
     with pytest.raises(SetupError, match="not an MLX model directory"):
         load_model(settings)
 
 
 def test_missing_directory_is_a_setup_error(tmp_path: Path) -> None:
     pytest.importorskip("mlx_lm")
-    settings = ComparisonSettings(model=ModelChoice.DIRECTORY, model_dir=tmp_path / "gone")
+    settings = ComparisonSettings(
+        model=ModelChoice.DIRECTORY, model_dir=tmp_path / "gone", engine="mlx"
+    )
     with pytest.raises(SetupError, match="not an MLX model directory"):
         load_model(settings)
 
@@ -93,6 +95,7 @@ def test_real_mlx_path_on_the_tiny_model_runs_the_whole_comparison(tmp_path: Pat
         task=Task.ORDER_LOOKUP,
         model=ModelChoice.DIRECTORY,
         model_dir=directory,
+        engine="mlx",
         prefix_cache=False,
     )
     progress: list[str] = []

@@ -58,14 +58,17 @@ def test_window_builds_with_controls_for_every_task_policy_and_model(window: Mai
     assert window.tabs.tabText(0) == "Comparison"
 
 
-def test_default_model_is_the_chosen_embedded_qwen_off_apple_silicon() -> None:
+@pytest.mark.parametrize("engine", ["mlx", "llamacpp"])
+def test_default_model_follows_the_default_engine(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qwen3 on Metal, the embedded 0.5B on MLX on a CPU, the 1.5B on llama.cpp."""
     import platform
 
-    expected = (
-        ModelChoice.QWEN3
-        if platform.system() == "Darwin" and platform.machine() == "arm64"
-        else ModelChoice.QWEN25_05
-    )
+    monkeypatch.setenv("PICOCONTEXT_ENGINE", engine)
+    apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+    on_mlx = ModelChoice.QWEN3 if apple else ModelChoice.QWEN25_05
+    expected = ModelChoice.QWEN25_15 if engine == "llamacpp" else on_mlx
     assert default_model() is expected
 
 
@@ -212,7 +215,7 @@ def test_directory_model_needs_a_directory(qtbot: QtBot, window: MainWindow) -> 
     window.model_combo.setCurrentIndex(window.model_combo.findData("directory"))
     assert window.model_dir.isVisibleTo(window) and window.decoding.isEnabled()
     window.start_comparison()
-    assert window.status.text() == "Choose a local MLX model directory first."
+    assert window.status.text() == "Choose a local model directory first."
 
 
 def test_settings_round_trip_through_the_controls(window: MainWindow) -> None:
