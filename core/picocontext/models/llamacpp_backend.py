@@ -191,6 +191,7 @@ class LlamaCppModel(FormatBacked):
         self._format = ChatFormat(tokenizer)
         self._tags = special_tag_ids(tokenizer)
         self._busy = threading.Lock()
+        self._key: tuple[str, int, int, int, int] | None = None
         self._cold_next = False
         self._decision_grammar: Any = None
         self.progress_listener: ProgressListener | None = None
@@ -233,8 +234,9 @@ class LlamaCppModel(FormatBacked):
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
         count = threads or physical_cores()
         started = time.perf_counter()
-        server = _start(engine, gguf, context_tokens, count)
-        return cls(
+        key = _server_key(gguf, context_tokens, count)
+        server = _unpark(key) or _start(engine, gguf, context_tokens, count)
+        model = cls(
             server,
             tokenizer,
             directory,
@@ -248,11 +250,20 @@ class LlamaCppModel(FormatBacked):
             vocab_size=int(config["vocab_size"]),
             stop_ids=stops,
         )
+        model._key = key
+        model._cold_next = True  # a reused engine may hold another caller's prefix
+        return model
 
     def close(self) -> None:
-        """Stop the engine and free the model (waits for a running call)."""
+        """Release the engine (waits for a running call). The engine is parked for reuse
+        rather than destroyed: destroying an xllamacpp server after another one existed in
+        the process could hang forever in its HTTP thread (seen on the second close or the
+        next load), so a process keeps at most one engine per GGUF and context size and a
+        later load of the same model reuses it at no load cost."""
         with self._busy:
-            self._server = None
+            server, self._server = self._server, None
+            if server is not None:
+                _park(self._key, server)
 
     def __enter__(self) -> LlamaCppModel:
         return self
@@ -518,6 +529,29 @@ class LlamaCppModel(FormatBacked):
             prefill_tokens=int(prefill) if isinstance(prefill, int) else None,
             seconds=seconds,
         )
+
+
+# Engines released by ``close``, by (GGUF path, size, mtime, context, threads): see close().
+_PARKED: dict[tuple[str, int, int, int, int], list[Any]] = {}
+_PARKED_LOCK = threading.Lock()
+
+
+def _server_key(gguf: Path, context_tokens: int, threads: int) -> tuple[str, int, int, int, int]:
+    stat = gguf.stat()
+    return (str(gguf.resolve()), stat.st_size, stat.st_mtime_ns, context_tokens, threads)
+
+
+def _unpark(key: tuple[str, int, int, int, int]) -> Any:
+    with _PARKED_LOCK:
+        waiting = _PARKED.get(key)
+        return waiting.pop() if waiting else None
+
+
+def _park(key: tuple[str, int, int, int, int] | None, server: Any) -> None:
+    if key is None:
+        return
+    with _PARKED_LOCK:
+        _PARKED.setdefault(key, []).append(server)
 
 
 def _start(engine: Any, gguf: Path, context_tokens: int, threads: int) -> Any:

@@ -277,3 +277,20 @@ def test_the_header_scan_agrees_with_the_gguf_package_and_refuses_every_cut(
         cut.write_bytes(data[:end])
         with pytest.raises(ModelError, match=r"truncated|not a GGUF"):
             read_gguf_header(cut)
+
+
+def test_closed_engines_are_reused_not_destroyed_and_answer_the_same(gguf_dir: Path) -> None:
+    """Destroying an xllamacpp server after another existed could hang the process, so close
+    parks the engine and a later load of the same GGUF and context reuses it, cache cold."""
+    first = LlamaCppModel.load(gguf_dir, context_tokens=1024)
+    engine = first._server
+    before = first.chat(ask("count to three"), 8).text
+    first.close()
+    for _ in range(3):
+        again = LlamaCppModel.load(gguf_dir, context_tokens=1024)
+        assert again._server is engine
+        assert again.chat(ask("count to three"), 8).text == before
+        again.close()
+    other = LlamaCppModel.load(gguf_dir, context_tokens=2048)
+    assert other._server is not engine
+    other.close()
