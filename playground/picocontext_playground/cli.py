@@ -49,7 +49,11 @@ EXIT_SETUP = 2
 PROG = "picocontext"
 
 MODEL_NAMES = tuple(c.value for c in ModelChoice if c is not ModelChoice.DIRECTORY)
-_EPISODES = {"retention": Task.RETENTION, "state-updates": Task.STATE_UPDATES}
+_EPISODES = {
+    "retention": Task.RETENTION,
+    "state-updates": Task.STATE_UPDATES,
+    "revisions": Task.REVISIONS,
+}
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -185,7 +189,7 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         task = Task.parse(args.episode_smoke)
         if task not in _EPISODES.values():
             raise SetupError(
-                f"--episode-smoke takes retention or state-updates, not {args.episode_smoke!r}"
+                f"--episode-smoke takes one of {', '.join(_EPISODES)}, not {args.episode_smoke!r}"
             )
     else:
         task = Task.RETENTION

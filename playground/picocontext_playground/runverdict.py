@@ -72,13 +72,33 @@ def result_verdict(result: ComparisonResult) -> Verdict:
     return decide(totals, token_unit=short_unit(result.token_unit))
 
 
+def edit_balance(outcome: PolicyOutcome, unit: str) -> str | None:
+    """Whether editing paid for itself: the window tokens the accepted edits saved against
+    the prefill they cost beyond keeps (the cache restarts at the first changed record)."""
+    runs = [s.run for s in outcome.steps if s.run is not None]
+    edits = sum(r.edit_call_count for r in runs)
+    saved = sum(r.edit_window_saved_tokens for r in runs)
+    cost = sum(r.edit_prefill_cost_tokens for r in runs)
+    if not saved and not cost:
+        return None
+    plural = "s" if edits != 1 else ""
+    return (
+        f"{outcome.label}'s {edits} accepted edit{plural} saved {saved:,} window {unit} "
+        f"and cost {cost:,} extra prefill {unit}."
+    )
+
+
 def headline(result: ComparisonResult, verdict: Verdict) -> str:
-    """The verdict sentence, qualified when the run was stopped before the end."""
+    """The verdict sentence (with each policy's edit balance), qualified when the run was
+    stopped before the end."""
+    unit = short_unit(result.token_unit)
+    balances = [b for o in result.outcomes if (b := edit_balance(o, unit)) is not None]
+    sentence = " ".join([verdict.sentence, *balances])
     if not result.cancelled:
-        return verdict.sentence
+        return sentence
     if not result.outcomes:
         return "Stopped before any policy finished, so there is no verdict."
-    return f"Stopped before the end; among the policies that finished: {verdict.sentence}"
+    return f"Stopped before the end; among the policies that finished: {sentence}"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class Task(StrEnum):
     ORDER_LOOKUP = "order-lookup"
     RETENTION = "retention"
     STATE_UPDATES = "state-updates"
+    REVISIONS = "revisions"
 
     @property
     def label(self) -> str:
@@ -34,6 +35,7 @@ class Task(StrEnum):
             Task.ORDER_LOOKUP: "Order lookup",
             Task.RETENTION: "Exact retention",
             Task.STATE_UPDATES: "State updates",
+            Task.REVISIONS: "Revised values",
         }[self]
 
     @property
@@ -43,6 +45,8 @@ class Task(StrEnum):
             return Scenario.RETENTION
         if self is Task.STATE_UPDATES:
             return Scenario.STATE_UPDATES
+        if self is Task.REVISIONS:
+            return Scenario.REVISIONS
         return None
 
     @property

@@ -1016,7 +1016,9 @@ class MainWindow(QMainWindow):
         verdict = result_verdict(result)
         if result.outcomes:
             self.verdict.show_verdict(verdict, headline(result, verdict))
-        self.set_status(result.status if result.cancelled else f"Finished. {verdict.sentence}")
+        self.set_status(
+            result.status if result.cancelled else f"Finished. {headline(result, verdict)}"
+        )
         self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(PROGRESS_MAX if result.completed else self.progress.value())

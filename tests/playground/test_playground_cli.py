@@ -53,7 +53,7 @@ def test_normal_episode_uses_the_fixture_noise() -> None:
     ("argv", "message"),
     [
         (["--smoke", "--pressure"], "--pressure applies to --episode-smoke only"),
-        (["--episode-smoke", "order-lookup"], "retention or state-updates"),
+        (["--episode-smoke", "order-lookup"], "retention, state-updates, revisions"),
         (["--episode-smoke", "lamps"], "unknown task 'lamps'"),
         (["--smoke", "--policies", "append-only,bogus"], "unknown policy 'bogus'"),
         (["--smoke", "--policies", "editable,editable"], "only once"),

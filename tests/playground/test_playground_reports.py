@@ -157,8 +157,9 @@ def test_text_report_is_headed_by_the_verdict(four: ComparisonResult) -> None:
     assert lines[:3] == [
         "PicoContext playground report",
         "Task: Exact retention",
-        f"Verdict: {verdict.sentence}",
+        f"Verdict: {headline(four, verdict)}",
     ]
+    assert lines[2].startswith(f"Verdict: {verdict.sentence}")
     table_at = next(i for i, line in enumerate(lines) if line.startswith("VERDICT"))
     assert table_at < lines.index("SUMMARY")
     header = lines[table_at + 1].split()
@@ -294,7 +295,7 @@ def test_done_when_command_writes_json_with_the_verdict_and_the_png(tmp_path: Pa
     doc = json.loads(report.read_text(encoding="utf-8"))
     winner = doc["verdict"]["winner"]
     assert winner in FOUR and len(doc["verdict"]["policies"]) == 4
-    assert f"Finished. {doc['verdict']['sentence']}" in proc.stdout.splitlines()
+    assert f"Finished. {doc['verdict']['headline']}" in proc.stdout.splitlines()
     assert image.stat().st_size > 10_000
 
 

@@ -15,7 +15,7 @@ from picocontext_playground.comparison import ComparisonResult, PrintEvents, run
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.qtenv import glyphs_render, monospace_font
-from picocontext_playground.runverdict import result_verdict
+from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 from picocontext_playground.textreport import render_report
 from picocontext_playground.window import MainWindow, PolicyColumn, default_model
@@ -77,7 +77,7 @@ def test_run_comparison_fills_every_pane(qtbot: QtBot, window: MainWindow) -> No
     assert result.completed
     assert list(window.columns) == ["append-only", "editable"]
     # the status line concludes with the verdict's sentence
-    assert window.status.text() == f"Finished. {result_verdict(result).sentence}"
+    assert window.status.text() == f"Finished. {headline(result, result_verdict(result))}"
     assert window.progress.value() == window.progress.maximum()
     assert "Scripted deterministic model" in window.caption.text()
     # chart: one bar group per step, one series per policy
