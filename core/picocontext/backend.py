@@ -152,6 +152,9 @@ class ModelResponse(BaseModel):
     reached_token_limit: bool = False
     prefill_tokens: int | None = None
     seconds: float = 0.0
+    # The natural-log probability of the generated tokens under the model before any grammar
+    # mask (their sum), when the engine reports it; ``None`` otherwise.
+    logprob: float | None = None
 
 
 def function_spec(tool: ToolSpec) -> dict[str, Any]:

@@ -114,6 +114,12 @@ class Reading:
 _EDGE = "\"'`*.,;:!()[]{}<> \t\r\n"
 
 
+def none_schema() -> str:
+    """The answer schema that allows only ``none`` (to score that reply), canonical JSON."""
+    schema = {"type": "string", "enum": [CHOICE_NONE]}
+    return json.dumps(schema, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def read_reply(text: str, question: Question) -> Reading:
     """Read a reply. Constrained decoding yields a JSON string of one answer; free decoding
     may add quotes, punctuation, case changes or a few words after the answer, so the first

@@ -63,6 +63,12 @@ class Choice(BaseModel):
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     generated_tokens: int = 0
+    # When the model picked an option and its engine reports probabilities: the log
+    # probability of that reply and of the reply ``none`` (a second, grammar-forced call over
+    # the same cached prompt); ``overruled`` when the margin rule turned the pick into none.
+    option_logprob: float | None = None
+    none_logprob: float | None = None
+    overruled: bool = False
 
 
 class ToolStep(BaseModel):

@@ -33,6 +33,7 @@ from picocontext.choices import (
     Plan,
     Question,
     Unit,
+    none_schema,
     plan,
     replacement_edit,
 )
@@ -345,12 +346,19 @@ class ContextSession:
         budget: RunBudget | None = None,
         edit_style: EditStyle = EditStyle.TARGETED,
         cancel: CancelToken | None = None,
+        *,
+        none_margin: float | None = None,
     ) -> RunReport:
         """One turn: optional bounded decision loop, then the completion. Failures other than
-        cancellation become ``report.failure``; the run never appends the answer."""
+        cancellation become ``report.failure``; the run never appends the answer.
+        ``none_margin`` (incremental choices): a picked option stands only when its log
+        probability beats the reply ``none`` by more than this many nats (engines that report
+        probabilities); ``None`` takes the greedy reply as it is."""
         self._acquire()
         try:
-            return _Run(self, mode, budget or RunBudget(), edit_style, cancel).execute()
+            run = _Run(self, mode, budget or RunBudget(), edit_style, cancel)
+            run.none_margin = none_margin
+            return run.execute()
         finally:
             self._busy.release()
 
@@ -422,6 +430,7 @@ class _Run:
         # is valid only up to the first changed record).
         self.edit_saved_tokens = 0
         self.edit_prefill_cost = 0
+        self.none_margin: float | None = None
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
@@ -693,11 +702,50 @@ class _Run:
                 break
             response = self.dispatch(prompt, cap)
             self.s._judged.update(unit.ids)
-            self.choices.append(self.choice(question, prompt, response))
+            made = self.choice(question, prompt, response)
+            scored = self.none_margin is not None and response.logprob is not None
+            if made.chosen is not None and scored:
+                assert response.logprob is not None
+                made = self.weigh_none(snapshot, question, made, response.logprob, cap)
+            self.choices.append(made)
             picked = self.choices[-1].chosen
             if picked is not None:
                 chosen.extend(o.unit for o in question.options if o.unit.key == picked)
         return chosen
+
+    def weigh_none(
+        self, snapshot: Snapshot, question: Question, made: Choice, picked: float, cap: int
+    ) -> Choice:
+        """Score the reply ``none`` on the same prompt (its grammar allows only ``none``, so
+        the cached prompt is reused and a few tokens are decoded) and keep the pick only when
+        it beats ``none`` by more than the margin."""
+        forced = self.prepare(
+            snapshot, Phase.CHOICE, guidance=question.text(), answer_schema_json=none_schema()
+        )
+        try:
+            check_prompt(
+                self.budget,
+                self.usage,
+                forced.token_count,
+                cap,
+                reserve=self.budget.completion_output_tokens,
+                cancel=self.cancel,
+            )
+        except BudgetExceeded:
+            return made
+        response = self.dispatch(forced, cap)
+        if response.logprob is None:
+            return made
+        update: dict[str, object] = {"option_logprob": picked, "none_logprob": response.logprob}
+        margin = self.none_margin
+        assert margin is not None
+        if picked - response.logprob <= margin:
+            update |= {
+                "chosen": None,
+                "overruled": True,
+                "detail": f"{made.detail}; overruled: not more likely than none by {margin} nats",
+            }
+        return made.model_copy(update=update)
 
     def choice(self, question: Question, prompt: PreparedPrompt, response: ModelResponse) -> Choice:
         """The record of one answered question; an illegal reply is invalid, never applied."""

@@ -344,3 +344,48 @@ def test_auto_is_incremental_unless_the_backend_or_what_it_wraps_declares_otherw
     # the scripted test backend replays tool-call scripts, so auto asks it for tool calls
     scripted = policy_registry().create("editable", ScriptedBackend(), {})
     assert scripted.style is EditStyle.TARGETED  # type: ignore[attr-defined]
+
+
+def _scored(option_logprob: float, none_logprob: float) -> ScriptedBackend:
+    """Picks ``old-result``; reports ``none_logprob`` when the grammar allows only none."""
+
+    def respond(prompt: PreparedPrompt, max_tokens: int) -> ModelResponse:
+        if prompt.input.phase is Phase.COMPLETION:
+            return answer_from(prompt)
+        if json.loads(prompt.input.answer_schema_json or "{}").get("enum") == ["none"]:
+            return ModelResponse(text='"none"', generated_tokens=3, logprob=none_logprob)
+        return ModelResponse(text='"old-result"', generated_tokens=3, logprob=option_logprob)
+
+    return ScriptedBackend(respond)
+
+
+def test_a_pick_is_scored_against_none_and_overruled_only_under_the_margin() -> None:
+    session = ContextSession(kettle_snapshot(), ByteCounter(), _scored(-0.5, -1.5))
+    report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, none_margin=0.0)
+    choice = report.choices[0]
+    assert (choice.option_logprob, choice.none_logprob) == (-0.5, -1.5)
+    assert choice.chosen == "old-result" and not choice.overruled
+    # the scoring call reuses the question's prompt tokens exactly and is charged like any call
+    assert len(report.calls) == 3 and report.calls[1].token_ids == report.calls[0].token_ids
+    assert session.context.record("old-result") is None
+
+    for margin, kept in ((0.5, False), (1.0, True), (2.0, True)):
+        session = ContextSession(kettle_snapshot(), ByteCounter(), _scored(-0.5, -1.5))
+        report = session.run(
+            RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, none_margin=margin
+        )
+        choice = report.choices[0]
+        assert choice.overruled is kept and (choice.chosen is None) is kept
+        assert (session.context.record("old-result") is not None) is kept
+        assert [a.outcome for a in report.attempts] == [Outcome.KEPT if kept else Outcome.EDITED]
+
+
+def test_no_scoring_call_without_a_margin_probabilities_or_a_pick() -> None:
+    session = ContextSession(kettle_snapshot(), ByteCounter(), _scored(-0.5, -1.5))
+    report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL)
+    assert len(report.calls) == 2 and report.choices[0].none_logprob is None
+    session = ContextSession(kettle_snapshot(), ByteCounter(), chooser('"old-result"'))
+    report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, none_margin=0.0)
+    assert len(report.calls) == 2 and report.choices[0].none_logprob is None
+    _, report = run(kettle_snapshot(), chooser('"none"'))
+    assert len(report.calls) == 2

@@ -455,7 +455,13 @@ class LlamaCppModel(FormatBacked):
         started = time.perf_counter()
         pieces: list[str] = []
         tokens: list[int] = []
-        state: dict[str, Any] = {"finish": None, "usage": {}, "timings": {}, "error": None}
+        state: dict[str, Any] = {
+            "finish": None,
+            "usage": {},
+            "timings": {},
+            "error": None,
+            "logprob": 0.0,
+        }
         report = _Reporter(self, len(ids), max_tokens, started)
 
         def on_chunk(chunk: Any) -> bool:
@@ -469,7 +475,10 @@ class LlamaCppModel(FormatBacked):
                 pieces.append(str(choice.get("text") or ""))
                 state["finish"] = choice.get("finish_reason") or state["finish"]
                 logprobs = choice.get("logprobs") or {}
-                tokens.extend(int(entry["id"]) for entry in logprobs.get("content") or ())
+                for entry in logprobs.get("content") or ():
+                    tokens.append(int(entry["id"]))
+                    if isinstance(entry.get("logprob"), int | float):
+                        state["logprob"] += float(entry["logprob"])
             state["usage"] = event.get("usage") or state["usage"]
             state["timings"] = event.get("timings") or state["timings"]
             report.decode(pieces)
@@ -491,7 +500,7 @@ class LlamaCppModel(FormatBacked):
         return (
             "".join(pieces),
             state["finish"],
-            {**state["usage"], "tokens": tokens},
+            {**state["usage"], "tokens": tokens, "logprob": state["logprob"] if tokens else None},
             state["timings"],
             time.perf_counter() - started,
         )
@@ -528,6 +537,7 @@ class LlamaCppModel(FormatBacked):
             reached_token_limit=finish == "length",
             prefill_tokens=int(prefill) if isinstance(prefill, int) else None,
             seconds=seconds,
+            logprob=usage.get("logprob"),
         )
 
 

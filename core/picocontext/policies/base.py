@@ -55,14 +55,22 @@ class AppendOnlyPolicy:
 class EditablePolicy:
     """One bounded decision per turn may replace or delete unprotected records."""
 
-    def __init__(self, style: EditStyle = EditStyle.TARGETED, name: str | None = None) -> None:
+    def __init__(
+        self,
+        style: EditStyle = EditStyle.TARGETED,
+        name: str | None = None,
+        none_margin: float | None = None,
+    ) -> None:
         self.style = style
         self.name = name or ("summarize" if style is EditStyle.SUMMARIZE else "editable")
+        self.none_margin = none_margin
 
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> RunReport:
-        report = session.run(RunMode.EDITABLE, budget, self.style, cancel)
+        report = session.run(
+            RunMode.EDITABLE, budget, self.style, cancel, none_margin=self.none_margin
+        )
         return report.model_copy(update={"policy": self.name})
 
     def close(self) -> None:

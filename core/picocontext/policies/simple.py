@@ -19,6 +19,7 @@ DecisionProtocol = Literal["auto", "tool-call", "incremental"]
 # incremental choice (the one 0.5-1.5B models can do, docs/policies.md) unless the backend
 # declares the protocol its rules implement (the scripted stand-ins implement tool calls).
 DEFAULT_DECISION: DecisionProtocol = "auto"
+DEFAULT_NONE_MARGIN: float | None = None
 # Wrappers (progress, recording, cancellation) keep the model they wrap under one of these.
 _WRAPPED = ("backend", "inner", "_backend", "_inner", "wrapped")
 
@@ -45,6 +46,10 @@ class EditableConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     decision: DecisionProtocol = DEFAULT_DECISION
+    # Incremental choices: a picked record stands only when the model's log probability of
+    # that reply beats the reply "none" by more than this many nats (scored by a second,
+    # grammar-forced call where the engine reports probabilities). None: the greedy reply.
+    none_margin: float | None = DEFAULT_NONE_MARGIN
 
     def style(self, backend: object = None) -> EditStyle:
         """The session's edit style for this protocol (``auto`` resolved against
@@ -60,7 +65,9 @@ def _append_only(config: NoConfig, context: PolicyContext) -> AppendOnlyPolicy:
 
 
 def _editable(config: EditableConfig, context: PolicyContext) -> EditablePolicy:
-    return EditablePolicy(config.style(context.backend), name=context.name)
+    return EditablePolicy(
+        config.style(context.backend), name=context.name, none_margin=config.none_margin
+    )
 
 
 def _summarize(config: NoConfig, context: PolicyContext) -> EditablePolicy:

@@ -294,3 +294,13 @@ def test_closed_engines_are_reused_not_destroyed_and_answer_the_same(gguf_dir: P
     other = LlamaCppModel.load(gguf_dir, context_tokens=2048)
     assert other._server is not engine
     other.close()
+
+
+def test_replies_carry_their_log_probability_before_the_grammar(model: LlamaCppModel) -> None:
+    """A reply's ``logprob`` is the model's own (unmasked) probability of the decoded tokens:
+    forcing a reply by grammar does not make it certain, so scoring a forced ``none`` means
+    something."""
+    free = model.chat(ask("say something"), 4)
+    assert free.logprob is not None and free.logprob <= 0.0
+    forced = model.chat(ask("say something"), 8, grammar='start: "zebra"')
+    assert forced.logprob is not None and forced.logprob < -0.01
