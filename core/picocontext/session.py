@@ -237,6 +237,9 @@ class ContextSession:
         # Record ids the incremental decision has already asked about (in memory: a reopened
         # session asks again, at most MAX_CHOICES_PER_STEP questions a step).
         self._judged: set[str] = set()
+        # Units the incremental decision chose but has not deleted yet, waiting for the window
+        # to need the room (in memory, like ``_judged``), by key.
+        self._pending: dict[str, Unit] = {}
         if store is not None and store.load(state.snapshot.scope) is None:
             try:
                 store.save(state)
@@ -348,16 +351,21 @@ class ContextSession:
         cancel: CancelToken | None = None,
         *,
         none_margin: float | None = None,
+        apply_at: float = 0.0,
     ) -> RunReport:
         """One turn: optional bounded decision loop, then the completion. Failures other than
         cancellation become ``report.failure``; the run never appends the answer.
         ``none_margin`` (incremental choices): a picked option stands only when its log
         probability beats the reply ``none`` by more than this many nats (engines that report
-        probabilities); ``None`` takes the greedy reply as it is."""
+        probabilities); ``None`` takes the greedy reply as it is. ``apply_at`` (incremental):
+        chosen deletions wait until the answer prompt would fill more than this share of the
+        window, then apply together, so the prefix cache survives the steps that do not need
+        the room; 0 applies them at once."""
         self._acquire()
         try:
             run = _Run(self, mode, budget or RunBudget(), edit_style, cancel)
             run.none_margin = none_margin
+            run.apply_at = apply_at
             return run.execute()
         finally:
             self._busy.release()
@@ -431,6 +439,7 @@ class _Run:
         self.edit_saved_tokens = 0
         self.edit_prefill_cost = 0
         self.none_margin: float | None = None
+        self.apply_at = 0.0
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
@@ -630,10 +639,15 @@ class _Run:
                     detail=f"not asked: more than {MAX_CHOICES_PER_STEP} new records this step",
                 )
             )
-        chosen = self.ask_choices(snapshot, steps)
+        live = set(snapshot.ids)
+        pending = self.s._pending
+        for key in [k for k, u in pending.items() if not all(i in live for i in u.ids)]:
+            del pending[key]
+        chosen = self.ask_choices(snapshot, steps, list(pending.values()))
+        pending.update((u.key, u) for u in chosen)
         replies = "; ".join(f"{','.join(c.records)}: {c.reply.strip()}" for c in self.choices)
         said = ModelResponse(text=replies)
-        edit = replacement_edit(snapshot, chosen)
+        edit = replacement_edit(snapshot, list(pending.values())) if self.room_needed() else None
         if edit is not None:
             self.edit_calls += 1
             arguments = edit_payload(edit.base_revision, edit.operations)
@@ -648,6 +662,7 @@ class _Run:
                 detail = accepted_detail(candidate.revision)
                 receipt = self.receipts(current, ()).decision(0, (call,), detail)
                 self.commit(candidate, said, arguments)
+                pending.clear()
                 self.final_prompt = self.prepare(candidate.snapshot, Phase.COMPLETION, receipt)
                 self.attribute(snapshot, self.final_prompt)
                 self.attempt(said, arguments, Outcome.EDITED, detail)
@@ -660,16 +675,29 @@ class _Run:
         self.final_prompt = self.prepare(snapshot, Phase.COMPLETION, receipt)
         self.attempt(said, arguments, Outcome.KEPT, detail)
 
-    def ask_choices(self, snapshot: Snapshot, steps: Plan) -> list[Unit]:
-        """Ask the planned questions in order; returns the units chosen for deletion. A
-        question the budget cannot afford (keeping the answer's allowance) ends the asking:
-        it and the rest are reported as not asked and stay new for the next step."""
+    def room_needed(self) -> bool:
+        """Whether the chosen deletions apply now: always when ``apply_at`` is 0, else when
+        the unedited answer prompt plus its allowance would fill more than that share of the
+        window (or not fit at all)."""
+        if self.apply_at <= 0:
+            return True
+        tokens = self.prepare(self.s._state.snapshot, Phase.COMPLETION).token_count
+        needed = tokens + self.budget.completion_output_tokens
+        return needed > self.apply_at * self.budget.context_window
+
+    def ask_choices(
+        self, snapshot: Snapshot, steps: Plan, pending: Sequence[Unit] = ()
+    ) -> list[Unit]:
+        """Ask the planned questions in order; returns the units chosen for deletion (a unit
+        already ``pending`` is not offered again). A question the budget cannot afford
+        (keeping the answer's allowance) ends the asking: it and the rest are reported as not
+        asked and stay new for the next step."""
         budget = self.budget
         cap = min(budget.edit_output_tokens, CHOICE_OUTPUT_TOKENS)
         chosen: list[Unit] = []
         for position, unit in enumerate(steps.asked):
             check(self.cancel)
-            question = steps.question(unit, [u.key for u in chosen])
+            question = steps.question(unit, [u.key for u in [*pending, *chosen]])
             if question is None:
                 self.s._judged.update(unit.ids)  # nothing earlier it could replace
                 continue

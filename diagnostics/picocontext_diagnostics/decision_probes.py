@@ -408,9 +408,12 @@ class DecisionOnly:
 
 def decision_config(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``editable`` policy's validated config (its defaults filled in), as JSON data;
-    a bad config is a :class:`ProbeFileError`-style one-line :class:`DiagnosticsError`."""
+    a bad config is a :class:`ProbeFileError`-style one-line :class:`DiagnosticsError`.
+    A probe judges what the decision chooses, so chosen deletions apply at once
+    (``apply_at`` 0) unless the config says otherwise."""
     try:
-        parsed = policy_registry().get(POLICY).parse_config(dict(config or {}))
+        wanted = {"apply_at": 0.0, **dict(config or {})}
+        parsed = policy_registry().get(POLICY).parse_config(wanted)
     except PolicyError as exc:
         raise DiagnosticsError(_one_line(exc.message)) from None
     dumped: dict[str, Any] = parsed.model_dump(mode="json")
@@ -437,6 +440,7 @@ def run_decision_probe(
     """Run the editable policy's real decision over the probe's snapshot and judge the
     outcome; returns the bench row (the tool-call bench's keys plus the outcome's)."""
     wrapper = DecisionOnly(backend)
+    config = decision_config(config)
     before = probe.snapshot()
     session = ContextSession(before, counter, wrapper)
     try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
+
 from kettle import SCOPE, TEST_BUDGET, answer_from, kettle_snapshot
 from picocontext import (
     ContextSession,
@@ -35,6 +37,7 @@ from picocontext.choices import (
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import policy_registry
+from picocontext.policies.registry import PolicyError
 
 Reply = Callable[[PreparedPrompt], str]
 
@@ -289,7 +292,9 @@ def test_a_group_with_a_protected_record_is_never_offered() -> None:
 
 def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
     backend = chooser('"old-result"')
-    policy = policy_registry().create("editable", backend, {"decision": "incremental"})
+    policy = policy_registry().create(
+        "editable", backend, {"decision": "incremental", "apply_at": 0}
+    )
     session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
     report = policy.turn(session, TEST_BUDGET)
     assert report.edit_style is EditStyle.INCREMENTAL and report.policy == "editable"
@@ -389,3 +394,32 @@ def test_no_scoring_call_without_a_margin_probabilities_or_a_pick() -> None:
     assert len(report.calls) == 2 and report.choices[0].none_logprob is None
     _, report = run(kettle_snapshot(), chooser('"none"'))
     assert len(report.calls) == 2
+
+
+def test_chosen_deletions_wait_until_the_window_needs_the_room_then_apply_together() -> None:
+    """With ``apply_at`` a chosen record stays (a keep: the cache survives) until the answer
+    prompt would fill more than that share of the window; then every pending choice applies
+    as one edit, even in a step that asks nothing new, and is not offered again meanwhile."""
+    backend = chooser('"old-result"')
+    session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+    roomy = TEST_BUDGET
+    first = session.run(RunMode.EDITABLE, roomy, EditStyle.INCREMENTAL, apply_at=0.75)
+    assert first.choices[0].chosen == "old-result"
+    assert [a.outcome for a in first.attempts] == [Outcome.KEPT]
+    assert session.context.record("old-result") is not None
+    needed = first.run_start_prompt_tokens + roomy.completion_output_tokens
+    tight = roomy.model_copy(update={"context_window": int(needed / 0.75) - 1})
+    second = session.run(RunMode.EDITABLE, tight, EditStyle.INCREMENTAL, apply_at=0.75)
+    assert second.choices == ()  # nothing new to ask; the pending choice applies
+    assert [a.outcome for a in second.attempts] == [Outcome.EDITED]
+    assert session.context.record("old-result") is None
+    assert session.context.record("old-call") is None
+    assert second.edit_window_saved_tokens > 0
+
+
+def test_the_policy_config_carries_apply_at_and_refuses_a_share_outside_0_1() -> None:
+    spec = policy_registry().get("editable")
+    assert spec.parse_config({}).apply_at == 0.75  # type: ignore[attr-defined]
+    for bad in (-0.1, 1.5):
+        with pytest.raises(PolicyError):
+            spec.parse_config({"apply_at": bad})

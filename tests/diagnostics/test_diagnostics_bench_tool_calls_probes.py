@@ -432,7 +432,11 @@ def test_bench_line_keeps_its_keys_and_gains_the_decision_rate(
     assert summary["n"] == 2 and summary["decision_exact_rate"] == 0.5
     assert summary["decision_exact_by_kind"] == {"stale": 1.0, "keep": 0.0}
     assert summary["right_args_by_kind"] == {"decision": 0.5}
-    assert summary["decision_config"] == {"decision": "tool-call"}
+    assert summary["decision_config"] == {
+        "decision": "tool-call",
+        "none_margin": None,
+        "apply_at": 0.0,
+    }
     assert summary["probe_files"] == [str(path)]
     rows = json.loads(output.read_text(encoding="utf-8"))["rows"]
     assert [r["extra"] for r in rows] == [[], ["n1"]]

@@ -123,7 +123,11 @@ def resolve_tokenizer_dir(model: str, tokenizer_dir: str | Path | None) -> Path:
 
 
 def load_tokenizer(directory: Path) -> tuple[HFChatTokenizer, tuple[int, ...]]:
-    """The model's tokenizer (transformers, no weights) and its end-of-turn token ids."""
+    """The model's tokenizer (transformers, no weights) and its end-of-turn token ids.
+
+    Only the tokenizer is used, so transformers' advice that PyTorch is missing (printed on
+    every run otherwise) is silenced unless the user asked for it."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:

@@ -60,16 +60,23 @@ class EditablePolicy:
         style: EditStyle = EditStyle.TARGETED,
         name: str | None = None,
         none_margin: float | None = None,
+        apply_at: float = 0.0,
     ) -> None:
         self.style = style
         self.name = name or ("summarize" if style is EditStyle.SUMMARIZE else "editable")
         self.none_margin = none_margin
+        self.apply_at = apply_at
 
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
     ) -> RunReport:
         report = session.run(
-            RunMode.EDITABLE, budget, self.style, cancel, none_margin=self.none_margin
+            RunMode.EDITABLE,
+            budget,
+            self.style,
+            cancel,
+            none_margin=self.none_margin,
+            apply_at=self.apply_at,
         )
         return report.model_copy(update={"policy": self.name})
 

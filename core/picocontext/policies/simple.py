@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.backend import EditStyle
 from picocontext.policies.base import AppendOnlyPolicy, EditablePolicy
@@ -20,6 +20,7 @@ DecisionProtocol = Literal["auto", "tool-call", "incremental"]
 # declares the protocol its rules implement (the scripted stand-ins implement tool calls).
 DEFAULT_DECISION: DecisionProtocol = "auto"
 DEFAULT_NONE_MARGIN: float | None = None
+DEFAULT_APPLY_AT = 0.75
 # Wrappers (progress, recording, cancellation) keep the model they wrap under one of these.
 _WRAPPED = ("backend", "inner", "_backend", "_inner", "wrapped")
 
@@ -50,6 +51,11 @@ class EditableConfig(BaseModel):
     # that reply beats the reply "none" by more than this many nats (scored by a second,
     # grammar-forced call where the engine reports probabilities). None: the greedy reply.
     none_margin: float | None = DEFAULT_NONE_MARGIN
+    # Incremental choices: chosen deletions wait until the answer prompt would fill more than
+    # this share of the window, then apply together (an edit re-prefills from its first
+    # changed record, so deleting before the room is needed costs prefill for nothing);
+    # 0 applies them in the step they are chosen.
+    apply_at: float = Field(default=DEFAULT_APPLY_AT, ge=0.0, le=1.0)
 
     def style(self, backend: object = None) -> EditStyle:
         """The session's edit style for this protocol (``auto`` resolved against
@@ -66,7 +72,10 @@ def _append_only(config: NoConfig, context: PolicyContext) -> AppendOnlyPolicy:
 
 def _editable(config: EditableConfig, context: PolicyContext) -> EditablePolicy:
     return EditablePolicy(
-        config.style(context.backend), name=context.name, none_margin=config.none_margin
+        config.style(context.backend),
+        name=context.name,
+        none_margin=config.none_margin,
+        apply_at=config.apply_at,
     )
 
 
