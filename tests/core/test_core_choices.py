@@ -419,7 +419,7 @@ def test_chosen_deletions_wait_until_the_window_needs_the_room_then_apply_togeth
 
 def test_the_policy_config_carries_apply_at_and_refuses_a_share_outside_0_1() -> None:
     spec = policy_registry().get("editable")
-    assert spec.parse_config({}).apply_at == 0.75  # type: ignore[attr-defined]
+    assert spec.parse_config({}).apply_at == 0.75
     for bad in (-0.1, 1.5):
         with pytest.raises(PolicyError):
             spec.parse_config({"apply_at": bad})
