@@ -248,10 +248,10 @@ def _check_engine(settings: ComparisonSettings) -> None:
     if not settings.model.real:
         return
     if settings.engine == "llamacpp":
-        from picocontext.models.llamacpp_backend import INSTALL_HINT, engine_available
+        from picocontext.models import LLAMACPP_INSTALL_HINT, llamacpp_available
 
-        if not engine_available():
-            raise SetupError(INSTALL_HINT)
+        if not llamacpp_available():
+            raise SetupError(LLAMACPP_INSTALL_HINT)
     if settings.model_dir is not None:
         from picocontext_playground.models import check_directory_engine
 
@@ -263,7 +263,7 @@ def engine_notes(args: argparse.Namespace, settings: ComparisonSettings) -> tupl
     if args.backend is not None or not settings.model.real:
         return ()
     from picocontext.models import default_engine
-    from picocontext.models.registry import engine_notes as registry_notes
+    from picocontext.models import engine_notes as registry_notes
 
     engine = default_engine()
     return registry_notes(engine) if settings.engine == engine else ()

@@ -135,7 +135,7 @@ def _model_files(settings: ComparisonSettings, progress: Progress) -> tuple[Path
 
 def check_directory_engine(directory: Path, engine: Engine) -> None:
     """A directory built for the other engine is refused with the engine it needs."""
-    from picocontext.models.registry import directory_engine
+    from picocontext.models import directory_engine
 
     found = directory_engine(directory)
     if found is not None and found != engine:

@@ -131,7 +131,7 @@ def default_engine() -> Engine:
 def engine_for(model: object = ModelChoice.SCRIPTED, model_dir: object = None) -> Engine:
     """The engine a choice runs on when none is named: what a directory's layout needs, MLX
     for an MLX-only model, else :func:`default_engine`."""
-    from picocontext.models.registry import directory_engine
+    from picocontext.models import directory_engine
 
     if model_dir is not None:
         found = directory_engine(Path(str(model_dir)))

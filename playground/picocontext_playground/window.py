@@ -745,7 +745,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _directory_changed(self) -> None:
         """A directory's layout (``model.gguf`` or ``config.json``) chooses its engine."""
-        from picocontext.models.registry import directory_engine
+        from picocontext.models import directory_engine
 
         text = self.model_dir.text().strip()
         found = directory_engine(Path(text)) if text else None

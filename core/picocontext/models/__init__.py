@@ -33,7 +33,9 @@ if typing.TYPE_CHECKING:
         ensure_embedded_model,
     )
     from picocontext.models.embedded import get_spec as embedded_spec
+    from picocontext.models.llamacpp_backend import INSTALL_HINT as LLAMACPP_INSTALL_HINT
     from picocontext.models.llamacpp_backend import LlamaCppModel
+    from picocontext.models.llamacpp_backend import engine_available as llamacpp_available
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
     from picocontext.models.openai_backend import (
         OpenAIBackend,
@@ -49,6 +51,8 @@ if typing.TYPE_CHECKING:
         ResolvedModel,
         default_engine,
         default_model_name,
+        directory_engine,
+        engine_notes,
         fetch_hub_model,
         load_model,
         resolve_model,
@@ -61,6 +65,8 @@ _LAZY = {
     "HFChatTokenizer": "picocontext.models.chatformat",
     "MLXModel": "picocontext.models.mlx_backend",
     "LlamaCppModel": "picocontext.models.llamacpp_backend",
+    "LLAMACPP_INSTALL_HINT": "picocontext.models.llamacpp_backend",
+    "llamacpp_available": "picocontext.models.llamacpp_backend",
     "forced_tokens": "picocontext.models.mlx_backend",
     "OpenAIBackend": "picocontext.models.openai_backend",
     "ServerKind": "picocontext.models.openai_backend",
@@ -74,6 +80,8 @@ _LAZY = {
     "ModelSpec": "picocontext.models.registry",
     "ResolvedModel": "picocontext.models.registry",
     "default_model_name": "picocontext.models.registry",
+    "directory_engine": "picocontext.models.registry",
+    "engine_notes": "picocontext.models.registry",
     "fetch_hub_model": "picocontext.models.registry",
     "load_model": "picocontext.models.registry",
     "resolve_model": "picocontext.models.registry",
@@ -87,7 +95,12 @@ _LAZY = {
     "ensure_embedded_gguf": "picocontext.models.embedded",
 }
 # Names this facade spells differently from their module.
-_RENAMED = {"EMBEDDED_MODEL_NAME": "MODEL_NAME", "embedded_spec": "get_spec"}
+_RENAMED = {
+    "EMBEDDED_MODEL_NAME": "MODEL_NAME",
+    "embedded_spec": "get_spec",
+    "LLAMACPP_INSTALL_HINT": "INSTALL_HINT",
+    "llamacpp_available": "engine_available",
+}
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -103,6 +116,7 @@ __all__ = [
     "BYTE_UNIT",
     "EMBEDDED_MODEL_NAME",
     "ENGINES",
+    "LLAMACPP_INSTALL_HINT",
     "MLX_SINGLE_WORKER",
     "MODELS",
     "TOKEN_UNIT",
@@ -126,13 +140,16 @@ __all__ = [
     "decision_schema",
     "default_engine",
     "default_model_name",
+    "directory_engine",
     "embedded_spec",
+    "engine_notes",
     "ensure_embedded",
     "ensure_embedded_gguf",
     "ensure_embedded_model",
     "fetch_hub_model",
     "forced_tokens",
     "handle_for",
+    "llamacpp_available",
     "load_model",
     "load_tokenizer",
     "openblas_preload_env",
