@@ -17,6 +17,7 @@ from picocontext.backend import (
     PreparedPrompt,
     TokenCounter,
     ToolSpec,
+    common_prefix,
     tools_json,
 )
 from picocontext.budget import RunBudget, Usage, scale_tokens
@@ -126,6 +127,7 @@ __all__ = [
     "__version__",
     "check_output_file",
     "check_output_folder",
+    "common_prefix",
     "decode_edit_payload",
     "decode_keep_payload",
     "diff_snapshots",

@@ -157,6 +157,15 @@ class ModelResponse(BaseModel):
     logprob: float | None = None
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading token ids ``a`` and ``b`` share (what a prefix cache can reuse)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def function_spec(tool: ToolSpec) -> dict[str, Any]:
     """The OpenAI-style function entry of one tool, as chat templates expect it."""
     return {

@@ -23,6 +23,7 @@ from picocontext.backend import (
     PreparedPrompt,
     TokenCounter,
     ToolSpec,
+    common_prefix,
     tools_json,
 )
 from picocontext.budget import RunBudget, Usage, check_prompt
@@ -814,8 +815,8 @@ class _Run:
         kept = self.prepare(before, Phase.COMPLETION, after.input.control_records)
         cached = self.calls[-1].token_ids if self.calls else ()
         self.edit_saved_tokens += kept.token_count - after.token_count
-        tail_after = after.token_count - shared_prefix(after.token_ids, cached)
-        tail_kept = kept.token_count - shared_prefix(kept.token_ids, cached)
+        tail_after = after.token_count - common_prefix(after.token_ids, cached)
+        tail_kept = kept.token_count - common_prefix(kept.token_ids, cached)
         self.edit_prefill_cost += max(tail_after - tail_kept, 0)
 
     def commit(self, candidate: WorkingContext, response: ModelResponse, arguments: str) -> None:
@@ -952,12 +953,3 @@ def object_text(arguments: str) -> str:
     except ValueError:
         return "{}"
     return arguments if isinstance(value, dict) else "{}"
-
-
-def shared_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """How many leading tokens ``a`` and ``b`` share (what a prefix cache can reuse)."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n

@@ -34,6 +34,7 @@ from picocontext.backend import (
     Phase,
     PreparedPrompt,
     ToolSpec,
+    common_prefix,
 )
 from picocontext.cancel import CancelToken
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL
@@ -126,14 +127,6 @@ class _KVState:
 
     cache: Any = None
     tokens: list[int] = field(default_factory=list)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def reusable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:

@@ -51,6 +51,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from picocontext import common_prefix
+
 DEFAULT_ENGINES = ("mlx", "llamacpp")
 DEFAULT_MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 DEFAULT_MAX_TOKENS = 32
@@ -95,9 +97,7 @@ def agreement(a: Sequence[int], b: Sequence[int], n: int = AGREEMENT_TOKENS) -> 
     longest = max(len(a), len(b))
     if longest == 0:
         return {"greedy_agreement": 1.0, "token_match_rate": 1.0}
-    prefix = 0
-    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
-        prefix += 1
+    prefix = common_prefix(a, b)
     equal = sum(x == y for x, y in zip(a, b, strict=False))
     return {
         "greedy_agreement": round(prefix / longest, 3),
