@@ -732,10 +732,9 @@ class _Run:
             response = self.dispatch(prompt, cap)
             self.s._judged.update(unit.ids)
             made = self.choice(question, prompt, response)
-            scored = self.none_margin is not None and response.logprob is not None
-            if made.chosen is not None and scored:
-                assert response.logprob is not None
-                made = self.weigh_none(snapshot, question, made, response.logprob, cap)
+            margin, picked_logprob = self.none_margin, response.logprob
+            if made.chosen is not None and margin is not None and picked_logprob is not None:
+                made = self.weigh_none(snapshot, question, made, picked_logprob, margin, cap)
             self.choices.append(made)
             picked = self.choices[-1].chosen
             if picked is not None:
@@ -743,7 +742,13 @@ class _Run:
         return chosen
 
     def weigh_none(
-        self, snapshot: Snapshot, question: Question, made: Choice, picked: float, cap: int
+        self,
+        snapshot: Snapshot,
+        question: Question,
+        made: Choice,
+        picked: float,
+        margin: float,
+        cap: int,
     ) -> Choice:
         """Score the reply ``none`` on the same prompt (its grammar allows only ``none``, so
         the cached prompt is reused and a few tokens are decoded) and keep the pick only when
@@ -766,8 +771,6 @@ class _Run:
         if response.logprob is None:
             return made
         update: dict[str, object] = {"option_logprob": picked, "none_logprob": response.logprob}
-        margin = self.none_margin
-        assert margin is not None
         if picked - response.logprob <= margin:
             update |= {
                 "chosen": None,

@@ -258,8 +258,8 @@ class LlamaCppModel(FormatBacked):
         """Release the engine (waits for a running call). The engine is parked for reuse
         rather than destroyed: destroying an xllamacpp server after another one existed in
         the process could hang forever in its HTTP thread (seen on the second close or the
-        next load), so a process keeps at most one engine per GGUF and context size and a
-        later load of the same model reuses it at no load cost."""
+        next load), so a process keeps its released engines, by GGUF, context size and
+        threads, and a later load of the same model reuses one at no load cost."""
         with self._busy:
             server, self._server = self._server, None
             if server is not None:
