@@ -170,20 +170,13 @@ def _embedded_files(name: str, engine: Engine, progress: Progress) -> tuple[Path
 def _load_files(
     settings: ComparisonSettings, path: Path, model_id: str, revision: str | None
 ) -> MLXModel | LlamaCppModel:
-    """Load ``path`` on the chosen engine with the chosen decoding options."""
-    if settings.engine == "llamacpp":
-        from picocontext.models import LlamaCppModel
+    """Load ``path`` on the chosen engine with the chosen decoding options (both classes
+    import their engine only when loading, so naming them costs nothing)."""
+    from picocontext.models import LlamaCppModel, MLXModel
 
-        return LlamaCppModel.load(
-            path,
-            model_id=model_id,
-            revision=revision,
-            prefix_cache=settings.prefix_cache,
-            constrained=settings.constrained,
-        )
-    from picocontext.models import MLXModel
-
-    return MLXModel.load(
+    engine: type[MLXModel] | type[LlamaCppModel]
+    engine = LlamaCppModel if settings.engine == "llamacpp" else MLXModel
+    return engine.load(
         path,
         model_id=model_id,
         revision=revision,
