@@ -30,6 +30,7 @@ from picocontext import (
     Snapshot,
     TokenCounter,
     ToolSpec,
+    common_prefix,
 )
 
 pytest.importorskip("mlx_lm")
@@ -37,7 +38,6 @@ pytest.importorskip("mlx_lm")
 from picocontext.models.mlx_backend import (
     EMPTY_REQUEST,
     MLXModel,
-    common_prefix,
     forced_tokens,
     reusable_prefix,
 )
