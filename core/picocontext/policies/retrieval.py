@@ -3,10 +3,19 @@
 The memory layer of agent frameworks, without a model call: the working history is cut as the
 sliding window cuts it (protected records, the latest user request, a verbatim tail of
 ``tail_share`` of the window), and every older unit (a record, or a tool group as one unit)
-is indexed with BM25. The latest user request is the query; the ``top_k`` best-scoring units
-with a positive score are added, best first, while the completion prompt still fits the room
-the window leaves for it. The model reads them in their original order, so a newer statement
-of a fact still comes after an older one. The working context is not changed.
+is indexed with BM25. The latest user request is the query. Units are then **packed by score
+until the prompt room is full** -- a fixed number of hits would leave most of a window empty --
+and a hit's neighbours (the unit just before and just after it in the history) compete for the
+same room at ``neighbour_weight`` of the hit's score, because an answer often sits in the reply
+to the turn that matched. ``top_k`` optionally caps the number of hits. The model reads what
+was packed in the original (chronological) order, so a newer statement of a fact still comes
+after an older one, and every record keeps its own body: a conversation turn carries its
+session date there (``[2026-03-02] Maya: ...``), so dates travel with the turns. The working
+context is not changed.
+
+Packing prices each unit once (what it adds to the rendered prompt, memoized per unit), fills
+greedily, then checks the exact prompt once and drops the lowest-scored units while it does not
+fit, so a turn costs one exact rendering instead of one per candidate.
 
 BM25 is `bm25s <https://github.com/xhluo/bm25s>`_ (numpy only, maintained), with English
 stop words and a small suffix-stripping stemmer of ours so ``moved`` matches ``move``. An
@@ -20,7 +29,7 @@ older turn is embedded once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +51,8 @@ from picocontext.working import WorkingContext
 
 NAME = "retrieval"
 RRF_K = 60
+DEFAULT_NEIGHBOUR_WEIGHT = 0.5
+MAX_TOP_K = 100_000
 _SUFFIXES = ("ies", "ing", "ed", "es", "s")
 
 
@@ -86,13 +97,16 @@ def unit_text(unit: Unit) -> str:
 
 
 class RetrievalSettings(BaseModel):
-    """``tail_share``: newest history always shown, as a share of the window; ``top_k``:
-    at most this many older units are retrieved; ``k1``/``b``: BM25 parameters;
-    ``embeddings``: add the dense ranking of the session's own model."""
+    """``tail_share``: newest history always shown, as a share of the window; ``top_k``: an
+    optional cap on the number of hits (``None``: pack until the window is full);
+    ``neighbour_weight``: a hit's neighbouring units rank at this share of its score (0 turns
+    neighbours off); ``k1``/``b``: BM25 parameters; ``embeddings``: add the dense ranking of
+    the session's own model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tail_share: float = Field(default=0.25, ge=0.0, lt=1.0)
-    top_k: int = Field(default=8, ge=1, le=64)
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
+    neighbour_weight: float = Field(default=DEFAULT_NEIGHBOUR_WEIGHT, ge=0.0, le=1.0)
     k1: float = Field(default=1.5, gt=0.0, le=10.0)
     b: float = Field(default=0.75, ge=0.0, le=1.0)
     # Also rank by the session model's mean-pooled hidden states (needs a backend that has
@@ -102,7 +116,9 @@ class RetrievalSettings(BaseModel):
 
 @dataclass(frozen=True)
 class Retrieval:
-    """One turn's choice: the view, the retrieved and the older-but-not-retrieved ids."""
+    """One turn's choice: the view, the retrieved ids (hits and neighbours, history order),
+    the neighbours among them, the older-but-not-shown ids and each packed unit's score
+    (keyed by its first record id)."""
 
     view: Snapshot
     query: str
@@ -110,6 +126,23 @@ class Retrieval:
     skipped_ids: tuple[str, ...]
     tail_ids: tuple[str, ...]
     scores: dict[str, float] = field(default_factory=dict)
+    neighbour_ids: tuple[str, ...] = ()
+
+
+def with_neighbours(
+    ranked: Sequence[tuple[int, float]], count: int, weight: float
+) -> list[tuple[int, float, bool]]:
+    """``(unit index, score, is_neighbour)`` best first: every hit, and each hit's
+    neighbours (index ± 1 within ``count`` units) at ``weight`` of its score unless they rank
+    higher on their own."""
+    best: dict[int, tuple[float, bool]] = {i: (score, False) for i, score in ranked}
+    if weight > 0:
+        for i, score in ranked:
+            for j in (i - 1, i + 1):
+                if 0 <= j < count and best.get(j, (0.0, True))[0] < score * weight:
+                    best[j] = (score * weight, True)
+    order = sorted(best, key=lambda i: (-best[i][0], best[i][1], -i))
+    return [(i, best[i][0], best[i][1]) for i in order]
 
 
 class RetrievalPolicy:
@@ -126,6 +159,9 @@ class RetrievalPolicy:
         self.name = name
         self.last: Retrieval | None = None
         self._vectors: dict[str, np.ndarray] = {}
+        # What each unit adds to the prompt, priced by one counter (reset when it changes).
+        self._costs: dict[Unit, int] = {}
+        self._costs_counter: TokenCounter | None = None
 
     def _dense(self, texts: Sequence[str], query: str) -> list[float]:
         assert self.embedder is not None
@@ -159,32 +195,67 @@ class RetrievalPolicy:
 
     def select(self, snapshot: Snapshot, counter: TokenCounter, budget: RunBudget) -> Retrieval:
         """What this policy shows for ``snapshot`` under ``budget``."""
+        if counter is not self._costs_counter:
+            self._costs.clear()
+            self._costs_counter = counter
         measure = completion_tokens(counter)
         split = split_history(
             snapshot, measure, int(self.settings.tail_share * budget.context_window)
         )
         archive = list(split.archive)
         query = latest_request(snapshot)
-        room = prompt_room(budget)
-        shown = {r.id for r in split.view.records}
-        chosen: list[int] = []
-        scores: dict[str, float] = {}
-        for index, score in self.rank(archive, query)[: self.settings.top_k]:
-            trial = shown | {r.id for r in archive[index]}
-            if measure(_view(snapshot, trial)) <= room:
-                shown = trial
-                chosen.append(index)
-                scores[archive[index][0].id] = score
-        retrieved = tuple(r.id for i in sorted(chosen) for r in archive[i])
-        skipped = tuple(r.id for u in archive for r in u if r.id not in shown)
+        ranked = self.rank(archive, query)[: self.settings.top_k]
+        candidates = with_neighbours(ranked, len(archive), self.settings.neighbour_weight)
+        chosen = self._pack(snapshot, split.view, archive, candidates, measure, prompt_room(budget))
+        shown = {r.id for r in split.view.records} | {
+            r.id for i, _, _ in chosen for r in archive[i]
+        }
+        retrieved = tuple(r.id for i in sorted(i for i, _, _ in chosen) for r in archive[i])
         return Retrieval(
             view=_view(snapshot, shown),
             query=query,
             retrieved_ids=retrieved,
-            skipped_ids=skipped,
+            skipped_ids=tuple(r.id for u in archive for r in u if r.id not in shown),
             tail_ids=split.tail_ids,
-            scores=scores,
+            scores={archive[i][0].id: score for i, score, _ in chosen},
+            neighbour_ids=tuple(r.id for i, _, near in chosen if near for r in archive[i]),
         )
+
+    def _pack(
+        self,
+        snapshot: Snapshot,
+        base: Snapshot,
+        archive: Sequence[Unit],
+        candidates: Sequence[tuple[int, float, bool]],
+        measure: Callable[[Snapshot], int],
+        room: int,
+    ) -> list[tuple[int, float, bool]]:
+        """Candidates, best first, while their priced cost fits ``room``; then, checked on the
+        exact prompt, the lowest-scored dropped until it fits."""
+        base_ids = {r.id for r in base.records}
+        base_tokens = measure(base)
+        used = base_tokens
+        chosen: list[tuple[int, float, bool]] = []
+        for candidate in candidates:
+            unit = archive[candidate[0]]
+            cost = self._costs.get(unit)
+            if cost is None:
+                cost = max(
+                    0, measure(_view(snapshot, base_ids | {r.id for r in unit})) - base_tokens
+                )
+                self._costs[unit] = cost
+            if used + cost <= room:
+                chosen.append(candidate)
+                used += cost
+
+        def exact(items: Sequence[tuple[int, float, bool]]) -> int:
+            return measure(
+                _view(snapshot, base_ids | {r.id for i, _, _ in items for r in archive[i]})
+            )
+
+        while chosen and exact(chosen) > room:
+            chosen.pop()
+        return chosen
 
     def _embedder_for(self, backend: object) -> None:
         if self.embedder is None and self.settings.embeddings:
@@ -207,6 +278,7 @@ class RetrievalPolicy:
 
     def close(self) -> None:
         self._vectors.clear()
+        self._costs.clear()
 
 
 def _view(snapshot: Snapshot, ids: set[str]) -> Snapshot:

@@ -1,0 +1,90 @@
+"""Budget-filling retrieval: hits are packed by score until the prompt room is full (``top_k``
+only caps them), a hit's neighbours come along where room allows, and the model reads the
+packed turns in history order with the dates their bodies carry."""
+
+from __future__ import annotations
+
+from picocontext import ContextSession, Record, Role, RunBudget, Scope, Snapshot
+from picocontext.models import ByteCounter
+from picocontext.policies import RetrievalPolicy, RetrievalSettings
+from picocontext.policies.retrieval import with_neighbours
+from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+
+SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
+FILLER = "We talked about the weather and the trains for a while."
+
+
+def history(matches: int = 20, fillers: int = 40) -> Snapshot:
+    """``matches`` dated turns about the garden, each followed by a reply sharing no word with
+    the question, among filler turns; the question last."""
+    records = [Record(id="task", role=Role.USER, body="Chat with me.", protected=True)]
+    for i in range(fillers):
+        records.append(
+            Record(id=f"f{i}", role=Role.USER, body=f"[2026-01-{i % 28 + 1:02d}] {FILLER}")
+        )
+        if i < matches:
+            records.append(
+                Record(id=f"m{i}", role=Role.USER, body=f"[2026-02-01] The garden shed {i} is red.")
+            )
+            records.append(Record(id=f"r{i}", role=Role.ASSISTANT, body=f"Noted, number {i}."))
+    records.append(
+        Record(id="q", role=Role.USER, body="What colour is the garden shed?", protected=True)
+    )
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+def run(settings: RetrievalSettings, window: int) -> tuple[RetrievalPolicy, int, Snapshot]:
+    budget = RunBudget(context_window=window, completion_output_tokens=200, edit_output_tokens=200)
+    policy = RetrievalPolicy(settings)
+    session = ContextSession(history(), ByteCounter(), DeterministicConversationBackend())
+    report = policy.turn(session, budget)
+    assert report.failure is None, report.failure
+    assert report.final_prompt is not None
+    return policy, report.final_prompt.token_count, report.final_prompt.input.context
+
+
+def test_hits_fill_the_window_instead_of_a_fixed_eight() -> None:
+    policy, tokens, _ = run(RetrievalSettings(tail_share=0.0, neighbour_weight=0.0), 3_000)
+    assert policy.last is not None
+    hits = [i for i in policy.last.retrieved_ids if i.startswith("m")]
+    assert len(hits) > 8
+    # full: no further matching turn (about 50 bytes each) would still have fitted
+    assert tokens <= 2_800 and (len(hits) == 20 or tokens > 2_800 - 60)
+
+
+def test_top_k_caps_the_hits() -> None:
+    policy, _, _ = run(RetrievalSettings(tail_share=0.0, neighbour_weight=0.0, top_k=3), 3_000)
+    assert policy.last is not None
+    assert len([i for i in policy.last.retrieved_ids if i.startswith("m")]) == 3
+
+
+def test_a_hit_brings_its_neighbours_where_room_allows() -> None:
+    policy, _, view = run(RetrievalSettings(tail_share=0.0, top_k=2), 3_000)
+    assert policy.last is not None
+    hits = [i for i in policy.last.retrieved_ids if i.startswith("m")]
+    assert len(hits) == 2
+    replies = {f"r{h[1:]}" for h in hits}
+    assert replies <= set(policy.last.neighbour_ids) and replies <= set(view.ids)
+    off, _, _ = run(RetrievalSettings(tail_share=0.0, top_k=2, neighbour_weight=0.0), 3_000)
+    assert off.last is not None and not off.last.neighbour_ids
+    assert not any(i.startswith("r") for i in off.last.retrieved_ids)
+
+
+def test_packed_turns_are_shown_in_history_order_with_their_dates() -> None:
+    policy, _, view = run(RetrievalSettings(tail_share=0.0), 1_500)
+    assert policy.last is not None
+    order = list(history().ids)
+    shown = [i for i in view.ids if i in policy.last.retrieved_ids]
+    assert shown == sorted(shown, key=order.index)
+    assert all(view.record(i).body.startswith("[2026-") for i in shown if i.startswith("m"))  # type: ignore[union-attr]
+
+
+def test_neighbours_rank_below_their_hit_and_never_above_a_stronger_own_score() -> None:
+    ranked = [(5, 4.0), (0, 3.0), (6, 1.0)]
+    out = with_neighbours(ranked, 8, 0.5)
+    scores = {i: (s, near) for i, s, near in out}
+    assert scores[5] == (4.0, False) and scores[4] == (2.0, True)
+    assert scores[6] == (2.0, True)  # its own 1.0 is lower than half of its neighbour's 4.0
+    assert scores[1] == (1.5, True) and -1 not in scores
+    assert [i for i, _, _ in out][:2] == [5, 0]
+    assert with_neighbours(ranked, 8, 0.0) == [(5, 4.0, False), (0, 3.0, False), (6, 1.0, False)]
