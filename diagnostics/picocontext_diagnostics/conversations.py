@@ -9,8 +9,10 @@ them (:func:`generate_schema`) and a test keeps the shipped file equal to it.
 Reading is bounded and strict: only regular files, at most :data:`MAX_BYTES` (never read
 whole when larger), UTF-8 (a bad byte is named by offset), JSON without duplicate keys, then
 the invariants the schema cannot say: turn ids unique across the file, every turn's speaker
-listed, evidence naming existing turns, unique session and question ids, no empty session.
-Every problem is a :class:`ConversationError` whose message names the file and the place.
+listed, evidence naming existing turns, unique session and question ids, no empty session,
+session dates that parse as ISO 8601 (so temporal questions can be asked of them). Every
+problem is a :class:`ConversationError` whose one-line message names the file and the item,
+then says what to do after a dash.
 
 Importers turn an OpenAI-style chat transcript (``{"messages": [{"role", "content"}]}`` as
 JSON, or JSONL with one message or one ``{"messages": ...}`` transcript per line) into a
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,13 +39,18 @@ MAX_BYTES = 8_000_000
 MAX_TURNS = 20_000
 MAX_QUESTIONS = 2_000
 ROLE_SPEAKERS = frozenset({"system", "user", "assistant"})
+DATE_HINT = "— write an ISO 8601 date such as 2026-03-02 or 2026-03-02T14:30"
+FORMAT_HINT = f'— a conversation is a JSON object with "format": "{FORMAT}" (docs/conversations.md)'
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _Id = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 
 
 class ConversationError(DiagnosticsError):
-    """A conversation or transcript file is unreadable or breaks the format (says where)."""
+    """A conversation or transcript file is unreadable or breaks the format (says where);
+    bad input, so a command refusing it exits 2."""
+
+    exit_code = 2
 
 
 class Turn(BaseModel):
@@ -55,16 +63,27 @@ class Turn(BaseModel):
 
 
 class Session(BaseModel):
-    """Turns that arrive together; ``date`` is free text shown with each turn."""
+    """Turns that arrive together; ``date`` (ISO 8601: a date, or a date and time) is shown
+    with each turn."""
 
     model_config = _FROZEN
     id: str = _Id
     date: str | None = Field(default=None, min_length=1, max_length=64)
     turns: tuple[Turn, ...] = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _date_parses(self) -> Session:
+        if self.date is not None and parse_date(self.date) is None:
+            raise ValueError(
+                f"session {self.id!r} has date {self.date!r}, which does not parse {DATE_HINT}"
+            )
+        return self
+
 
 class Question(BaseModel):
-    """A question about the conversation, its reference answer and the turns it rests on."""
+    """A question about the conversation, its reference answer and the turns it rests on;
+    ``category`` is its kind (single-hop, multi-hop, temporal, open-domain, ...), by which
+    reports break the scores down."""
 
     model_config = _FROZEN
     id: str = _Id
@@ -89,7 +108,7 @@ class Conversation(BaseModel):
         _unique("session id", [s.id for s in self.sessions])
         _unique("turn id", [t.id for s in self.sessions for t in s.turns])
         _unique("question id", [q.id for q in self.questions])
-        _unique("speaker", list(self.speakers))
+        _unique("speaker", list(self.speakers), "list each speaker once")
         if sum(len(s.turns) for s in self.sessions) > MAX_TURNS:
             raise ValueError(f"more than {MAX_TURNS} turns")
         if len(self.questions) > MAX_QUESTIONS:
@@ -104,11 +123,16 @@ class Conversation(BaseModel):
                     )
         turns = {t.id for s in self.sessions for t in s.turns}
         for question in self.questions:
-            _unique(f"evidence id of question {question.id!r}", list(question.evidence))
+            _unique(
+                f"evidence id of question {question.id!r}",
+                list(question.evidence),
+                "list each evidence turn once",
+            )
             absent = [e for e in question.evidence if e not in turns]
             if absent:
                 raise ValueError(
-                    f"question {question.id!r} names evidence {absent} that is not a turn id"
+                    f"question {question.id!r} names evidence {absent} that is not a turn id "
+                    "— list the ids of turns in this file"
                 )
         return self
 
@@ -123,11 +147,20 @@ class Conversation(BaseModel):
         return json.dumps(self.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
 
 
-def _unique(what: str, values: Sequence[str]) -> None:
+def parse_date(text: str) -> datetime | None:
+    """``text`` as an ISO 8601 date or date and time (``2026-03-02``, ``2026-03-02T14:30``,
+    ``2026-03-02 14:30:00+02:00``), or None when it is not one."""
+    try:
+        return datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+
+
+def _unique(what: str, values: Sequence[str], hint: str = "give each one its own id") -> None:
     seen: set[str] = set()
     for value in values:
         if value in seen:
-            raise ValueError(f"duplicate {what} {value!r}")
+            raise ValueError(f"duplicate {what} {value!r} — {hint}")
         seen.add(value)
 
 
@@ -154,9 +187,22 @@ def read_bounded(path: Path | str, max_bytes: int = MAX_BYTES) -> str:
     :mod:`picocontext.files`: FIFOs and devices are refused without blocking); clear errors
     otherwise."""
     try:
-        return read_text_bounded(path, max_bytes)
+        text = read_text_bounded(path, max_bytes)
     except InputFileError as exc:
-        raise ConversationError(exc.message) from None
+        raise ConversationError(exc.message + _read_hint(exc.message, max_bytes)) from None
+    if not text.strip():
+        raise ConversationError(f"{path}: the file is empty {FORMAT_HINT}")
+    return text
+
+
+def _read_hint(message: str, max_bytes: int) -> str:
+    if "-byte limit" in message:
+        return f" — split it into conversations of at most {max_bytes:,} bytes"
+    if "cannot open" in message:
+        return " — check the path"
+    if "not UTF-8" in message:
+        return " — save the file as UTF-8"
+    return ""
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -187,28 +233,52 @@ def parse_json(text: str, source: str) -> Any:
 def _explain(error: ValidationError) -> str:
     parts: list[str] = []
     for item in error.errors()[:5]:
-        where = ".".join(str(p) for p in item["loc"]) or "document"
+        where = ".".join(str(p) for p in item["loc"])
         message = str(item["msg"]).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}")
+        parts.append(f"{where}: {message}" if where else message)
     more = error.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def parse_conversation(text: str, source: str = "conversation") -> Conversation:
     """Validate JSON text as a conversation; the message names ``source`` and the place."""
+    if not text.strip():
+        raise ConversationError(f"{source}: the text is empty {FORMAT_HINT}")
     data = parse_json(text, source)
     if not isinstance(data, dict):
         raise ConversationError(f"{source}: a conversation is a JSON object")
+    if "format" not in data:
+        raise ConversationError(f'{source}: no "format" field {FORMAT_HINT}')
     found = data.get("format")
     if found != FORMAT:
         raise ConversationError(
-            f"{source}: unknown format {found!r}; this reader understands {FORMAT!r} "
+            f"{source}: unknown format {found!r} — this reader understands {FORMAT!r} "
             "(see docs/conversations.md)"
         )
+    _check_turns(data, source)
     try:
         return Conversation.model_validate(data)
     except ValidationError as exc:
         raise ConversationError(f"{source}: {_explain(exc)}") from None
+
+
+def _check_turns(data: dict[str, Any], source: str) -> None:
+    """Name an empty conversation or session by its id (the schema would say ``List should
+    have at least 1 item``)."""
+    sessions = data.get("sessions")
+    if not isinstance(sessions, list):
+        return
+    if not sessions:
+        raise ConversationError(
+            f"{source}: the conversation has no sessions and so no turns "
+            "— add a session with at least one turn"
+        )
+    for number, session in enumerate(sessions, 1):
+        if isinstance(session, dict) and session.get("turns") == []:
+            name = session.get("id", f"number {number}")
+            raise ConversationError(
+                f"{source}: session {name!r} has no turns — add its turns or remove the session"
+            )
 
 
 def load_conversation(path: Path | str, max_bytes: int = MAX_BYTES) -> Conversation:

@@ -33,7 +33,7 @@ import string
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,8 @@ from picocontext import (
     CancelToken,
     ContextSession,
     ModelBackend,
+    ModelInput,
+    Phase,
     PicoContextError,
     Record,
     Role,
@@ -80,6 +82,17 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
+# Not a registered policy either: the obvious baseline every report carries as its reference
+# line, so a reader sees at once whether a policy beats it. The runner uses Bm25Packer.
+REFERENCE = Policy(
+    name="bm25-packer",
+    kind="append-only",
+    description=(
+        "plain BM25 over every turn (bm25s, English stop words, no stemming), "
+        "packed by score until the window is full, shown in history order."
+    ),
+)
+
 # Where a policy's missing evidence went, when it is still in the working context.
 MISS_REASONS = {
     "sliding-window": "dropped by the window",
@@ -88,6 +101,7 @@ MISS_REASONS = {
     "navigated": "not opened",
     "distilled": "not recalled",
     "oracle": "not shown",
+    "bm25-packer": "not packed",
 }
 
 
@@ -306,6 +320,9 @@ class PolicyScores(BaseModel):
     update_input_tokens: int
     update_generated_tokens: int
     update_prefill_tokens: int
+    # The facts-lost view: question id -> the evidence turn ids its prompt lacked (only
+    # questions that lacked some).
+    facts_lost: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 
 class ConversationReport(BaseModel):
@@ -326,6 +343,13 @@ class ConversationReport(BaseModel):
     summary: tuple[PolicyScores, ...]
     elapsed_seconds: float
     notes: tuple[str, ...] = Field(default_factory=tuple)
+    # The plain budget-filling BM25 packer at the same budget (REFERENCE), scored alike.
+    reference: PolicyScores | None = None
+    reference_results: tuple[QuestionResult, ...] = ()
+    # --window in model tokens, and the bytes per token a byte counter was given (None when
+    # the counter counts model tokens, so the budget is already in tokens).
+    window_tokens: int | None = None
+    bytes_per_token: int | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -359,13 +383,81 @@ class OraclePolicy:
         return None
 
 
+class Bm25Packer:
+    """The reference line: every unprotected record ranked by plain BM25 against the
+    question, packed best first while the completion prompt fits the room the window leaves,
+    shown in history order. Deliberately simple and independent of the retrieval policy's
+    code, so that a bug there cannot flatter it; record costs are priced once per record."""
+
+    def __init__(self, name: str = REFERENCE.name) -> None:
+        self.name = name
+        self._costs: dict[str, int] = {}
+        self._index: tuple[tuple[str, ...], Any] | None = None
+
+    def turn(
+        self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
+    ) -> RunReport:
+        def build(state: WorkingContext) -> Snapshot:
+            return self.pack(state.snapshot, session.counter, budget)
+
+        return session.run_view(build, budget, self.name, cancel)
+
+    def scores(self, pool: Sequence[Record], query: str) -> list[float]:
+        import bm25s
+
+        ids = tuple(r.id for r in pool)
+        if self._index is None or self._index[0] != ids:
+            retriever = bm25s.BM25()
+            words = bm25s.tokenize(
+                [r.body for r in pool], stopwords="en", show_progress=False, return_ids=False
+            )
+            retriever.index([list(w) for w in words], show_progress=False)
+            self._index = (ids, retriever)
+        retriever = self._index[1]
+        asked = bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)
+        terms = [t for t in asked[0] if t in retriever.vocab_dict]
+        return [float(x) for x in retriever.get_scores(terms)] if terms else [0.0] * len(pool)
+
+    def pack(self, snapshot: Snapshot, counter: TokenCounter, budget: RunBudget) -> Snapshot:
+        def view(ids: set[str]) -> Snapshot:
+            records = tuple(r for r in snapshot.records if r.protected or r.id in ids)
+            return snapshot.model_copy(update={"records": records})
+
+        def measure(ids: set[str]) -> int:
+            prompt = ModelInput(context=view(ids), phase=Phase.COMPLETION)
+            return counter.prepare(prompt).token_count
+
+        pool = [r for r in snapshot.records if not r.protected]
+        query = next((r.body for r in reversed(snapshot.records) if r.role is Role.USER), "")
+        scores = self.scores(pool, query) if pool else []
+        room = budget.context_window - budget.completion_output_tokens
+        used = base = measure(set())
+        chosen: list[str] = []
+        for i in sorted(range(len(pool)), key=lambda i: (-scores[i], -i)):
+            if scores[i] <= 0:
+                break
+            record = pool[i]
+            if record.id not in self._costs:
+                self._costs[record.id] = max(0, measure({record.id}) - base)
+            if used + self._costs[record.id] <= room:
+                chosen.append(record.id)
+                used += self._costs[record.id]
+        while chosen and measure(set(chosen)) > room:
+            chosen.pop()
+        return view(set(chosen))
+
+    def close(self) -> None:
+        self._costs.clear()
+        self._index = None
+
+
 def _miss_reason(policy: Policy, report: RunReport, turn_id: str) -> str:
     if report.final_prompt is None or report.final_prompt not in report.calls:
         return f"no prompt was sent ({report.failure or 'failed'})"
     if report.revised.record(turn_id) is None:
         return "summarized away" if policy.kind == "compaction" else "edited away"
-    if policy == ORACLE:
-        return MISS_REASONS["oracle"]
+    if policy in (ORACLE, REFERENCE):
+        return MISS_REASONS[policy.name]
     return MISS_REASONS.get(policy.kind, MISS_REASONS.get(policy.mode.value, "not in the prompt"))
 
 
@@ -473,7 +565,9 @@ class ConversationRunner:
         cancel: CancelToken | None = None,
     ) -> tuple[tuple[UpdateStep, ...], list[QuestionResult]]:
         session = ContextSession(initial_snapshot(conversation), self.counter, self.backend)
-        obj = create_policy_object(policy, self.backend)
+        obj: ContextPolicy = (
+            Bm25Packer() if policy == REFERENCE else create_policy_object(policy, self.backend)
+        )
         try:
             updates = tuple(
                 self._update(conversation, session, chat, obj, budget, cancel)
@@ -520,7 +614,12 @@ class ConversationRunner:
         provenance: Provenance | None = None,
         on_result: ResultCallback | None = None,
         cancel: CancelToken | None = None,
+        reference: bool = True,
+        bytes_per_token: int | None = None,
     ) -> ConversationReport:
+        """Every policy over ``conversation`` (then the reference packer unless
+        ``reference`` is off); ``bytes_per_token`` says the budget was scaled from tokens to
+        a byte counter's units by that factor."""
         started = time.perf_counter()
         asked = conversation.questions[:questions] if questions else conversation.questions
         updates: dict[str, tuple[UpdateStep, ...]] = {}
@@ -531,6 +630,12 @@ class ConversationRunner:
             updates[policy.name] = steps
             results.extend(got)
             summary.append(policy_scores(policy, steps, got))
+        ref_scores: PolicyScores | None = None
+        ref_results: tuple[QuestionResult, ...] = ()
+        if reference:
+            steps, ref_list = self.run_policy(conversation, REFERENCE, budget, asked, None, cancel)
+            ref_scores, ref_results = policy_scores(REFERENCE, steps, ref_list), tuple(ref_list)
+        scale = bytes_per_token or 1
         return ConversationReport(
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
             conversation_id=conversation.id,
@@ -543,7 +648,23 @@ class ConversationRunner:
             results=tuple(results),
             summary=tuple(summary),
             elapsed_seconds=time.perf_counter() - started,
+            reference=ref_scores,
+            reference_results=ref_results,
+            window_tokens=budget.context_window // scale,
+            bytes_per_token=bytes_per_token,
+            notes=_scale_notes(budget, bytes_per_token),
         )
+
+
+def _scale_notes(budget: RunBudget, bytes_per_token: int | None) -> tuple[str, ...]:
+    if bytes_per_token is None:
+        return ()
+    tokens = budget.context_window // bytes_per_token
+    return (
+        f"the deterministic backend counts UTF-8 bytes: a {tokens:,}-token window is "
+        f"{budget.context_window:,} bytes at {bytes_per_token} bytes per token "
+        "(--bytes-per-token), and every other token limit is scaled alike",
+    )
 
 
 def policy_scores(
@@ -561,16 +682,19 @@ def policy_scores(
         update_input_tokens=sum(u.input_tokens for u in updates),
         update_generated_tokens=sum(u.generated_tokens for u in updates),
         update_prefill_tokens=sum(u.prefill_tokens for u in updates),
+        facts_lost={r.question_id: tuple(m.turn_id for m in r.misses) for r in results if r.misses},
     )
 
 
-def conversation_budget(window: int) -> RunBudget:
-    """The budget of one question: ``window``, an eighth of it (at most 512) for each output,
-    two decision attempts, and 50 windows of total allowance."""
-    output = max(16, min(512, window // 8))
+def conversation_budget(window: int, bytes_per_token: int = 1) -> RunBudget:
+    """The budget of one question: ``window`` tokens, an eighth of it (at most 512) for each
+    output, two decision attempts, and 50 windows of total allowance; every limit multiplied
+    by ``bytes_per_token`` for a counter of UTF-8 bytes (the deterministic backend), so that
+    ``window`` means model tokens on every backend."""
+    output = max(16, min(512, window // 8)) * bytes_per_token
     return RunBudget(
-        context_window=window,
-        total_tokens=min(10_000_000, 50 * window),
+        context_window=window * bytes_per_token,
+        total_tokens=min(10_000_000, 50 * window * bytes_per_token),
         edit_output_tokens=output,
         completion_output_tokens=output,
         max_edit_attempts=2,

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from picocontext_diagnostics.conversations import (
     import_messages,
     load_conversation,
     parse_conversation,
+    parse_date,
 )
 from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
 from picocontext_diagnostics.conversations_eval import initial_snapshot, session_records
@@ -34,6 +36,9 @@ from picocontext_diagnostics.conversations_eval import initial_snapshot, session
 jsonschema: Any = importlib.import_module("jsonschema")
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 SHIPPED = sorted((RESOURCES / "conversations").glob("*.json"))
+
+
+TURN = {"id": "t1", "speaker": "Ada", "text": "My cat is called Pixel."}
 
 
 def minimal(**changes: Any) -> dict[str, Any]:
@@ -84,8 +89,12 @@ def test_shipped_schema_is_generated_from_the_models() -> None:
     ("change", "message"),
     [
         ({"format": "picocontext.conversation/2"}, "unknown format"),
-        ({"sessions": []}, "sessions"),
-        ({"sessions": [{"id": "s1", "turns": []}]}, "turns"),
+        ({"sessions": []}, "has no sessions and so no turns — add a session"),
+        ({"sessions": [{"id": "s1", "turns": []}]}, "session 's1' has no turns — add"),
+        (
+            {"sessions": [{"id": "s1", "date": "next Tuesday", "turns": [TURN]}]},
+            "session 's1' has date 'next Tuesday', which does not parse — write an ISO 8601",
+        ),
         (
             {
                 "sessions": [
@@ -99,11 +108,11 @@ def test_shipped_schema_is_generated_from_the_models() -> None:
                 ],
                 "questions": [],
             },
-            "duplicate turn id 't1'",
+            "duplicate turn id 't1' — give each one its own id",
         ),
         (
             {"questions": [{"id": "q1", "question": "?", "answer": "x", "evidence": ["t9"]}]},
-            "not a turn id",
+            "names evidence \\['t9'\\] that is not a turn id — list the ids",
         ),
         (
             {
@@ -116,8 +125,46 @@ def test_shipped_schema_is_generated_from_the_models() -> None:
     ],
 )
 def test_bad_documents_are_clear_errors(change: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConversationError, match=message):
+    with pytest.raises(ConversationError, match=message) as caught:
         parse_conversation(json.dumps(minimal(**change)), "bad.json")
+    assert caught.value.message.startswith("bad.json: ") and "\n" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "the file is empty — a conversation is a JSON object"),
+        ("  \n", "the file is empty"),
+        ("{}", 'no "format" field — a conversation is a JSON object with "format"'),
+    ],
+)
+def test_empty_and_formatless_files_say_so(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    with pytest.raises(ConversationError, match=message):
+        load_conversation(path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.datetimes(timezones=st.none() | st.timezones()), st.booleans())
+def test_iso_dates_and_datetimes_parse(moment: datetime, date_only: bool) -> None:
+    text = moment.date().isoformat() if date_only else moment.isoformat()
+    assert parse_date(text) is not None
+    doc = minimal(sessions=[{"id": "s1", "date": text, "turns": [TURN]}])
+    assert parse_conversation(json.dumps(doc)).sessions[0].date == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=64).filter(lambda t: parse_date(t) is None))
+def test_a_date_that_does_not_parse_is_named_with_its_session(text: str) -> None:
+    doc = minimal(sessions=[{"id": "s7", "date": text, "turns": [TURN]}], questions=[])
+    try:
+        parse_conversation(json.dumps(doc), "d.json")
+    except ConversationError as exc:
+        assert exc.message.startswith("d.json: ") and "\n" not in exc.message.strip()
+        assert "s7" in exc.message or "date" in exc.message
+    else:
+        raise AssertionError(f"{text!r} was accepted as a date")
 
 
 def test_hostile_files(tmp_path: Path) -> None:
