@@ -19,10 +19,16 @@ window, not retrieved, not opened (navigated), not recalled (distilled). The ``o
 policy shows only the evidence turns and the question, which bounds what any policy can reach
 with this model.
 
-Aggregates per policy and per category: mean recall and F1 with percentile bootstrap
-intervals (seeded, so a report is reproducible), exact-match rate with the Wilson interval,
-token totals and wall time. The questions of one conversation are not independent draws, so
+Aggregates per policy and per category (the question's kind): mean recall and F1 with
+percentile bootstrap intervals (seeded, so a report is reproducible), exact-match rate with
+the Wilson interval, token totals, wall time and the facts lost (per question, the evidence
+turns its prompt lacked). The questions of one conversation are not independent draws, so
 the intervals describe this batch.
+
+Every report also scores the reference line, :class:`Bm25Packer` (plain BM25 over every turn,
+packed until the window is full), on the same budget, so a reader sees whether a policy beats
+the obvious baseline. Budgets are in the counter's units; :func:`conversation_budget` scales a
+token budget for a byte counter.
 """
 
 from __future__ import annotations
