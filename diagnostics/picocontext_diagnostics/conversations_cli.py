@@ -47,8 +47,8 @@ PROG = "picocontext-eval"
 ALL_POLICIES = "oracle,append-only,sliding-window,compaction,retrieval,editable,navigated,distilled"
 MAX_WINDOW = 32_768
 DEFAULT_WINDOW = 4_096
-# English text runs about 4 UTF-8 bytes per token on the Qwen and SmolLM tokenizers; the
-# episode evaluation's --bytes-per-token uses the same default.
+# Conversation text runs 3.8-4.3 UTF-8 bytes per token on the Qwen2.5 and SmolLM2 tokenizers
+# (measured in docs/conversations.md); the episode evaluation's --bytes-per-token default too.
 DEFAULT_BYTES_PER_TOKEN = 4
 # Questions listed per policy in the text "facts lost" view (all of them are in the JSON).
 FACTS_LOST_LINES = 12
