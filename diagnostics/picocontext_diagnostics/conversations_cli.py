@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from picocontext import Cancelled, CancelToken, InputFileError, PicoContextError
+from picocontext import Cancelled, CancelToken, InputFileError, PicoContextError, TokenCounter
+from picocontext.models import ByteCounter
 from picocontext_diagnostics.conversations import (
     Conversation,
     ConversationError,
@@ -55,6 +56,8 @@ FACTS_LOST_LINES = 12
 EXIT_FAILED = 3
 EXIT_BAD_INPUT = 2
 EXIT_SETUP = 1
+# "scripted" is the deterministic backend's other name on the command line.
+CONVERSATION_BACKENDS = ("deterministic", "scripted", "mlx", "llamacpp")
 # Flags of the notebook evaluation that a conversation run does not take.
 EPISODE_ONLY = ("config", "profile", "steps", "workers")
 
@@ -180,16 +183,19 @@ def check_options(args: dict[str, str]) -> None:
     for key in EPISODE_ONLY:
         if key in args:
             raise InvalidConfiguration(f"--{key} does not apply with --conversation")
-    if args.get("backend", "deterministic") not in ("deterministic", "mlx", "llamacpp"):
-        raise InvalidConfiguration("--conversation runs on --backend deterministic or mlx")
+    if args.get("backend", "deterministic") not in CONVERSATION_BACKENDS:
+        raise InvalidConfiguration(
+            "--conversation runs on --backend deterministic, mlx or llamacpp — the openai "
+            "backend does not run conversations yet"
+        )
     _number(args, "questions", 1, 100_000)
     _number(args, "window", 256, MAX_WINDOW)
 
 
-def bytes_per_token(args: dict[str, str], backend: str) -> int | None:
-    """The bytes that stand for one token on a byte-counting backend (None on a model,
-    whose counter counts its own tokens)."""
-    if backend != "deterministic":
+def bytes_per_token(args: dict[str, str], counter: TokenCounter) -> int | None:
+    """The bytes that stand for one token when ``counter`` counts UTF-8 bytes (the
+    deterministic backend's); None for a model's counter, which counts its own tokens."""
+    if not isinstance(counter, ByteCounter):
         return None
     return int(args.get("bytes-per-token", DEFAULT_BYTES_PER_TOKEN))
 
@@ -232,7 +238,7 @@ def execute(
             None if "decoding" not in args else args["decoding"] == "constrained",
             log=lambda message: print(message, file=err, flush=True),
         )
-        scale = bytes_per_token(args, handle.kind)
+        scale = bytes_per_token(args, handle.counter)
         quiet = "quiet" in args
 
         def on_result(result: QuestionResult) -> None:
