@@ -27,7 +27,7 @@ from picocontext_diagnostics.conversations_backend import (
     DeterministicConversationBackend,
     best_sentence,
 )
-from picocontext_diagnostics.conversations_cli import EXIT_FAILED
+from picocontext_diagnostics.conversations_cli import EXIT_FAILED, bytes_per_token
 from picocontext_diagnostics.conversations_eval import (
     ORACLE,
     ConversationReport,
@@ -404,3 +404,12 @@ def test_a_run_with_failed_questions_exits_3_and_still_writes_the_report(tmp_pat
         "append-only",
     )
     assert code == EXIT_FAILED == 3 and all(r.failure for r in report.results)
+
+
+def test_only_a_byte_counter_is_scaled() -> None:
+    class ModelTokens:
+        """Stands for a model's counter: anything that is not the byte counter."""
+
+    assert bytes_per_token({}, ByteCounter()) == 4
+    assert bytes_per_token({"bytes-per-token": "2"}, ByteCounter()) == 2
+    assert bytes_per_token({"bytes-per-token": "2"}, ModelTokens()) is None  # type: ignore[arg-type]
