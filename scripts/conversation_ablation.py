@@ -1,0 +1,51 @@
+"""Evidence recall of policy variants on conversations: each ``--variant NAME=KIND:JSON``
+(for example ``no-neighbours=retrieval:{"neighbour_weight": 0}``) runs with its own settings
+on the deterministic backend at a token window, one line per conversation.
+
+``python scripts/conversation_ablation.py --window 4096 --variant default=retrieval:{}
+--variant no-tail=retrieval:{"tail_share": 0} locomo/locomo-26.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from picocontext.models import ByteCounter
+from picocontext_diagnostics.conversations import load_conversation
+from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.conversations_cli import DEFAULT_BYTES_PER_TOKEN
+from picocontext_diagnostics.conversations_eval import ConversationRunner, conversation_budget
+from picocontext_diagnostics.policies import Policy
+
+
+def variant(text: str) -> Policy:
+    """``NAME=KIND:JSON`` as a policy named NAME running KIND with the JSON settings."""
+    name, _, rest = text.partition("=")
+    kind, _, config = rest.partition(":")
+    return Policy(name=name, kind=kind, config=json.loads(config or "{}"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--window", type=int, default=4_096, help="tokens")
+    parser.add_argument("--variant", type=variant, action="append", required=True)
+    parser.add_argument("files", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+    budget = conversation_budget(args.window, DEFAULT_BYTES_PER_TOKEN)
+    for path in args.files:
+        conversation = load_conversation(path)
+        runner = ConversationRunner(ByteCounter(), DeterministicConversationBackend())
+        report = runner.run(
+            conversation, args.variant, budget, bytes_per_token=DEFAULT_BYTES_PER_TOKEN
+        )
+        scores = [*report.summary, *([report.reference] if report.reference else [])]
+        recall = ", ".join(f"{s.policy} {s.overall.evidence_recall.mean:.3f}" for s in scores)
+        print(f"{conversation.id} ({report.questions_asked} questions): {recall}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
