@@ -4,10 +4,15 @@ packed turns in history order with the dates their bodies carry."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from picocontext import ContextSession, Record, Role, RunBudget, Scope, Snapshot
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, RetrievalSettings
+from picocontext.policies.history import split_history
 from picocontext.policies.retrieval import with_neighbours
+from picocontext.policies.sliding_window import completion_tokens, latest_request, prompt_room
 from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
@@ -27,6 +32,24 @@ def history(matches: int = 20, fillers: int = 40) -> Snapshot:
                 Record(id=f"m{i}", role=Role.USER, body=f"[2026-02-01] The garden shed {i} is red.")
             )
             records.append(Record(id=f"r{i}", role=Role.ASSISTANT, body=f"Noted, number {i}."))
+    records.append(
+        Record(id="q", role=Role.USER, body="What colour is the garden shed?", protected=True)
+    )
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+WORDS = st.sampled_from(["garden", "shed", "red", "train", "rain", "colour", "4471", "moved"])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> Snapshot:
+    """Random plain turns (some protected) and the question last."""
+    records = [Record(id="task", role=Role.USER, body="Chat.", protected=True)]
+    for i in range(draw(st.integers(0, 30))):
+        body = " ".join(draw(st.lists(WORDS, min_size=1, max_size=30)))
+        role = draw(st.sampled_from([Role.USER, Role.ASSISTANT]))
+        protected = draw(st.integers(0, 9)) == 0
+        records.append(Record(id=f"m{i}", role=role, body=body, protected=protected))
     records.append(
         Record(id="q", role=Role.USER, body="What colour is the garden shed?", protected=True)
     )
@@ -88,3 +111,33 @@ def test_neighbours_rank_below_their_hit_and_never_above_a_stronger_own_score() 
     assert scores[1] == (1.5, True) and -1 not in scores
     assert [i for i, _, _ in out][:2] == [5, 0]
     assert with_neighbours(ranked, 8, 0.0) == [(5, 4.0, False), (0, 3.0, False), (6, 1.0, False)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.integers(200, 3_000), st.sampled_from([0.0, 0.25]), st.booleans())
+def test_packing_fills_the_room(
+    snapshot: Snapshot, window: int, tail_share: float, neighbours: bool
+) -> None:
+    """Budget-filling: the prompt fits, and every ranked unit (or neighbour of one) left out
+    would not have fitted beside what was packed."""
+    budget = RunBudget(context_window=window, completion_output_tokens=64, edit_output_tokens=64)
+    settings_ = RetrievalSettings(tail_share=tail_share, neighbour_weight=0.5 * neighbours)
+    policy = RetrievalPolicy(settings_)
+    counter = ByteCounter()
+    choice = policy.select(snapshot, counter, budget)
+    measure = completion_tokens(counter)
+    room = prompt_room(budget)
+    base = split_history(snapshot, measure, int(tail_share * window))
+    if measure(base.view) > room:
+        assert not choice.retrieved_ids
+        return
+    assert measure(choice.view) <= room
+    archive = list(base.archive)
+    ranked = policy.rank(archive, latest_request(snapshot))
+    shown = set(choice.view.ids)
+    for index, _, _ in with_neighbours(ranked, len(archive), settings_.neighbour_weight):
+        unit = archive[index]
+        if unit[0].id in shown:
+            continue
+        trial = tuple(r for r in snapshot.records if r.id in shown or r in unit)
+        assert measure(Snapshot(scope=snapshot.scope, records=trial)) > room
