@@ -352,7 +352,7 @@ def test_a_file_over_the_size_limit_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "\n" not in line and "larger than the 8,000,000-byte limit — split it" in line
 
 
-def synthetic(questions: int = 40, sessions: int = 12, turns: int = 30) -> Conversation:
+def synthetic(questions: int = 40, sessions: int = 8, turns: int = 30) -> Conversation:
     """A generated conversation (seeded): facts about where things were left, among filler
     turns, and one single-hop question per fact; for timing, not for scores."""
     rng = random.Random(7)
@@ -365,7 +365,7 @@ def synthetic(questions: int = 40, sessions: int = 12, turns: int = 30) -> Conve
         rows = []
         for t in range(turns):
             tid, text = f"s{s}-t{t}", " ".join(rng.choices(filler, k=2))
-            if t % 2 == 0 and len(doc["questions"]) < questions and rng.random() < 0.3:
+            if t % 2 == 0 and len(doc["questions"]) < questions and rng.random() < 0.45:
                 item, place = rng.choice(items), rng.choice(places)
                 text = f"I left the {item} number {len(doc['questions'])} in the {place}."
                 doc["questions"].append(
