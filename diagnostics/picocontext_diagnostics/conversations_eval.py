@@ -505,6 +505,7 @@ def score_question(
 
 
 ResultCallback = Callable[[QuestionResult], None]
+PolicyFactory = Callable[[Policy, ModelBackend], ContextPolicy]
 
 
 @runtime_checkable
@@ -519,9 +520,17 @@ class MaintainedPolicy(Protocol):
 class ConversationRunner:
     """Runs every policy over one conversation on one counter/backend pair."""
 
-    def __init__(self, counter: TokenCounter, backend: ModelBackend) -> None:
+    def __init__(
+        self,
+        counter: TokenCounter,
+        backend: ModelBackend,
+        create: PolicyFactory = create_policy_object,
+    ) -> None:
+        """``create`` makes each policy's object (default: from the registry); a study can
+        hand one in that builds, say, retrieval with an embedder from another model."""
         self.counter = counter
         self.backend = backend
+        self.create = create
 
     def _update(
         self,
@@ -572,7 +581,7 @@ class ConversationRunner:
     ) -> tuple[tuple[UpdateStep, ...], list[QuestionResult]]:
         session = ContextSession(initial_snapshot(conversation), self.counter, self.backend)
         obj: ContextPolicy = (
-            Bm25Packer() if policy == REFERENCE else create_policy_object(policy, self.backend)
+            Bm25Packer() if policy == REFERENCE else self.create(policy, self.backend)
         )
         try:
             updates = tuple(
