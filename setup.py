@@ -8,12 +8,14 @@ or an editable install reads the top-level ``resources/`` folder instead (both l
 the code). Which files: the package-data globs in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 
 ROOTS = ("core", "diagnostics", "playground")
 DATA = "picocontext_diagnostics.resources"
 
-packages = [DATA]
+# Every folder under resources/ is a data package of its own: setuptools warns, once per
+# folder, about importable folders that no ``packages`` entry names.
+packages = [DATA, *(f"{DATA}.{name}" for name in find_namespace_packages(where="resources"))]
 package_dir = {DATA: "resources"}
 for root in ROOTS:
     found = find_packages(where=root)

@@ -37,13 +37,22 @@ picocontext_venv() {
         "$PYTHON_BIN" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
             { echo "picocontext needs Python >= 3.11 (found $("$PYTHON_BIN" --version 2>&1))" >&2; exit 1; }
         "$PYTHON_BIN" -m venv "$VENV"
-        "$VENV/bin/python" -m pip install -q --upgrade pip
+        "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 ||
+            echo "warning: could not upgrade pip in $VENV; continuing with its own" >&2
     fi
     local stamp="$VENV/.picocontext-$extras"
     local want
     want="$(cat "$ROOT/pyproject.toml" | "$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-        "$VENV/bin/python" -m pip install -q -e "$ROOT[$extras]"
+        # pip relays the build backend's advisory blocks (setuptools' editable-install notice)
+        # even with -q: they go to a log, shown whole only when the install fails.
+        local log="$VENV/install.log"
+        echo "installing picocontext[$extras] into $VENV (log: $log)" >&2
+        if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[$extras]" >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "pip install failed; the log above is also in $log" >&2
+            exit 1
+        fi
         echo "$want" >"$stamp"
     fi
 }
