@@ -252,14 +252,14 @@ def downloads_dir(spec: EmbeddedSpec) -> Path:
 
 
 def stderr_progress(prefix: str = "picocontext") -> Progress:
-    """A :data:`Progress` that prints a line to stderr per stage and per tenth done."""
-    last: dict[str, Any] = {"stage": None, "tenth": -1}
+    """A :data:`Progress` on stderr: a bar per stage on a terminal, a line per quarter done
+    in a log (:class:`picocontext.progress.ProgressEcho`)."""
+    from picocontext.progress import ProgressEcho
+
+    echo = ProgressEcho(sys.stderr)
 
     def report(stage: str, fraction: float) -> None:
-        tenth = int(max(0.0, min(1.0, fraction)) * 10)
-        if stage != last["stage"] or tenth > last["tenth"]:
-            last.update(stage=stage, tenth=tenth)
-            print(f"{prefix}: {stage}: {fraction:.0%}", file=sys.stderr, flush=True)
+        echo(f"{prefix}: {stage}: {int(max(0.0, min(1.0, fraction)) * 100)}%")
 
     return report
 
