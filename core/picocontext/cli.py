@@ -16,15 +16,18 @@ neither diagnostics nor the playground). The old script names (``picocontext-eva
 ``picocontext-distill``) run one command of the same tree under their own name.
 
 Every path ends in :func:`run_parser`'s handler: an error of the project becomes one line on
-stderr and a non-zero exit code; any other exception is a bug, reported in one line that says
-how to see the traceback (``--debug`` anywhere on the command line, or
-``PICOCONTEXT_DEBUG=1``). Exit codes: each command documents its own; 2 is a usage error,
-70 a bug, 130 an interrupt.
+stderr, ``<command>: error: <what> — <what to do>`` (:func:`error_line`), and the error's
+``exit_code``; any other exception is a bug, reported in one line that says how to see the
+traceback (``--debug`` anywhere on the command line, or ``PICOCONTEXT_DEBUG=1``). Exit codes,
+the same for every command: 0 done, 1 a failure while running, 2 a usage or input error
+(bad flags, a file that cannot be read or is malformed, an unknown name), 3 the run finished
+but a check failed (eval, the headless smoke, pcx gates), 70 a bug, 130 an interrupt.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import re
@@ -35,6 +38,7 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from picocontext.errors import PicoContextError
+from picocontext.progress import ProgressEcho
 
 ENTRY_POINT_GROUP = "picocontext.commands"
 DEBUG_FLAG = "--debug"
@@ -67,12 +71,14 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "CommandParser",
+    "ProgressEcho",
     "Registrar",
     "UsageError",
     "add_switch",
     "build_parser",
     "distill_main",
     "entry_point_targets",
+    "error_line",
     "eval_main",
     "find_commands",
     "load_registrar",
@@ -84,6 +90,7 @@ __all__ = [
     "run_parser",
     "split_debug",
     "standalone_parser",
+    "usage_line",
 ]
 
 
@@ -153,6 +160,7 @@ class CommandParser(argparse.ArgumentParser):
         if extras:
             leaf.error(f"unrecognized arguments: {' '.join(extras)}")
         delattr(parsed, _LEAF_PARSER) if hasattr(parsed, _LEAF_PARSER) else None
+        parsed.command_prog = leaf.prog
         return parsed
 
 
@@ -255,8 +263,10 @@ def split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
 
 def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str], debug: bool = False) -> int:
     """Parse and run ``args.func``; the one place errors become exit codes."""
+    prog = parser.prog
     try:
         args = parser.parse_args(list(argv))
+        prog = getattr(args, "command_prog", prog)
         func = getattr(args, "func", None)
         if func is None:
             parser.print_help(sys.stderr)
@@ -264,13 +274,13 @@ def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str], debug: bool
         result = func(args)
         return result if isinstance(result, int) else 0
     except UsageError as exc:
-        _say(f"{exc.prog}: {exc.message} (see {exc.prog} --help)")
+        _say(usage_line(exc))
         return exc.exit_code
     except PicoContextError as exc:
-        _say(f"{parser.prog}: error: {exc.message}")
-        return 1
+        _say(error_line(prog, exc.message))
+        return exc.exit_code
     except KeyboardInterrupt:
-        _say(f"{parser.prog}: interrupted")
+        _say(f"{prog}: interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (``| head``)
         return 0
@@ -278,6 +288,19 @@ def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str], debug: bool
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:
         return _bug(parser.prog, exc, debug)
+
+
+def error_line(prog: str, message: str) -> str:
+    """The one error format of every command: ``<prog>: error: <what> — <what to do>``
+    (the message carries the second half when there is something to do)."""
+    return f"{prog}: error: {' '.join(message.split())}"
+
+
+def usage_line(exc: UsageError) -> str:
+    """A refused command line, in the error format, pointing at the command's help."""
+    if " — " in exc.message:
+        return error_line(exc.prog, exc.message)
+    return error_line(exc.prog, f"{exc.message} — see {exc.prog} --help")
 
 
 def _say(text: str) -> None:
@@ -306,14 +329,29 @@ def _with_default_command(argv: list[str], commands: dict[str, Registrar]) -> li
     first = argv[0]
     if first in commands or first in ("-h", "--help"):
         return argv
+    if not first.startswith("-"):
+        # The playground takes no positional words: a bare word is a mistyped command, said
+        # so in the tree's name rather than blamed on ``app``.
+        raise UsageError(_unknown_command(first, commands), "picocontext")
     return [DEFAULT_COMMAND, *argv]
+
+
+def _unknown_command(word: str, commands: dict[str, Registrar]) -> str:
+    close = difflib.get_close_matches(word, sorted(commands), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown command {word!r} — {hint}commands: {', '.join(sorted(commands))}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``picocontext``: the whole tree."""
     items, debug = split_debug(sys.argv[1:] if argv is None else argv)
     commands = find_commands()
-    return run_parser(build_parser(commands), _with_default_command(items, commands), debug)
+    try:
+        items = _with_default_command(items, commands)
+    except UsageError as exc:
+        _say(usage_line(exc))
+        return exc.exit_code
+    return run_parser(build_parser(commands), items, debug)
 
 
 def standalone_parser(registrar: Registrar, prog: str) -> CommandParser:

@@ -10,7 +10,12 @@ from typing import Any
 
 
 class PicoContextError(Exception):
-    """Base of every error raised by :mod:`picocontext`."""
+    """Base of every error raised by :mod:`picocontext`. ``exit_code`` is what a command
+    exits with when this error ends it: 1 a failure while running, 2 (for the errors that
+    mean bad input: an unreadable file, a malformed document, an unknown name) a usage
+    error, the same rule for every command (``picocontext.cli``)."""
+
+    exit_code: int = 1
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -116,11 +121,21 @@ class ModelError(PicoContextError):
     """A model could not be resolved, loaded or run (message names the model and the fix)."""
 
 
+class UnknownModel(ModelError):
+    """A model name that no registry entry has, or a path that is not a model: bad input."""
+
+    exit_code = 2
+
+
 class ConfigError(PicoContextError):
     """A setting is invalid (the message names the setting and the valid values). The pcx
     compiler and distillation raise it for their options."""
+
+    exit_code = 2
 
 
 class SourceError(PicoContextError):
     """An input source (a file, folder or session store) cannot be read or does not have the
     shape its reader expects. The pcx compiler and distillation raise it for their sources."""
+
+    exit_code = 2

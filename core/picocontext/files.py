@@ -56,6 +56,8 @@ _KINDS = (
 class InputFileError(PicoContextError):
     """A user file that cannot be read as asked; the message names the file and the reason."""
 
+    exit_code = 2
+
 
 def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -173,6 +175,8 @@ def files_under(root: Path | str, *, ignore: Ignore | None = None) -> SourceWalk
 
 class OutputFileError(PicoContextError):
     """An output path that cannot be written; the message names the path and the reason."""
+
+    exit_code = 2
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -24,6 +24,8 @@ class InvalidEpisode(DiagnosticsError):
 class InvalidConfiguration(DiagnosticsError):
     """An evaluation configuration or its limits are out of range."""
 
+    exit_code = 2
+
 
 class AnswerFormatError(DiagnosticsError):
     """An answer is not the strict ``{"facts": {...}}`` shape; ``offset`` points at the problem."""

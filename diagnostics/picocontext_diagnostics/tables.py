@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from picocontext import InputFileError, read_text_bounded
-from picocontext.cli import run_command
+from picocontext.cli import error_line, run_command
 from picocontext_diagnostics.errors import InvalidConfiguration
 
 REPORT_KIND = "picocontext-evaluation"
@@ -172,8 +172,9 @@ def _run(args: argparse.Namespace) -> int:
         for path, report in zip(args.reports, reports, strict=True):
             _check_rows(path, report)
     except InvalidConfiguration as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        prog = getattr(args, "command_prog", "picocontext tables")
+        print(error_line(prog, exc.message), file=sys.stderr)
+        return exc.exit_code
     names = [path.name for path in args.reports]
     sys.stdout.write(markdown_table(reports, setup=args.setup, latest=args.latest, names=names))
     return 0

@@ -52,7 +52,18 @@ def test_no_command_or_app_flags_run_the_app(capsys: pytest.CaptureFixture[str])
     assert cli._with_default_command(["--smoke"], commands) == ["app", "--smoke"]
     assert cli._with_default_command(["pcx", "show"], commands) == ["pcx", "show"]
     code, _, err = run(capsys, "--smoke", "--pressure")
-    assert code == 2 and err == "picocontext: --pressure applies to --episode-smoke only\n"
+    assert code == 2
+    assert err == "picocontext app: error: --pressure applies to --episode-smoke only\n"
+
+
+@pytest.mark.parametrize(("word", "close"), [("evl", "eval"), ("distil", "distill")])
+def test_a_mistyped_command_is_named_not_blamed_on_app(
+    word: str, close: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, word, "--profile", "retention")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"picocontext: error: unknown command {word!r} — ")
+    assert f"did you mean {close!r}?" in err and "commands: app, " in err
 
 
 def test_a_third_party_command_registers_like_a_built_in(
@@ -104,10 +115,11 @@ def test_a_bug_is_one_line_unless_debug(
 def test_usage_errors_are_one_line_naming_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "pcx", "validate")
     assert code == 2 and len(err.splitlines()) == 1
-    assert err.startswith("picocontext pcx validate: ") and "--help" in err
+    assert err.startswith("picocontext pcx validate: error: ")
+    assert err.rstrip().endswith(" — see picocontext pcx validate --help")
     code, _, err = run(capsys, "eval", "--bogus")
-    assert code == 1 and err == (
-        "picocontext eval: unknown option --bogus (see picocontext eval --help)\n"
+    assert code == 2 and err == (
+        "picocontext eval: error: unknown option --bogus — see picocontext eval --help\n"
     )
 
 
@@ -151,7 +163,7 @@ def test_bad_files_give_one_clear_line_and_no_traceback(
     for argv in _bad_inputs(tmp_path):
         code, _, err = run(capsys, *argv)
         lines = err.strip().splitlines()
-        assert code not in (0, cli.EXIT_BUG), (argv, err)
+        assert code == 2, (argv, err)
         assert len(lines) == 1 and "Traceback" not in err, (argv, err)
         assert str(tmp_path) in lines[0] or "missing" in lines[0], (argv, err)
 

@@ -13,4 +13,4 @@ def test_an_unknown_model_is_one_clear_line(
 ) -> None:
     assert run(["--corpus", "pytest-docs", option, "no-such-model"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no-such-model" in err[0] and "Known models" in err[0]
+    assert len(err) == 1 and "no-such-model" in err[0] and "use a known model name" in err[0]

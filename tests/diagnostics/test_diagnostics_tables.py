@@ -46,8 +46,10 @@ def test_main_prints_the_table_and_rejects_other_files(
     assert capsys.readouterr().out.startswith(HEADER)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"kind": "something-else"}), encoding="utf-8")
-    assert main([str(other)]) == 1
-    assert "is not a picocontext evaluation report" in capsys.readouterr().err
+    assert main([str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("picocontext tables: error: ") and len(err.splitlines()) == 1
+    assert "is not a picocontext evaluation report" in err
     broken = tmp_path / "broken.json"
     broken.write_text("{", encoding="utf-8")
     with pytest.raises(InvalidConfiguration, match="is not a JSON evaluation report"):
@@ -64,8 +66,9 @@ def test_a_report_missing_a_quoted_field_is_one_clear_line(
     del data["summary"]["policies"][0]["total_input_tokens"]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data), encoding="utf-8")
-    assert main([str(old)]) == 1
+    assert main([str(old)]) == 2
     err = capsys.readouterr().err
+    assert err.startswith("picocontext tables: error: ")
     assert len(err.splitlines()) == 1 and "total_input_tokens" in err and "Traceback" not in err
 
 

@@ -2,9 +2,9 @@
 
 Registered into ``picocontext pcx`` through :func:`register` (entry-point group
 ``picocontext.pcx_commands``); also runnable alone as ``python -m picocontext.build``. Exit
-codes: 0 ok, 2 bad input or configuration, 3 a quality gate failed, 4 a variant failed its
-self-check (schema, structure, baseline or oracle reachability). Nothing is written unless
-every variant passed.
+codes: 0 ok, 1 the engine or its model failed, 2 bad input or configuration, 3 a quality gate
+failed, 4 a variant failed its self-check (schema, structure, baseline or oracle
+reachability). Nothing is written unless every variant passed.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from picocontext.build.engines.base import DescriptorEngine
 from picocontext.build.engines.llm import LLMEngine
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import ConfigError, GateFailed, SelfCheckFailed
-from picocontext.cli import run_command
+from picocontext.cli import error_line, run_command
 from picocontext.errors import PicoContextError
 from picocontext.files import check_output_file, check_output_folder
 
@@ -221,6 +221,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _prog(args: argparse.Namespace) -> str:
+    return str(getattr(args, "command_prog", "pcx build"))
+
+
 def _say(text: str) -> None:
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
@@ -230,6 +234,14 @@ def make_engine(args: argparse.Namespace) -> DescriptorEngine:
     if args.fake and args.engine == "llm":
         raise ConfigError("--fake and --engine llm contradict each other")
     if engine == "offline":
+        options = (("--model-dir", args.model_dir), ("--model", args.model))
+        given = [flag for flag, value in (*options, ("--endpoint", args.endpoint)) if value]
+        if given:
+            verb, them = ("apply", "them") if len(given) > 1 else ("applies", "it")
+            raise ConfigError(
+                f"{' and '.join(given)} only {verb} to --engine llm — add --engine llm, or drop "
+                f"{them} for the offline engine"
+            )
         if args.synthesis:
             sys.stderr.write("note: --synthesis needs the llm engine; ignored offline\n")
         return OfflineEngine()
@@ -241,10 +253,14 @@ def make_engine(args: argparse.Namespace) -> DescriptorEngine:
         key = os.environ.get(args.api_key_env, "")
         model: Any = OpenAICompatChat(args.endpoint, args.model, key)
     else:
-        # The local MLX model: --model NAME from the registry, --model-dir DIR, or the default
-        # (Qwen3 on Apple silicon, the embedded SmolLM2 elsewhere). Imported lazily.
-        from picocontext.models.registry import load_model
+        # A local model: --model NAME from the registry, --model-dir DIR, or the default
+        # engine's default model (picocontext.models.default_model_name). Imported lazily.
+        from picocontext.models.registry import MODELS, directory_engine, load_model
 
+        # Said only before a real load: a path or name refused at once stays one error line.
+        if directory_engine(args.model_dir) if args.model_dir else args.model in (None, *MODELS):
+            what = args.model_dir or args.model or "the default model"
+            _say(f"loading {what} for --engine llm (the first load can take a minute)…")
         model = load_model(args.model, model_dir=args.model_dir, log=_say)
         for note in getattr(model, "notes", ()) or ():
             sys.stderr.write(f"note: {note}\n")
@@ -324,16 +340,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             err.write(f"skipped: {s}\n")
         written = write_outputs(result, args.out, cache_path)
     except GateFailed as exc:
-        err.write(f"error: {exc.message}\n")
+        err.write(error_line(_prog(args), exc.message) + "\n")
         return 3
     except SelfCheckFailed as exc:
-        err.write(f"error: {exc.message}\n")
+        err.write(error_line(_prog(args), exc.message) + "\n")
         return 4
-    except PicoContextError as exc:  # BuildError, and model loading errors
-        err.write(f"error: {exc.message}\n")
-        return 2
+    except PicoContextError as exc:  # bad input 2, a model that failed to load or run 1
+        err.write(error_line(_prog(args), exc.message) + "\n")
+        return exc.exit_code
     except ValueError as exc:  # pydantic validation of options
-        err.write(f"error: bad option: {exc}\n")
+        err.write(error_line(_prog(args), f"bad option: {exc}") + "\n")
         return 2
     if args.json:
         out.write(json.dumps(result.stats.model_dump(mode="json"), indent=2) + "\n")

@@ -15,11 +15,16 @@ from picocontext.errors import ConfigError, PicoContextError, SourceError
 
 
 class BuildError(PicoContextError):
-    """Base of every error raised by :mod:`picocontext.build`."""
+    """Base of every error raised by :mod:`picocontext.build`; most are bad input (a source
+    the compiler cannot use), so a command ends with exit code 2."""
+
+    exit_code = 2
 
 
 class EngineError(BuildError):
     """A descriptor engine failed in a way the pipeline cannot repair."""
+
+    exit_code = 1
 
 
 class GateFailed(BuildError):

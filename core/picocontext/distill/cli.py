@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.cli import run_command
+from picocontext.cli import error_line, run_command
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
 from picocontext.distill.config import DistillConfig, whitespace_tokens
 from picocontext.distill.distiller import Distiller
@@ -36,6 +37,36 @@ from picocontext.errors import PicoContextError
 from picocontext.files import InputFileError, read_text_bounded
 
 CONFIG_KEY = "cli_config"
+
+
+# Numbers a user types are checked when parsed: a negative grace, interval or count has no
+# meaning, and an int() or float() that accepted it would make the command do something else.
+_MAX_SECONDS = 365 * 24 * 3600.0
+MAX_DIMS = 65_536
+
+
+def _whole(least: int, most: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least or (most is not None and value > most):
+            span = f">= {least}" if most is None else f"from {least} to {most:,}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {span}, not {text!r}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 <= value <= _MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to a year, not {text!r}")
+    return value
 
 
 def default_corpus() -> Path:
@@ -89,7 +120,10 @@ def _add_commands(sub: Any) -> None:
         help="lexical hashing (default, no model) or mean-pooled hidden states of --model",
     )
     sync.add_argument("--guard", choices=["regex", "none"], default=None)
-    sync.add_argument("--dims", type=int, default=None, help="lexical embedder width")
+    # The lexical vectors are dense: a width beyond 65,536 only fails later, for want of memory.
+    sync.add_argument(
+        "--dims", type=_whole(1, MAX_DIMS), default=None, help="lexical embedder width"
+    )
     sync.add_argument(
         "--budget",
         type=_positive,
@@ -126,7 +160,7 @@ def _add_commands(sub: Any) -> None:
 
     rc = sub.add_parser("recall", help="altitude-aware recall under a token budget")
     rc.add_argument("query")
-    rc.add_argument("--budget", type=int, default=1500)
+    rc.add_argument("--budget", type=_whole(1), default=1500)
     rc.add_argument("--altitude", choices=[a.name.lower() for a in Altitude], default="auto")
     rc.add_argument("--scope", default="")
     rc.add_argument("--json", action="store_true")
@@ -137,15 +171,15 @@ def _add_commands(sub: Any) -> None:
     )
     snap.set_defaults(func=_snapshot)
     g = sub.add_parser("gc", help="remove unreferenced summary blobs")
-    g.add_argument("--grace", type=float, default=3600.0, help="seconds (default 3600)")
+    g.add_argument("--grace", type=_seconds, default=3600.0, help="seconds (default 3600)")
     g.set_defaults(func=_gc)
     st = sub.add_parser("stats", help="node counts, pending marks, recipes")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_stats)
     w = sub.add_parser("watch", help="poll the sources and sweep with the debounced worker")
-    w.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
-    w.add_argument("--debounce", type=float, default=1.0)
-    w.add_argument("--iterations", type=int, default=0, help="stop after N polls (0: never)")
+    w.add_argument("--interval", type=_seconds, default=2.0, help="seconds between polls")
+    w.add_argument("--debounce", type=_seconds, default=1.0)
+    w.add_argument("--iterations", type=_whole(0), default=0, help="stop after N polls (0: never)")
     w.set_defaults(func=_watch)
     tools = sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
     tools.set_defaults(func=_tools)
@@ -169,17 +203,16 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _guarded(func: Command) -> Command:
-    """``distill``'s exit codes for errors of the project: 2 no corpus, else 1."""
+    """An error of the project as one line in the tree's format, with its exit code (2 bad
+    input such as no corpus or an unknown node, 1 a failure while running)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
-        except NoCorpus as exc:
-            print(exc.message, file=sys.stderr)
-            return 2
         except PicoContextError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            prog = getattr(args, "command_prog", "picocontext distill")
+            print(error_line(prog, exc.message), file=sys.stderr)
+            return exc.exit_code
 
     return run
 
@@ -505,8 +538,7 @@ def _sync(args: argparse.Namespace) -> int:
     fresh = not (corpus / "nodes.sqlite").exists()
     config = _sync_config(args, _stored_config(corpus, must_exist=False))
     if not _sources(config):
-        print("Nothing to distil: pass --docs DIR and/or --sessions FILE.", file=sys.stderr)
-        return 2
+        raise ConfigError("Nothing to distil: pass --docs DIR and/or --sessions FILE.")
     opened = _open_distiller(corpus, config)
     distiller = opened.distiller
     try:

@@ -17,6 +17,8 @@ class DistillError(PicoContextError):
 class NoCorpus(DistillError):
     """A command that reads a corpus was pointed at a directory without one."""
 
+    exit_code = 2
+
     def __init__(self, corpus: str) -> None:
         super().__init__(f"No corpus at {corpus}; run `picocontext distill sync --docs DIR` first.")
         self.corpus = corpus
@@ -24,6 +26,8 @@ class NoCorpus(DistillError):
 
 class SourceConflict(DistillError):
     """A sync named other sources than the ones the corpus was built from."""
+
+    exit_code = 2
 
 
 class CorruptBlob(DistillError):
@@ -49,6 +53,8 @@ class MissingBlob(DistillError):
 
 
 class NodeNotFound(DistillError):
+    exit_code = 2
+
     def __init__(self, node_id: str) -> None:
         super().__init__(f'Digest node "{node_id}" not found; call map to list the node ids.')
         self.node_id = node_id
@@ -57,9 +63,13 @@ class NodeNotFound(DistillError):
 class InvalidHash(DistillError):
     """A SemHash, CAS address or ContentHash string is malformed."""
 
+    exit_code = 2
+
 
 class InvalidId(DistillError):
     """A digest node id does not have the expected shape."""
+
+    exit_code = 2
 
 
 class SummarizerError(DistillError):
@@ -72,6 +82,8 @@ class EmbedderError(DistillError):
 
 class ToolCallError(DistillError):
     """A model's map/digest/resolve/recall call had invalid arguments."""
+
+    exit_code = 2
 
 
 class StoreError(DistillError):

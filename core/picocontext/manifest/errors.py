@@ -18,6 +18,8 @@ class ManifestError(PicoContextError):
 class ManifestInvalid(ManifestError):
     """A manifest failed parsing, the schema, the structure checks or a size limit."""
 
+    exit_code = 2
+
     def __init__(self, errors: Sequence[str], source: str = "manifest") -> None:
         self.errors: tuple[str, ...] = tuple(errors)
         if len(self.errors) == 1:  # one problem, one line
@@ -29,6 +31,10 @@ class ManifestInvalid(ManifestError):
 
 
 class UnknownNode(ManifestError):
+    """A node id the manifest does not have (``pcx show --open``: bad input)."""
+
+    exit_code = 2
+
     def __init__(self, node_id: str) -> None:
         super().__init__(f"Unknown node id {node_id!r}.")
         self.node_id = node_id
@@ -43,7 +49,10 @@ class NotOnFrontier(ManifestError):
 
 
 class BudgetTooSmall(ManifestError):
-    """The effective budget cannot even hold the always-loaded baseline."""
+    """The effective budget cannot even hold the always-loaded baseline (a ``--budget`` or
+    ``--reserve`` that no run can use: bad input)."""
+
+    exit_code = 2
 
     def __init__(self, effective: int, baseline: int) -> None:
         super().__init__(
@@ -88,6 +97,8 @@ class LoaderError(ManifestError):
 
 class EvalError(ManifestError):
     """Bad eval input, such as a case whose target is not in the manifest."""
+
+    exit_code = 2
 
 
 class NavigatorError(ManifestError):

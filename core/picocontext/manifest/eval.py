@@ -161,11 +161,24 @@ def load_cases(path: Path | str) -> list[NavCase]:
         raise EvalError(f"Cannot read cases from {path}: {exc}") from None
     if not isinstance(raw, list):
         raise EvalError(f"{path}: cases must be a JSON array of {{query, target}} objects")
-    try:
-        return [NavCase.model_validate(c) for c in raw]
-    except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        raise EvalError(f"{path}: bad case: {first['loc']}: {first['msg']}") from exc
+    cases = []
+    for number, case in enumerate(raw, 1):
+        try:
+            cases.append(NavCase.model_validate(case))
+        except ValidationError as exc:
+            first = exc.errors(include_url=False, include_input=False)[0]
+            field = ".".join(str(part) for part in first["loc"])
+            if not isinstance(case, dict):
+                problem = "is not an object"
+            elif first["type"] == "missing":
+                problem = f"has no {field!r}"
+            else:
+                problem = f"has a bad {field!r} ({first['msg'].lower()})"
+            raise EvalError(
+                f"{path}: case {number} {problem} — each case is an object "
+                '{"query": ..., "target": NODE_ID[, "note", "facet"]}'
+            ) from exc
+    return cases
 
 
 class CaseFailed(EvalError):

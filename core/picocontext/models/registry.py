@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from picocontext.errors import ModelError
+from picocontext.errors import ModelError, UnknownModel
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -279,11 +279,11 @@ def resolve_model(
     if directory:
         path = Path(directory).expanduser()
         if path.exists() and not path.is_dir():
-            raise ModelError(f"{path} is not a directory; --model-dir names a model directory.")
+            raise UnknownModel(f"{path} is not a directory; --model-dir names a model directory.")
         if engine == "llamacpp":
             return _llamacpp_dir(path)
         if not (path / "config.json").is_file():
-            raise ModelError(
+            raise UnknownModel(
                 f"{path} is not an MLX model directory (no config.json). Point --model-dir / "
                 f"{MODEL_DIR_ENV} at a directory with config.json, weights and tokenizer files."
             )
@@ -292,15 +292,18 @@ def resolve_model(
     chosen = explicit or default_model_name(engine)
     spec = MODELS.get(chosen)
     given = Path(chosen).expanduser()
+    known = ", ".join(sorted(MODELS))
     if spec is None and given.exists():
-        kind = "directory" if given.is_dir() else "file, not a model name"
-        raise ModelError(
-            f"{chosen!r} is a {kind}; pass a model directory with --model-dir, or a known "
-            f"model name: {', '.join(sorted(MODELS))}."
+        kind = "directory, given as a model name" if given.is_dir() else "file, not a model"
+        raise UnknownModel(
+            f"{chosen!r} is a {kind} — give a known model name ({known}) or a model directory "
+            "where the command takes one"
         )
     if spec is None:
-        known = ", ".join(sorted(MODELS))
-        raise ModelError(f"Unknown model {chosen!r}. Known models: {known}; or pass --model-dir.")
+        raise UnknownModel(
+            f"unknown model {chosen!r} — use a known model name ({known}) or the path of a "
+            "model directory that exists"
+        )
     if spec.source == "embedded":
         return _embedded(log, spec.name, engine)
     if engine == "llamacpp":
@@ -329,7 +332,7 @@ def _llamacpp_dir(path: Path) -> ResolvedModel:
     from picocontext.models.gguf import GGUF_FILE
 
     if not (path / GGUF_FILE).is_file() or not (path / "tokenizer_config.json").is_file():
-        raise ModelError(
+        raise UnknownModel(
             f"{path} is not a llama.cpp model directory: it needs {GGUF_FILE} beside "
             "tokenizer.json, tokenizer_config.json and config.json (the layout picocontext "
             "installs embedded models in)."

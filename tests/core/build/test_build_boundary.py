@@ -77,7 +77,8 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_build(
     code = cli.main(["pcx", "build", str(src), "--kind", "docs", "--out", str(out)])
     stdout, stderr = capsys.readouterr()
     assert code == 2 and stdout == "" and "building" not in stderr
-    assert stderr.startswith(f"error: {out}: ") and len(stderr.splitlines()) == 1
+    assert stderr.startswith(f"picocontext pcx build: error: {out}: ")
+    assert len(stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

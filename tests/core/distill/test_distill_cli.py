@@ -89,14 +89,16 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
     corpus = str(tmp_path / "corpus")
     code, _, err = _run(capsys, "--corpus", corpus, "map")
     assert code == 2 and "sync --docs" in err
+    assert err.startswith("picocontext-distill map: error: ") and len(err.splitlines()) == 1
     code, _, err = _run(capsys, "--corpus", corpus, "sync")
     assert code == 2 and "Nothing to distil" in err
     code, _, err = _run(capsys, "--corpus", corpus, "sync", "--docs", str(tmp_path / "missing"))
-    assert code == 1 and "does not exist" in err
+    assert code == 2 and "does not exist" in err
+    assert err.startswith("picocontext-distill sync: error: ") and len(err.splitlines()) == 1
     code, _, err = _run(
         capsys, "--corpus", corpus, "sync", "--docs", str(tmp_path), "--summarizer", "model"
     )
-    assert code == 1 and "--model" in err
+    assert code == 2 and "--model" in err
 
 
 def test_tools_prints_the_schemas(capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,7 +158,7 @@ def test_sessions_from_a_session_store_file(
         "--sessions",
         str(tmp_path / "nope.sqlite"),
     )
-    assert code == 1 and "does not exist" in err
+    assert code == 2 and "does not exist" in err
     assert not (tmp_path / "nope.sqlite").exists()
 
 

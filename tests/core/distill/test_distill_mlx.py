@@ -116,7 +116,7 @@ def test_cli_model_choice_without_a_model_is_a_clear_error(
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\ntext\n", encoding="utf-8")
     argv = ["--corpus", str(tmp_path / "c"), "sync", "--docs", str(docs), "--embedder", "model"]
-    assert main(argv) == 1
+    assert main(argv) == 2
     assert "--embedder model needs --model NAME_OR_DIR" in capsys.readouterr().err
 
 

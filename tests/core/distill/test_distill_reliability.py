@@ -130,7 +130,7 @@ def test_a_sync_of_other_sources_is_refused_unless_replace(
     before = _leaf_ids(Path(corpus))
 
     code, out, err = _run(capsys, "--corpus", corpus, "sync", "--docs", str(other))
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert err.count("\n") == 1 and "holds other sources" in err and "--replace" in err
     assert _leaf_ids(Path(corpus)) == before  # nothing was mixed in
 
@@ -174,7 +174,7 @@ def test_a_missing_docs_folder_leaves_no_corpus(
 ) -> None:
     corpus = tmp_path / "corpus"
     code, _, err = _run(capsys, "--corpus", str(corpus), "sync", "--docs", str(tmp_path / "no"))
-    assert code == 1 and "does not exist" in err
+    assert code == 2 and "does not exist" in err
     assert not corpus.exists()
 
 
@@ -185,7 +185,7 @@ def test_an_empty_session_file_is_refused_and_not_written(
     empty.touch()
     corpus = tmp_path / "corpus"
     code, _, err = _run(capsys, "--corpus", str(corpus), "sync", "--sessions", str(empty))
-    assert code == 1 and err.count("\n") == 1 and "not a picocontext session store" in err
+    assert code == 2 and err.count("\n") == 1 and "not a picocontext session store" in err
     assert empty.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["EMPTY.db"]
 
 
@@ -243,7 +243,7 @@ def test_an_old_session_store_is_not_migrated_by_a_sync(
     before = path.read_bytes()
     corpus = tmp_path / "c"
     code, _, err = _run(capsys, "--corpus", str(corpus), "sync", "--sessions", str(path))
-    assert code == 1 and err.count("\n") == 1 and "uses store schema 1" in err
+    assert code == 2 and err.count("\n") == 1 and "uses store schema 1" in err
     assert path.read_bytes() == before and not corpus.exists()
 
 
@@ -279,7 +279,7 @@ def test_model_given_as_a_file_says_it_is_not_a_directory(
         "--model",
         str(model),
     )
-    assert code == 1 and f"--model {model} is not a directory" in err
+    assert code == 2 and f"--model {model} is not a directory" in err
     assert not corpus.exists()
 
 
@@ -291,10 +291,13 @@ def test_the_corpus_path_is_checked_before_any_work(
     corpus = _write(tmp_path / "corpus", "a file")
     argv = ["sync", "--docs", str(docs), "--summarizer", "model", "--model", "no-such-model"]
     code, out, err = _run(capsys, "--corpus", str(corpus), *argv)
-    assert code == 1 and out == ""
-    assert err == f"error: --corpus {corpus} is not a directory; a corpus is a folder.\n"
+    assert code == 2 and out == ""
+    assert err == (
+        f"picocontext-distill sync: error: --corpus {corpus} is not a directory; a corpus is "
+        "a folder.\n"
+    )
     code, _, err = _run(capsys, "--corpus", str(corpus / "sub"), *argv)
-    assert code == 1 and f"{corpus} is not a directory" in err
+    assert code == 2 and f"{corpus} is not a directory" in err
 
 
 def test_an_unwritable_corpus_location_is_refused_before_any_work(
@@ -307,7 +310,10 @@ def test_an_unwritable_corpus_location_is_refused_before_any_work(
     monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != locked and real_access(p, mode))
     argv = ["sync", "--docs", str(docs), "--summarizer", "model", "--model", "no-such-model"]
     code, _, err = _run(capsys, "--corpus", str(locked / "corpus"), *argv)
-    assert code == 1 and err == f"error: --corpus {locked / 'corpus'}: {locked} is not writable.\n"
+    assert code == 2 and err == (
+        f"picocontext-distill sync: error: --corpus {locked / 'corpus'}: {locked} is not "
+        "writable.\n"
+    )
 
 
 # -- map --known and call ----------------------------------------------------------------------
@@ -342,8 +348,8 @@ def test_map_known_with_a_bad_file_is_one_line(
     if content is not None:
         known.write_text(content, encoding="utf-8")
     code, out, err = _run(capsys, "--corpus", corpus, "map", "--known", str(known))
-    assert code == 1 and out == "" and err.count("\n") == 1
-    assert err.startswith("error: --known") and expected in err
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("picocontext-distill map: error: --known") and expected in err
 
 
 def test_call_with_deeply_nested_arguments_is_one_line(
@@ -351,7 +357,8 @@ def test_call_with_deeply_nested_arguments_is_one_line(
 ) -> None:
     deep = '{"scope": ' + "[" * 50_000 + "]" * 50_000 + "}"
     code, out, err = _run(capsys, "--corpus", corpus, "call", "map", deep)
-    assert code == 1 and out == "" and err.count("\n") == 1
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("picocontext-distill call: error: ")
     assert "map: arguments are not valid JSON (nested too deeply)" in err
 
 
@@ -410,7 +417,8 @@ def test_a_session_list_that_cannot_be_read_is_one_line_and_leaves_no_corpus(
     db.close()
     corpus = tmp_path / "c"
     code, out, err = _run(capsys, "--corpus", str(corpus), "sync", "--sessions", str(path))
-    assert code == 1 and out == "" and "Traceback" not in err
+    assert code == 2 and out == "" and "Traceback" not in err
     (line,) = err.splitlines()
-    assert line.startswith("error: Cannot list conversations") and "sessions" in line
+    assert line.startswith("picocontext-distill sync: error: Cannot list conversations")
+    assert "sessions" in line
     assert not corpus.exists()

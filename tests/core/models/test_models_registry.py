@@ -173,7 +173,7 @@ def test_local_directory_argument_and_environment(
     resolved = resolve_model()  # the environment's directory beats the default
     assert resolved.path == tiny_dir and resolved.model_id == tiny_dir.name
     # an explicit name beats the environment (it is resolved by name, here: unknown)
-    with pytest.raises(ModelError, match="Unknown model 'gpt-17'"):
+    with pytest.raises(ModelError, match="unknown model 'gpt-17'"):
         resolve_model("gpt-17")
     with pytest.raises(ModelError, match="not an MLX model directory"):
         resolve_model(model_dir=tmp_path)
@@ -184,16 +184,18 @@ def test_a_file_where_a_model_is_expected_is_named_as_a_file(tmp_path: Path) -> 
     note.write_text("not a model", encoding="utf-8")
     with pytest.raises(ModelError, match="is not a directory"):
         resolve_model(model_dir=note)
-    with pytest.raises(ModelError, match="is a file, not a model name"):
+    with pytest.raises(ModelError, match="is a file, not a model"):
         resolve_model(str(note))
-    with pytest.raises(ModelError, match="is a directory; pass a model directory with --model-dir"):
+    with pytest.raises(ModelError, match="is a directory, given as a model name"):
         resolve_model(str(tmp_path))
 
 
-def test_unknown_name_lists_known_models() -> None:
-    known = "Known models: qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, qwen3-1.7b-4bit, smollm2-135m"
-    with pytest.raises(ModelError, match=re.escape(known)):
+def test_unknown_name_lists_known_models_and_is_bad_input() -> None:
+    known = "(qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, qwen3-1.7b-4bit, smollm2-135m)"
+    with pytest.raises(ModelError, match=re.escape(known)) as caught:
         resolve_model("gpt-17")
+    assert "--model-dir" not in caught.value.message  # not every command has that flag
+    assert caught.value.exit_code == 2
 
 
 def test_importing_models_does_not_import_mlx() -> None:
