@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.cli import Registrar, find_commands, run_command
+from picocontext.cli import Registrar, UsageError, error_line, find_commands, run_command
 from picocontext.errors import PicoContextError
 from picocontext.files import InputFileError, files_under, read_bounded, read_text_bounded
-from picocontext.manifest.errors import ManifestError, ManifestInvalid
+from picocontext.manifest.errors import ManifestError
 from picocontext.manifest.schema import generate_schema, schema_errors, schema_text
 from picocontext.manifest.validate import DEFAULT_LIMITS, Limits, load_manifest, validate_manifest
 
@@ -53,6 +53,11 @@ def _out(text: str) -> None:
 
 def _err(text: str) -> None:
     sys.stderr.write(text + "\n")
+
+
+def _prog(args: argparse.Namespace) -> str:
+    """The (sub)command as the user typed it, for its error lines."""
+    return str(getattr(args, "command_prog", "pcx"))
 
 
 def _count(text: str) -> int:
@@ -122,8 +127,7 @@ def run_validate(args: argparse.Namespace) -> int:
                 try:
                     extra = schema_errors(document)
                 except RuntimeError as exc:
-                    _err(f"error: {exc}")
-                    return 2
+                    raise ManifestError(str(exc)) from None
                 errors.extend(f"schema: {e}" for e in extra if f"schema: {e}" not in errors)
     if args.json:
         _out(
@@ -132,8 +136,10 @@ def run_validate(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
+    elif len(errors) == 1:  # one problem, one line
+        _err(error_line(_prog(args), f"{path} is not a valid manifest: {errors[0]}"))
     elif errors:
-        _err(f"INVALID: {path}: {len(errors)} error(s)")
+        _err(error_line(_prog(args), f"{path} is not a valid manifest: {len(errors)} errors"))
         for e in errors:
             _err(f"  - {e}")
     else:
@@ -157,14 +163,11 @@ def run_schema(args: argparse.Namespace) -> int:
     if args.check:
         try:
             shipped = json.loads(read_text_bounded(args.check, SCHEMA_LIMIT))
-        except InputFileError as exc:
-            _err(f"error: {exc.message}")
-            return 2
         except (ValueError, RecursionError) as exc:
-            _err(f"error: cannot read {args.check}: {exc}")
-            return 2
+            raise InputFileError(f"{args.check} is not JSON: {exc}") from None
         if shipped != generate_schema():
-            _err(f"{args.check} is out of date; regenerate it with `pcx schema > FILE`")
+            message = f"{args.check} is out of date — regenerate it with `pcx schema > FILE`"
+            _err(error_line(_prog(args), message))
             return 1
         _out(f"OK: {args.check} matches the models")
         return 0
@@ -184,7 +187,7 @@ def _load_leaves(directory: str | None) -> tuple[Any, list[str]]:
 
     base = Path(directory)
     if not base.is_dir():
-        raise ManifestError(f"--leaves {directory}: not a directory")
+        raise InputFileError(f"--leaves {directory}: not a directory")
     walk = files_under(base, ignore=lambda p: p.name.startswith("."))
     leaves: dict[str, str] = {}
     skipped = list(walk.skipped)
@@ -206,20 +209,66 @@ def _chat_token_warnings(manifest: Any) -> None:
         _err(f"warning: {problem}")
 
 
-def _navigator(args: argparse.Namespace) -> Any:
-    from picocontext.manifest.navigator import KeywordNavigator, LLMNavigator
+# The model-free navigators by name, the model navigators, and the default: the best router
+# of the navigation bench (docs/results: subtree-scan 0.66 @4k on held-out man pages, where
+# keyword routes 0.08).
+MODEL_FREE_NAVIGATORS = ("keyword", "subtree", "subtree-backout", "subtree-lateral", "subtree-scan")
+MODEL_NAVIGATOR_NAMES = ("llm", "subtree-expand", "subtree-embed")
+DEFAULT_NAVIGATOR = "subtree-scan"
 
-    if args.navigator == "keyword":
-        return KeywordNavigator()
+
+def _navigator(args: argparse.Namespace, manifest: Any) -> Any:
+    """The chosen navigator; a model navigator loads ``--model`` (saying so first: loading
+    takes seconds to minutes and prints nothing else)."""
+    from picocontext.manifest.routing import make_navigator
+
+    name = args.navigator
+    if name in MODEL_FREE_NAVIGATORS:
+        return make_navigator(name)
     if not args.model:
-        raise ManifestError(
-            "--navigator llm needs --model NAME_OR_DIR (a known model or an MLX model directory)"
+        raise UsageError(
+            f"--navigator {name} needs a local model — add --model NAME_OR_DIR (a known model "
+            "name or a model directory)",
+            _prog(args),
         )
-    from picocontext.models.registry import load_model
+    model = _load_navigator_model(args.model)
+    if name == "llm":
+        from picocontext.manifest.navigator import LLMNavigator
 
-    if Path(args.model).expanduser().is_dir():
-        return LLMNavigator(load_model(model_dir=args.model))
-    return LLMNavigator(load_model(args.model))
+        return LLMNavigator(model)
+    if name == "subtree-expand":
+        from picocontext.manifest.expand import QueryExpander
+
+        return make_navigator(name, expander=QueryExpander(model, hint=manifest.root.what))
+    from picocontext.manifest.embedrank import CachedEmbedder, mean_pool
+
+    if not hasattr(model, "hidden_states_batch"):
+        raise ManifestError(
+            f"--navigator subtree-embed needs hidden states, which {args.model} on this engine "
+            "does not give — use an MLX model or --navigator subtree-scan"
+        )
+
+    def embed(texts: Sequence[str]) -> Any:
+        return mean_pool(model.hidden_states_batch(list(texts)), model.hidden_size)
+
+    return make_navigator(name, embedder=CachedEmbedder(embed, model_id=model.model_id))
+
+
+def _load_navigator_model(name_or_dir: str) -> Any:
+    from picocontext.errors import UnknownModel
+    from picocontext.models.registry import MODELS, directory_engine, load_model
+
+    if name_or_dir not in MODELS and not Path(name_or_dir).expanduser().is_dir():
+        raise UnknownModel(
+            f"unknown model {name_or_dir!r} — use a known model name ({', '.join(sorted(MODELS))}) "
+            "or the path of a model directory that exists"
+        )
+    is_dir = Path(name_or_dir).expanduser().is_dir()
+    if not is_dir or directory_engine(name_or_dir):  # a folder with no model: one error line
+        _err(f"loading {name_or_dir} for the navigator (the first load can take a minute)…")
+    if is_dir:
+        return load_model(model_dir=name_or_dir)
+    return load_model(name_or_dir)
 
 
 def register_eval(subparsers: Any) -> argparse.ArgumentParser:
@@ -232,11 +281,17 @@ def register_eval(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--reserve", type=_count, default=0)
     parser.add_argument("--max-hops", type=_count, default=8)
     parser.add_argument("--view-level", choices=("title", "brief", "full"), default="full")
-    parser.add_argument("--navigator", choices=("keyword", "llm"), default="keyword")
+    parser.add_argument(
+        "--navigator",
+        choices=(*MODEL_FREE_NAVIGATORS, *MODEL_NAVIGATOR_NAMES),
+        default=DEFAULT_NAVIGATOR,
+        help=f"how the index is walked (default: {DEFAULT_NAVIGATOR}, the best router of the "
+        "navigation bench); llm, subtree-expand and subtree-embed run a local model (--model)",
+    )
     parser.add_argument(
         "--model",
         metavar="NAME_OR_DIR",
-        help="a known model name or an MLX model directory, for --navigator llm",
+        help="a known model name or a model directory, for the model navigators",
     )
     parser.add_argument("--leaves", help="directory of leaf files named <id>.<ext>")
     parser.add_argument("--use-facets", action="store_true")
@@ -269,7 +324,7 @@ def run_eval(args: argparse.Namespace) -> int:
     resolver, skipped = _load_leaves(args.leaves)
     for line in skipped:
         _err(f"skipped: {line}")
-    navigator = _navigator(args)
+    navigator = _navigator(args, manifest)
     if args.navigator == "llm":
         _chat_token_warnings(manifest)
     report = run_eval(
@@ -371,17 +426,16 @@ def register(
 
 
 def _guarded(func: Command) -> Command:
-    """``pcx``'s exit codes: an invalid manifest 1, any other error of the project 2."""
+    """``pcx``'s errors in the tree's format: bad input (a file that cannot be read, a
+    manifest or case file that is not valid, an unknown name) exits 2, any other failure 1;
+    ``pcx validate`` answers "not valid" itself, with 1."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             result = func(args)
-        except ManifestInvalid as exc:
-            _err(f"INVALID: {exc.message}")
-            return EXIT_INVALID
         except PicoContextError as exc:
-            _err(f"error: {exc.message}")
-            return EXIT_ERROR
+            _err(error_line(_prog(args), exc.message))
+            return exc.exit_code
         return result if isinstance(result, int) else 0
 
     return run

@@ -28,7 +28,8 @@ def test_validate_ok_and_invalid(capsys: Any, b: Any, tmp_path: Any) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(d))
     rc, _, err = run(capsys, "validate", str(bad))
-    assert rc == 1 and "INVALID" in err and "meta" in err
+    assert rc == 1 and "meta" in err and len(err.splitlines()) == 1  # one problem, one line
+    assert err.startswith(f"pcx validate: error: {bad} is not a valid manifest: ")
     rc, _, err = run(capsys, "validate", str(bad), "--schema")
     assert rc == 1 and "schema: nodes/a" in err
     d["nodes"]["a"].pop("meta")
@@ -37,7 +38,7 @@ def test_validate_ok_and_invalid(capsys: Any, b: Any, tmp_path: Any) -> None:
     data = json.loads(out)
     assert rc == 1 and not data["ok"] and "duplicate child ref 'a'" in data["errors"][0]
     rc, _, err = run(capsys, "validate", str(tmp_path / "none.json"))
-    assert rc == 2 and "cannot read" in err
+    assert rc == 2 and "cannot read" in err and err.startswith("pcx validate: error: ")
 
 
 def test_validate_hostile_depth_limit_flag(capsys: Any, tmp_path: Any) -> None:

@@ -113,12 +113,14 @@ def _with_token(tmp_path: Path) -> Path:
 def test_pcx_validate_refuses_a_reserved_chat_token_by_node_and_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = _run(capsys, "validate", str(_with_token(tmp_path)))
+    path = _with_token(tmp_path)
+    code, _, err = _run(capsys, "validate", str(path))
     assert code == 1
-    assert (
-        "  - nodes/network.vpn/what: contains the reserved chat token '<|im_end|>', which a "
+    assert err.splitlines() == [
+        f"picocontext pcx validate: error: {path} is not a valid manifest: "
+        "nodes/network.vpn/what: contains the reserved chat token '<|im_end|>', which a "
         "model's chat template refuses to render; remove or reword it"
-    ) in err.splitlines()
+    ]
 
 
 def test_loading_keeps_such_a_manifest_so_an_eval_can_name_the_node(tmp_path: Path) -> None:
