@@ -253,3 +253,16 @@ def test_hex_identifier_fragments_never_route() -> None:
     words = [w for d in descs.values() for w in (*d.when.replace(",", " ").split(), *d.keywords)]
     assert not [w for w in words if re.fullmatch(r"(?=.*\d)(?=.*[a-f])[0-9a-f]{3,}", w.lower())]
     assert any(re.fullmatch(r"cell\d", w) for w in words)
+
+
+def test_a_branch_names_its_children_without_cutting_a_title_at_a_dot_or_colon() -> None:
+    from picocontext.build.engines.offline import _strip_common_prefix
+
+    assert _strip_common_prefix(["shutil.copy", "shutil.move"]) == ["copy", "move"]
+    assert _strip_common_prefix(["docs/install", "docs/operate"]) == ["install", "operate"]
+    pages = [f"`pcx build`: the manifest compiler (part {i} of 3)" for i in (1, 2, 3)]
+    assert _strip_common_prefix(pages) == ["part 1 of 3", "part 2 of 3", "part 3 of 3"]
+    titled = ["Qwen2.5-Coder models, retention", "Qwen2.5-Coder models, pressure"]
+    assert _strip_common_prefix(titled) == titled
+    mixed = ["Intro (part 1 of 2)", "Other (part 2 of 2)"]
+    assert _strip_common_prefix(mixed) == mixed

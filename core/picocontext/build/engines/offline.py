@@ -55,16 +55,26 @@ def first_sentence(text: str, limit: int = 200) -> str:
     return ""
 
 
+_PART = re.compile(r"\((part \d+ of \d+)\)$")
+
+
 def _strip_common_prefix(names: list[str]) -> list[str]:
-    """``["shutil.copy", "shutil.move"]`` -> ``["copy", "move"]`` (dotted/slashed prefixes)."""
+    """``["shutil.copy", "shutil.move"]`` -> ``["copy", "move"]`` (dotted/slashed prefixes);
+    the pages of one document, ``["Intro: setup (part 1 of 3)", ...]``, -> ``["part 1 of 3",
+    ...]``. A prefix with a space in it is a title, never cut at a dot or colon inside it
+    (``Qwen2.5``, ``pcx build: the compiler``): the branch line names its children, so a
+    remainder like ``5-Coder models (part 1 of 5)`` would repeat the title in pieces."""
     if len(names) < 2:
         return names
+    parts = [_PART.search(n) for n in names]
+    if all(parts) and len({n[: m.start()] for n, m in zip(names, parts, strict=True) if m}) == 1:
+        return [m.group(1) for m in parts if m]
     prefix = names[0]
     for n in names[1:]:
         while prefix and not n.startswith(prefix):
             prefix = prefix[:-1]
     cut = max(prefix.rfind("."), prefix.rfind("/"), prefix.rfind(":"))
-    if cut <= 0:
+    if cut <= 0 or any(ch.isspace() for ch in prefix):
         return names
     return [n[cut + 1 :] or n for n in names]
 
