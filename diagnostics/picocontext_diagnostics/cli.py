@@ -1,25 +1,28 @@
 """``picocontext eval`` (alias ``picocontext-eval``): run an evaluation and write its report.
 
-Exit codes: 0 every result passed; 2 some result failed (the report is still written);
-1 a setup, configuration or export problem (message on stderr, prefixed ``picocontext-eval:``),
-an ``--output`` that cannot be written among them, found before anything runs;
-130 interrupted.
+Exit codes (the same rule as every command, ``picocontext.cli``): 0 every result passed;
+3 the run finished but some result failed (the report is still written); 2 a usage or input
+error (bad flags, an unreadable or invalid configuration, an ``--output`` that cannot be
+written), found before anything runs; 1 a failure while running (a model that did not load,
+a server that went away); 130 interrupted. Errors are one line:
+``picocontext eval: error: <what> — <what to do>``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from picocontext import Cancelled, CancelToken, PicoContextError, check_output_file
 from picocontext.cli import UsageError as CLIUsageError
-from picocontext.cli import run_command, standalone_parser
+from picocontext.cli import error_line, run_command, standalone_parser, usage_line
 from picocontext.models import MLX_SINGLE_WORKER, ModelHandle
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
@@ -28,8 +31,10 @@ from picocontext_diagnostics.evaluation import (
     EvaluationReport,
     EvaluationResult,
     EvaluationRunner,
+    Provenance,
     load_config,
 )
+from picocontext_diagnostics.evaluation.journal import journal_header, result_journal
 from picocontext_diagnostics.fixtures import fixtures_dir
 from picocontext_diagnostics.policies import BUILTIN_POLICIES, Policy, parse_policy_list
 from picocontext_diagnostics.runner import StepReport
@@ -37,14 +42,26 @@ from picocontext_diagnostics.runner import StepReport
 PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure", "long-history", "retention-four", "state-four")
 MAX_BYTES_PER_TOKEN = 16
-EXIT_SETUP = 1
+# The deterministic backend counts UTF-8 bytes; a configuration's limits are model tokens.
+# English text and code run about 4 bytes per token on the Qwen and SmolLM tokenizers, so
+# without --bytes-per-token every limit is multiplied by 4 and a 4,096-token window means
+# what it means on a real model (--bytes-per-token 1 compares raw bytes).
+DEFAULT_BYTES_PER_TOKEN = 4
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CHECKS_FAILED = 3
 
 DESCRIPTION = (
     "Run context policies side by side on seeded notebook episodes and write a JSON report. "
-    "Without --config or --profile the deterministic backend uses wide byte limits (window "
-    "32,768, turn 500,000, episode 2,000,000) and the mlx and openai backends the app budget."
+    "Limits are model tokens on every backend: the deterministic backend, which counts UTF-8 "
+    "bytes, multiplies them by --bytes-per-token (default 4). Without --config or --profile "
+    "it uses wide limits (window 8,192, turn 125,000, episode 500,000 tokens) and the real "
+    "backends the app budget."
 )
-EPILOG = "Exit codes: 0 all passed, 2 some result failed, 1 setup error, 130 interrupted."
+EPILOG = (
+    "Exit codes: 0 all passed, 3 some result failed (the report is written), 2 usage or "
+    "input error, 1 failure while running, 130 interrupted."
+)
 _BACKEND_ONLY = {
     "model": ("mlx", "llamacpp", "openai"),
     "prefix-cache": ("mlx", "llamacpp"),
@@ -117,8 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     switch("-h", "--help", help="show this help")
     valued(
         "--backend",
-        "{deterministic,mlx,llamacpp,openai}",
-        "deterministic (default; a rule-based notebook model, byte counts), mlx or llamacpp "
+        "{scripted,mlx,llamacpp,openai}",
+        "scripted (default; also spelled deterministic: a rule-based notebook model counting "
+        "UTF-8 bytes, its limits scaled by --bytes-per-token), mlx or llamacpp "
         "(a real local model in process through picocontext.models: MLX, or llama.cpp on the "
         "shipped GGUF, docs/models.md) or openai (an OpenAI-compatible server; prompts "
         "rendered and counted locally, docs/remote.md)",
@@ -134,9 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     valued(
         "--bytes-per-token",
         "N",
-        "deterministic only: multiply every token limit by N (1..."
-        f"{MAX_BYTES_PER_TOKEN}), since that backend counts UTF-8 bytes; 4 gives the "
-        "profiles' 4,096-token window as 16,384 bytes",
+        "deterministic only: the UTF-8 bytes that stand for one token of every limit (1..."
+        f"{MAX_BYTES_PER_TOKEN}, default {DEFAULT_BYTES_PER_TOKEN}: a 4,096-token window is "
+        "16,384 bytes); 1 compares raw bytes",
     )
     valued(
         "--model",
@@ -199,18 +217,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     valued("--window", "TOKENS", "with --conversation: the context window (default 4,096)")
     valued("--output", "PATH", "report path (default: a timestamped file in the data folder)")
     switch("--steps", help="also print one line per finished step (useful with slow models)")
-    switch("--quiet", help="print only the summary and the report path")
+    switch(
+        "--quiet",
+        help="print only the report path and one summary line per policy (no pairwise tests)",
+    )
+    switch(
+        "--resume",
+        help="continue an interrupted run of the same command from its journal (every "
+        "finished result is journaled as it completes, beside --output or in the data folder)",
+    )
+    switch(
+        "--traces",
+        help="keep every model call's context, rendered prompt and token ids in the report "
+        "(off: its phase and token count only, a report several times smaller)",
+    )
+    switch(
+        "--json",
+        help="print the summary as one JSON object on stdout (the report path, whether every "
+        "result passed, per-policy totals and the pairwise tests) instead of text",
+    )
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """``picocontext eval``: usage errors exit 1 and name the offending word."""
+    """``picocontext eval``: usage errors exit 2 and name the offending word."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "eval",
         help="run policies side by side on seeded episodes; write a JSON report",
         description=DESCRIPTION,
         epilog=EPILOG,
         add_help=False,
-        usage_exit=EXIT_SETUP,
+        usage_exit=EXIT_USAGE,
         plain_errors=True,
     )
     add_arguments(parser)
@@ -228,7 +264,7 @@ class _Command:
         try:
             options = check_options(_options(namespace))
         except UsageError as exc:
-            raise CLIUsageError(exc.message, self.parser.prog, EXIT_SETUP) from None
+            raise CLIUsageError(exc.message, self.parser.prog, EXIT_USAGE) from None
         return execute(
             options,
             sys.stdout,
@@ -246,7 +282,7 @@ def _options(namespace: argparse.Namespace) -> dict[str, str]:
     return {
         key.replace("_", "-"): str(value)
         for key, value in vars(namespace).items()
-        if value is not None and key not in ("func", "command")
+        if value is not None and key not in ("func", "command", "command_prog")
     }
 
 
@@ -264,10 +300,13 @@ def check_options(out: dict[str, str]) -> dict[str, str]:
     settings, value ranges."""
     if "config" in out and "profile" in out:
         raise UsageError("use either --config or --profile, not both")
+    if out.get("backend") == "scripted":
+        out["backend"] = "deterministic"  # the app's name for the same stand-in
     backend = out.get("backend", "deterministic")
     if backend not in ("deterministic", "mlx", "llamacpp", "openai"):
         raise UsageError(
-            "--backend must be deterministic, mlx or llamacpp (in process), or openai (a server)"
+            "--backend must be scripted (alias deterministic), mlx or llamacpp (in process), "
+            "or openai (a server)"
         )
     if "profile" in out and out["profile"] not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}")
@@ -346,15 +385,23 @@ def choose_config(args: dict[str, str]) -> EvaluationConfig:
     """The configuration file or profile (or the defaults), then ``--policies`` and
     ``--bytes-per-token`` applied and the whole plan validated again."""
     config = _base_config(args)
-    if "policies" not in args and "bytes-per-token" not in args:
+    scale = bytes_per_token(args)
+    if "policies" not in args and scale == 1:
         return config
     data = config.model_dump(mode="json")
     if "policies" in args:
         data["policies"] = list(parse_policy_list(args["policies"]))
-    if "bytes-per-token" in args:
-        scaled = config.limits.scaled(int(args["bytes-per-token"]))
-        data["limits"] = scaled.model_dump(mode="json")
+    if scale != 1:
+        data["limits"] = config.limits.scaled(scale).model_dump(mode="json")
     return EvaluationConfig.parse(json.dumps(data), "command line")
+
+
+def bytes_per_token(args: dict[str, str]) -> int:
+    """How many of the deterministic backend's bytes stand for one token of the
+    configuration's limits (1 on a real model, whose counter counts tokens)."""
+    if args.get("backend", "deterministic") != "deterministic":
+        return 1
+    return int(args.get("bytes-per-token", DEFAULT_BYTES_PER_TOKEN))
 
 
 def _base_config(args: dict[str, str]) -> EvaluationConfig:
@@ -365,7 +412,7 @@ def _base_config(args: dict[str, str]) -> EvaluationConfig:
     if args.get("backend", "deterministic") == "deterministic":
         return EvaluationConfig(
             limits=EvaluationLimits(
-                context_window=32_768, turn_tokens=500_000, episode_tokens=2_000_000
+                context_window=8_192, turn_tokens=125_000, episode_tokens=500_000
             )
         )
     return EvaluationConfig()
@@ -420,7 +467,7 @@ def step_line(step: StepReport) -> str:
     return ", ".join(parts)
 
 
-def summary_lines(report: EvaluationReport) -> list[str]:
+def summary_lines(report: EvaluationReport, pairs: bool = True) -> list[str]:
     unit = report.provenance.token_unit
     source = report.provenance
     lines = [
@@ -435,7 +482,7 @@ def summary_lines(report: EvaluationReport) -> list[str]:
             f"prefill {s.total_prefill_tokens}, tool calls {s.tool_calls}, "
             f"{s.total_elapsed_seconds:.1f} s"
         )
-    for c in report.summary.comparisons:
+    for c in report.summary.comparisons if pairs else ():
         diff = "n/a" if c.difference is None else f"{c.difference:+.0%}"
         lines.append(
             f"  {c.policy_a} vs {c.policy_b}: {c.pairs} paired episodes, "
@@ -470,10 +517,12 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, cancel: CancelToken | Non
 
 
 def _fail(exc: PicoContextError, err: TextIO, prog: str = PROG) -> int:
-    print(f"{prog}: {exc.message}", file=err)
+    """One error line; bad flags or input exit 2, a failure while running 1."""
     if isinstance(exc, UsageError):
-        print(f"Run {prog} --help for usage.", file=err)
-    return EXIT_SETUP
+        print(usage_line(CLIUsageError(exc.message, prog)), file=err)
+        return EXIT_USAGE
+    print(error_line(prog, exc.message), file=err)
+    return exc.exit_code
 
 
 def execute(
@@ -503,7 +552,9 @@ def execute(
         return conversations_cli.execute(args, out, err, cancel, prog)
     try:
         config = choose_config(args)
-        quiet = "quiet" in args
+        quiet = "quiet" in args or "json" in args
+        # The first line says where the report goes (stderr under --json: stdout is JSON).
+        print(f"Report: {output}", file=err if "json" in args else out, flush=True)
         verbose = "steps" in args
         handle = resolve_backend(
             args.get("backend", "deterministic"),
@@ -522,20 +573,47 @@ def execute(
         for note in handle.notes:
             print(f"Note: {note}", file=err)
         notes = list(handle.notes)
-        if "bytes-per-token" in args:
+        if handle.kind == "deterministic":
             notes.append(
-                f"token limits of the configuration multiplied by {args['bytes-per-token']} "
-                "because the deterministic backend counts UTF-8 bytes"
+                f"token limits of the configuration multiplied by {bytes_per_token(args)} "
+                "because the deterministic backend counts UTF-8 bytes (--bytes-per-token)"
             )
-        elif handle.kind == "deterministic" and config.limits.context_window <= 4_096:
+        if workers > 1:
+            notes.append(
+                f"episodes ran on {workers} concurrent workers: results are in plan order, "
+                "per-episode seconds include waiting for shared servers"
+            )
+        source = provenance(handle).model_copy(update={"model_notes": tuple(notes)})
+        header = journal_header(config, _identity(source, "traces" in args))
+        journal_path = _journal_path(output if "output" in args else None, header)
+        try:
+            # The runner checks the plan (policies, variants) before any journal is written,
+            # so a refused plan leaves nothing behind that a rerun would trip over.
+            runner = EvaluationRunner(
+                config,
+                handle.counter,
+                handle.backend,
+                source,
+                workers=workers,
+                pool=handle.pool,
+                traces="traces" in args,
+            )
+            journal = result_journal(journal_path, header, "resume" in args)
+        except PicoContextError:
+            handle.close()
+            raise
+        if journal.dropped is not None:
+            print(f"Note: dropped a torn journal line: {journal.dropped}", file=err)
+        if "resume" in args:
+            planned = config.planned_runs()
             print(
-                f"Note: the deterministic backend counts UTF-8 bytes, so a "
-                f"{config.limits.context_window}-byte window is far smaller than the same "
-                "number of model tokens; --bytes-per-token 4 compares at token scale.",
-                file=err,
+                f"Resuming: {len(journal.results)} of {planned} results reused from {journal_path}",
+                file=err if "json" in args else out,
+                flush=True,
             )
 
         def on_result(result: EvaluationResult) -> None:
+            journal.append(result)
             if not quiet:
                 print(result_line(result), file=out, flush=True)
 
@@ -543,30 +621,75 @@ def execute(
             if verbose:
                 print(step_line(step), file=out, flush=True)
 
-        if workers > 1:
-            notes.append(
-                f"episodes ran on {workers} concurrent workers: results are in plan order, "
-                "per-episode seconds include waiting for shared servers"
-            )
         try:
-            source = provenance(handle).model_copy(update={"model_notes": tuple(notes)})
-            runner = EvaluationRunner(
-                config, handle.counter, handle.backend, source, workers=workers, pool=handle.pool
+            report = runner.run(
+                on_result=on_result,
+                on_step=on_step,
+                cancel=cancel,
+                reuse={cast(int, k): v for k, v in journal.results.items()},
             )
-            report = runner.run(on_result=on_result, on_step=on_step, cancel=cancel)
+        except (Cancelled, KeyboardInterrupt):
+            journal.close()
+            print(
+                f"{prog}: interrupted; {len(journal.results)} finished results are kept in "
+                f"{journal_path} — run the same command with --resume to continue",
+                file=err,
+            )
+            return 130
+        except PicoContextError:
+            if not journal.results:
+                journal.discard()  # nothing finished: nothing to resume
+            raise
         finally:
+            journal.close()
             handle.close()
         report = _with_run_notes(report, handle, err)
-        for line in summary_lines(report):
-            print(line, file=out)
         write_report(report, output)
-        print(f"Saved {output}", file=out)
-        return 0 if report.passed else 2
+        journal.discard()  # the report now holds every result
+        if "json" in args:
+            summary = {
+                "report": str(output),
+                "passed": report.passed,
+                **report.summary.model_dump(mode="json"),
+            }
+            print(json.dumps(summary), file=out)
+        else:
+            for line in summary_lines(report, pairs="quiet" not in args):
+                print(line, file=out)
+            print(f"Saved {output}", file=out)
+        return 0 if report.passed else EXIT_CHECKS_FAILED
     except (Cancelled, KeyboardInterrupt):
         print(f"{prog}: interrupted; no report written", file=err)
         return 130
     except PicoContextError as exc:
         return _fail(exc, err, prog)
+
+
+def _identity(source: Provenance, traces: bool) -> dict[str, Any]:
+    """What must match for a journal's results to be reused: the model and how it ran, the
+    code that ran it (version and source revision), and whether traces were kept."""
+    keys = (
+        "backend",
+        "model",
+        "model_revision",
+        "token_unit",
+        "sampling",
+        "prefix_cache",
+        "constrained_decisions",
+        "decoding",
+        "picocontext_version",
+        "source_revision",
+    )
+    return {**{key: getattr(source, key) for key in keys}, "traces": traces}
+
+
+def _journal_path(output: Path | None, header: dict[str, Any]) -> Path:
+    """Beside ``--output``; without one (a timestamped report), in the data folder under the
+    run's hash, so the same command finds it again."""
+    if output is not None:
+        return output.with_name(output.name + ".journal.jsonl")
+    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode("utf-8")).hexdigest()
+    return default_output().parent / "journals" / f"{digest[:16]}.jsonl"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -91,11 +91,11 @@ def test_defaults() -> None:
     [
         ({"seeds": []}, "seeds"),
         ({"seeds": [1, 1]}, "seeds must be unique"),
-        ({"seeds": list(range(17))}, "seeds"),
+        ({"seeds": list(range(100_001))}, "seeds"),
         ({"seeds": [-1]}, "0...2^64-1"),
         ({"seeds": [2**64]}, "0...2^64-1"),
         ({"repetitions": 0}, "repetitions"),
-        ({"repetitions": 5}, "repetitions"),
+        ({"repetitions": 1_001}, "repetitions"),
         ({"step_count": 0}, "step_count"),
         ({"step_count": -1}, "step_count"),
         ({"step_count": 2**63}, "step_count"),
@@ -108,9 +108,11 @@ def test_defaults() -> None:
                 "repetitions": 4,
                 "step_count": 17,
                 "policies": ["append-only", "editable", "navigated", "distilled"],
+                "max_planned_steps": 512,
             },
-            "at most 512",
+            "above the guard max_planned_steps 512",
         ),
+        ({"max_planned_steps": 0}, "max_planned_steps"),
         ({"limits": {"context_window": 32_769}}, "limits.context_window"),
         ({"limits": {"decision_attempts": 5}}, "limits.decision_attempts"),
         ({"limits": {"turn_tokens": 0}}, "limits.turn_tokens"),
@@ -127,14 +129,21 @@ def test_configuration_bounds_are_validated_with_clear_messages(
         EvaluationConfig.parse(json.dumps(change), "test.json")
 
 
-def test_plan_of_exactly_512_steps_is_allowed() -> None:
+def test_plan_of_exactly_the_guard_is_allowed_and_the_guard_can_be_raised() -> None:
     config = EvaluationConfig(
         seeds=(1, 2),
         repetitions=4,
         step_count=16,
         policies=("append-only", "editable", "navigated", "distilled"),
+        max_planned_steps=512,
     )
     assert config.planned_steps == 512
+    big = EvaluationConfig(
+        seeds=tuple(range(500)), repetitions=10, step_count=4, max_planned_steps=100_000
+    )
+    assert big.planned_steps == 500 * 10 * 2 * 4
+    with pytest.raises(ValueError, match="above the guard max_planned_steps 20,000"):
+        EvaluationConfig(seeds=tuple(range(500)), repetitions=10, step_count=4)
 
 
 def test_oversized_and_malformed_configuration_text() -> None:
@@ -352,7 +361,9 @@ def test_results_are_isolated_and_policies_see_the_same_episode() -> None:
     config = EvaluationConfig(seeds=(5,), repetitions=2, step_count=2, limits=WIDE)
     report = runner_for(config).run()
     first = report.results[0]
+    assert first.original is not None  # the runner keeps traces unless told otherwise
     for result in report.results:
+        assert result.original is not None
         assert result.original.records[:2] == first.original.records[:2]
         assert [s.incoming for s in result.steps] == [s.incoming for s in first.steps]
         assert result.steps[0].run_start is not None and result.steps[0].run_start.revision == 1
@@ -411,9 +422,11 @@ def test_summarize_policy_consolidates_and_charges_every_decision() -> None:
             decisions = [c for c in step.calls if c.phase is Phase.EDIT]
             assert len(decisions) == 1 and step.edit_calls + step.keep_calls == 1
             completion = step.calls[-1]
+            assert completion.context is not None
             bodies = [r for r in completion.context.records if not r.protected and r.body]
             assert len(bodies) == 1
             assert step.input_tokens == sum(c.token_count for c in step.calls)
+        assert result.original is not None
         assert result.revised.ids == result.original.ids  # metadata and records unchanged
 
 
@@ -511,5 +524,5 @@ def test_configuration_parser_either_accepts_a_bounded_plan_or_says_why(data: ob
     except InvalidConfiguration as exc:
         assert exc.message
         return
-    assert 1 <= config.planned_steps <= 512
+    assert 1 <= config.planned_steps <= config.max_planned_steps
     assert len(set(config.seeds)) == len(config.seeds) and config.policies

@@ -622,7 +622,7 @@ def test_policies_flag_runs_the_policies_in_rotated_order(tmp_path: Path) -> Non
         str(output),
         "--quiet",
     )
-    assert code == 2, err  # append-only fails by design
+    assert code == 3, err  # append-only fails by design: the run finished, a check failed
     data = json.loads(output.read_text(encoding="utf-8"))
     assert data["configuration"]["policies"] == ["append-only", "navigated"]
     assert data["configuration"]["limits"]["context_window"] == 16_384
@@ -647,30 +647,37 @@ def test_policies_flag_runs_the_policies_in_rotated_order(tmp_path: Path) -> Non
         (["--backend", "mlx", "--bytes-per-token", "4"], "only to --backend deterministic"),
     ],
 )
-def test_bad_policy_and_scale_flags_exit_1(argv: list[str], message: str) -> None:
+def test_bad_policy_and_scale_flags_exit_2(argv: list[str], message: str) -> None:
     code, _, err = run_cli(*argv)
-    assert code == 1 and message in err and "--help" in err
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+    assert err.startswith("picocontext-eval: error: ") and "--help" in err
 
 
 def test_policies_flag_revalidates_the_plan(tmp_path: Path) -> None:
     code, _, err = run_cli(
         "--config",
-        str(short_long_history(tmp_path, seeds=[1, 2], step_count=32)),
+        str(short_long_history(tmp_path, seeds=[1, 2], step_count=32, max_planned_steps=512)),
         "--policies",
         "append-only,editable,summarize,navigated,distilled",
         "--output",
         str(tmp_path / "x.json"),
     )
-    assert code == 1 and "at most 512" in err
+    assert code == 2 and "max_planned_steps 512" in err and not (tmp_path / "x.json").exists()
     code, _, err = run_cli("--profile", "long-history", "--bytes-per-token", "16")
-    assert code == 1 and "limits" in err and "context_window" in err
+    assert code == 2 and "limits" in err and "context_window" in err
 
 
-def test_small_byte_window_gets_a_note(tmp_path: Path) -> None:
+def test_token_limits_are_at_token_scale_by_default(tmp_path: Path) -> None:
+    # The deterministic backend counts bytes: without --bytes-per-token every limit is x4,
+    # so the retention profile's 4,096-token window passes editable; the report says so.
+    output = tmp_path / "r.json"
     code, _, err = run_cli(
-        "--profile", "retention", "--policies", "editable", "--output", str(tmp_path / "r.json")
+        "--profile", "retention", "--policies", "append-only,editable", "--output", str(output)
     )
-    assert code in (0, 2) and "--bytes-per-token 4" in err
+    assert (code, err) == (0, "")
+    data = json.loads(output.read_text(encoding="utf-8"))
+    assert data["configuration"]["limits"]["context_window"] == 4 * 4_096
+    assert any("multiplied by 4" in n for n in data["provenance"]["model_notes"])
 
 
 def test_parse_policy_list_is_strict() -> None:

@@ -196,7 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not policies:
         print("main-job: the run printed no per-policy summary", file=sys.stderr)
         return 1
-    return 0 if code == 0 else 1
+    # 3 is the smoke's "ran to the end, a policy failed a check": the job is built so that
+    # append-only runs out of window, so that is a completed run, not a broken one.
+    return 0 if code in (0, 3) else 1
 
 
 if __name__ == "__main__":

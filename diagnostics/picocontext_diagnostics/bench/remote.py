@@ -117,9 +117,10 @@ def run_eval(argv: list[str], output: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()
-    code = cli.run([*argv, "--output", str(output), "--quiet"], out, err)
+    # --traces: the bench compares the token ids every call sent across engines.
+    code = cli.run([*argv, "--output", str(output), "--quiet", "--traces"], out, err)
     wall = time.perf_counter() - started
-    if code not in (0, 2):
+    if code not in (0, cli.EXIT_CHECKS_FAILED):
         raise RuntimeError(f"picocontext-eval {' '.join(argv)} failed: {err.getvalue()}")
     report = EvaluationReport.from_json(output.read_text(encoding="utf-8"))
     return {

@@ -22,9 +22,14 @@ from picocontext_diagnostics.policies import (
     Policy,
 )
 
-MAX_PLANNED_STEPS = 512
-MAX_SEEDS = 16
-MAX_REPETITIONS = 4
+# The plan's size is a guard a user raises (``max_planned_steps`` in the configuration), not
+# a limit of memory: results stream to the journal, reports keep counts rather than traces,
+# so what bounds a plan is disk and time. The default still stops a typo (a seed list of a
+# million) from starting a run that would not end today.
+DEFAULT_MAX_PLANNED_STEPS = 20_000
+MAX_PLANNED_STEPS = 10_000_000
+MAX_SEEDS = 100_000
+MAX_REPETITIONS = 1_000
 MAX_CONFIG_BYTES = 1_000_000
 
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -65,7 +70,8 @@ class EvaluationLimits(BaseModel):
 
 
 class EvaluationConfig(BaseModel):
-    """What to run. At most 512 planned steps (seeds × repetitions × policies × steps)."""
+    """What to run. At most ``max_planned_steps`` planned steps (seeds × repetitions ×
+    policies × steps; 20,000 unless raised)."""
 
     model_config = _STRICT
     schema_version: Literal[1] = 1
@@ -83,6 +89,7 @@ class EvaluationConfig(BaseModel):
     # two configurations of one policy compared in one run.
     variants: tuple[Policy, ...] = Field(default=(), max_length=16)
     limits: EvaluationLimits = Field(default_factory=EvaluationLimits)
+    max_planned_steps: int = Field(default=DEFAULT_MAX_PLANNED_STEPS, ge=1, le=MAX_PLANNED_STEPS)
 
     @model_validator(mode="after")
     def _bounded_plan(self) -> EvaluationConfig:
@@ -98,16 +105,21 @@ class EvaluationConfig(BaseModel):
         shadowing = sorted(set(names) & set(BUILTIN_POLICIES))
         if shadowing:
             raise ValueError(f"variant names must differ from the built-in policies: {shadowing}")
-        if self.planned_steps > MAX_PLANNED_STEPS:
+        if self.planned_steps > self.max_planned_steps:
             raise ValueError(
-                f"the plan has {self.planned_steps} steps (seeds × repetitions × policies × "
-                f"steps); at most {MAX_PLANNED_STEPS} are allowed"
+                f"the plan has {self.planned_steps:,} steps (seeds × repetitions × policies × "
+                f"steps), above the guard max_planned_steps {self.max_planned_steps:,} — set "
+                '"max_planned_steps" higher in the configuration if the time and disk allow it'
             )
         return self
 
     @property
     def planned_steps(self) -> int:
         return len(self.seeds) * self.repetitions * len(self.policies) * self.step_count
+
+    def planned_runs(self) -> int:
+        """Results the plan produces: seeds × repetitions × policies."""
+        return len(self.seeds) * self.repetitions * len(self.policies)
 
     @classmethod
     def parse(cls, text: str | bytes, source: str = "configuration") -> EvaluationConfig:

@@ -16,6 +16,7 @@ from picocontext import (
     EditAttempt,
     EditStyle,
     Phase,
+    PreparedPrompt,
     Record,
     Snapshot,
     ToolStep,
@@ -38,17 +39,39 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class CallTrace(BaseModel):
-    """One dispatched prompt exactly as the backend consumed it."""
+    """One dispatched prompt exactly as the backend consumed it. Without traces (the
+    default of ``picocontext eval``; ``--traces`` keeps them) only its phase, style, token
+    count and notes are kept: the context, rendered text and token ids of every call were
+    most of a report's bytes (26 MB for an 8 s deterministic run)."""
 
     model_config = _FROZEN
     phase: Phase
     edit_style: EditStyle
-    context: Snapshot
-    control_records: tuple[Record, ...]
+    context: Snapshot | None = None
+    control_records: tuple[Record, ...] = ()
     token_count: int
-    token_ids: tuple[int, ...]
-    rendered_prompt: str
+    token_ids: tuple[int, ...] = ()
+    rendered_prompt: str = ""
     notes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, prompt: PreparedPrompt, traces: bool) -> CallTrace:
+        counts = cls(
+            phase=prompt.input.phase,
+            edit_style=prompt.input.edit_style,
+            token_count=prompt.token_count,
+            notes=prompt.notes,
+        )
+        if not traces:
+            return counts
+        return counts.model_copy(
+            update={
+                "context": prompt.input.context,
+                "control_records": prompt.input.control_records,
+                "token_ids": prompt.token_ids,
+                "rendered_prompt": prompt.rendered,
+            }
+        )
 
 
 class EvaluationStep(BaseModel):
@@ -56,7 +79,8 @@ class EvaluationStep(BaseModel):
 
     model_config = _FROZEN
     id: str
-    incoming: tuple[Record, ...]
+    # The records the step delivered (regenerated from the seed; kept with traces).
+    incoming: tuple[Record, ...] = ()
     expected_facts: dict[str, str]
     retained_facts: dict[str, str]
     retained_correct: bool
@@ -86,25 +110,13 @@ class EvaluationStep(BaseModel):
     prefetch_steps: tuple[ToolStep, ...] = ()
 
     @classmethod
-    def from_step(cls, report: StepReport) -> EvaluationStep:
+    def from_step(cls, report: StepReport, traces: bool = True) -> EvaluationStep:
         run = report.run
-        calls = tuple(
-            CallTrace(
-                phase=p.input.phase,
-                edit_style=p.input.edit_style,
-                context=p.input.context,
-                control_records=p.input.control_records,
-                token_count=p.token_count,
-                token_ids=p.token_ids,
-                rendered_prompt=p.rendered,
-                notes=p.notes,
-            )
-            for p in (run.calls if run else ())
-        )
+        calls = tuple(CallTrace.of(p, traces) for p in (run.calls if run else ()))
         attempts = run.attempts if run else ()
         return cls(
             id=report.step.id,
-            incoming=report.step.records,
+            incoming=report.step.records if traces else (),
             expected_facts=report.step.expected_facts,
             retained_facts=report.retained_facts,
             retained_correct=report.retained_correct,
@@ -113,9 +125,11 @@ class EvaluationStep(BaseModel):
             failure=report.failure,
             context_problem=report.context_problem,
             answer_problem=report.answer_problem,
-            original=run.original if run else None,
-            run_start=run.run_start if run else None,
-            revised=run.revised if run else None,
+            # Each step's three snapshots repeat the history; without traces a step keeps
+            # its grades and counts, and the result keeps the transcript and the final context.
+            original=run.original if run and traces else None,
+            run_start=run.run_start if run and traces else None,
+            revised=run.revised if run and traces else None,
             original_prompt_tokens=run.original_prompt_tokens if run else None,
             original_prompt_failure=run.original_prompt_failure if run else None,
             run_start_prompt_tokens=run.run_start_prompt_tokens if run else None,
@@ -155,7 +169,9 @@ class EvaluationResult(BaseModel):
     generated_tokens: int
     prefill_tokens: int
     elapsed_seconds: float
-    original: Snapshot
+    # The whole transcript (regenerated from the seed; kept with traces) and the context the
+    # policy ended with (always kept: it is what the policy did).
+    original: Snapshot | None = None
     revised: Snapshot
 
     @model_validator(mode="after")

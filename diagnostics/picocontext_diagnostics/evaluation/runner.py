@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 
@@ -79,10 +79,13 @@ class EvaluationRunner:
         turn: TurnRunner = run_turn,
         workers: int = 1,
         pool: Sequence[tuple[TokenCounter, ModelBackend]] = (),
+        traces: bool = True,
     ) -> None:
         """``workers`` > 1 runs independent episodes concurrently (results stay in plan
         order); ``pool`` spreads them over several counter/backend pairs (episode k uses
-        ``pool[k % len(pool)]``), defaulting to ``(counter, backend)``."""
+        ``pool[k % len(pool)]``), defaulting to ``(counter, backend)``. ``traces: False``
+        keeps each call's counts but not its context, text and token ids
+        (:class:`~picocontext_diagnostics.evaluation.report.CallTrace`)."""
         if workers < 1:
             raise InvalidConfiguration("workers must be at least 1")
         self.config = config
@@ -94,6 +97,7 @@ class EvaluationRunner:
         self.turn = turn
         self.workers = workers
         self.pool = tuple(pool) or ((counter, backend),)
+        self.traces = traces
 
     def episodes(self) -> list[Episode]:
         """The generated episode of every seed, in configuration order."""
@@ -127,8 +131,13 @@ class EvaluationRunner:
         on_result: ResultCallback | None = None,
         on_step: StepCallback | None = None,
         cancel: CancelToken | None = None,
+        reuse: Mapping[int, EvaluationResult] | None = None,
     ) -> EvaluationReport:
+        """Run the plan; ``reuse`` holds results already finished (by plan order, read back
+        from a journal): they are not run again, and the report is the one an uninterrupted
+        run writes apart from timings. ``on_result`` sees only the results run now."""
         started = time.perf_counter()
+        reuse = dict(reuse or {})  # a copy: the journal behind it grows as results finish
         created = datetime.now(UTC)
         budget = self.config.limits.run_budget()
         episodes = self.episodes()
@@ -136,11 +145,22 @@ class EvaluationRunner:
         if on_step is not None and self.workers > 1:
             on_step = _serialized(on_step)
         run_one = partial(self._run_one, budget=budget, on_step=on_step)
+        plan = list(enumerate(self._plan(len(episodes)), 1))
+        for order, (_, _, policy) in plan:
+            if order in reuse and reuse[order].policy.name != policy.name:
+                raise InvalidConfiguration(
+                    f"result {order} of the journal is {reuse[order].policy.name}, the plan runs "
+                    f"{policy.name} there — the journal belongs to another plan"
+                )
         tasks = [
             partial(run_one, order, episodes[s], repetition, policy, environment[s])
-            for order, (s, repetition, policy) in enumerate(self._plan(len(episodes)), 1)
+            for order, (s, repetition, policy) in plan
+            if order not in reuse
         ]
-        results = run_ordered(tasks, self.workers, on_result, cancel)
+        fresh = run_ordered(tasks, self.workers, on_result, cancel)
+        results = sorted([*reuse.values(), *fresh], key=lambda r: r.order)
+        if len(results) != len(plan) or any(r.order not in dict(plan) for r in results):
+            raise InvalidConfiguration("the journal holds results outside this plan")
         return EvaluationReport(
             created_at=created,
             configuration=self.config,
@@ -178,7 +198,9 @@ class EvaluationRunner:
         report = EpisodeRunner(counter, backend, self.turn).run(
             episode, policy, budget, limits.episode_tokens, on_step, cancel
         )
-        return _result(order, episode, repetition, report, *environment, limits.context_window)
+        return _result(
+            order, episode, repetition, report, *environment, limits.context_window, self.traces
+        )
 
 
 def _serialized(callback: StepCallback) -> StepCallback:
@@ -200,8 +222,9 @@ def _result(
     env_tokens: int | None,
     env_failure: str | None,
     window: int,
+    traces: bool = True,
 ) -> EvaluationResult:
-    steps = tuple(EvaluationStep.from_step(s) for s in report.steps)
+    steps = tuple(EvaluationStep.from_step(s, traces) for s in report.steps)
     return EvaluationResult(
         order=order,
         seed=episode.seed if episode.seed is not None else 0,
@@ -221,6 +244,6 @@ def _result(
         generated_tokens=report.total_generated_tokens,
         prefill_tokens=report.total_prefill_tokens,
         elapsed_seconds=report.elapsed_seconds,
-        original=report.original,
+        original=report.original if traces else None,
         revised=report.revised,
     )
