@@ -17,8 +17,10 @@ $PICOCONTEXT_SMOKE_REPORT / $PICOCONTEXT_SMOKE_IMAGE) say otherwise. The report'
 chooses its format: ``.txt`` text, ``.json`` the whole run for scripts, ``.html`` one
 self-contained page. Both paths are checked before the run starts.
 
-Exit codes: 0 the run completed (even with failed checks; the report says which), 1 the run
-was stopped (Ctrl-C), 2 setup error (bad arguments, no model, unwritable output, no display).
+Exit codes (the rule of every command, ``picocontext.cli``): 0 the run completed and every
+policy passed its checks, 3 the run completed but a policy failed a check (the report and the
+verdict say which and why; the main job is built so that append-only fails), 1 the run was
+stopped (Ctrl-C), 2 setup error (bad arguments, no model, unwritable output, no display).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.cli import add_switch, run_command, standalone_parser
+from picocontext.cli import ProgressEcho, add_switch, error_line, run_command, standalone_parser
 from picocontext_playground.errors import SetupError
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
@@ -110,10 +112,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=(*ENGINES, "scripted"),
+        choices=(*ENGINES, "scripted", "deterministic"),
         help="the engine: mlx or llamacpp (default: llamacpp off Apple silicon when its extra "
         "is installed, else mlx); scripted = deterministic rules and byte counts, no model "
-        "(same as --model scripted)",
+        "(same as --model scripted; deterministic, eval's older name for it, is an alias)",
     )
     parser.add_argument(
         "--decoding",
@@ -127,6 +129,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-prefix-cache", action="store_true", help="the same as --prefix-cache off"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="headless: reuse the policies an interrupted run of the same settings finished "
+        "(every run journals them in the data folder) and run only the rest",
     )
     parser.add_argument(
         "--report",
@@ -183,6 +191,8 @@ def _model_arguments(args: argparse.Namespace) -> tuple[str | None, Path | None]
 
 def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
     """Validate the arguments into :class:`ComparisonSettings` (errors name the flag)."""
+    if args.backend == "deterministic":
+        args.backend = "scripted"  # one name for the rule-based stand-in in every command
     if args.smoke:
         task = Task.ORDER_LOOKUP
     elif args.episode_smoke is not None:
@@ -216,6 +226,8 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
         if not model_dir.is_dir():
             raise SetupError(f"model directory {model_dir} does not exist")
     policies = tuple(p.strip() for p in str(args.policies).split(",") if p.strip())
+    if not policies:
+        raise SetupError("--policies names no policy — give one or more, e.g. editable,navigated")
     try:
         settings = ComparisonSettings(
             task=task,
@@ -296,7 +308,7 @@ def _run_args(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         for note in engine_notes(args, settings):
-            print(f"{PROG}: {note}", file=sys.stderr)
+            print(f"{PROG}: note: {note}", file=sys.stderr)
         headless = bool(args.smoke or args.episode_smoke is not None)
         report = args.report or _env_path(REPORT_ENV)
         image = args.image or _env_path(IMAGE_ENV)
@@ -305,6 +317,10 @@ def _run_args(args: argparse.Namespace) -> int:
             image = image or default_output(settings, "png")
         if not headless and (args.report or args.image):
             raise SetupError("--report and --image apply to --smoke and --episode-smoke")
+        if not headless and args.resume:
+            raise SetupError(
+                "--resume applies to --smoke and --episode-smoke — in the window, press Resume"
+            )
         if headless:
             check_outputs(report, image)
         from picocontext_playground.qtenv import choose_platform
@@ -318,10 +334,14 @@ def _run_args(args: argparse.Namespace) -> int:
         if headless:
             from picocontext_playground.smoke import run_smoke
 
-            return run_smoke(settings, report, image)
+            echo = ProgressEcho()
+            try:
+                return run_smoke(settings, report, image, echo=echo, resume=args.resume)
+            finally:
+                echo.close()
         return _window(settings)
     except SetupError as exc:
-        print(f"{PROG}: {exc.message}", file=sys.stderr)
+        print(error_line(getattr(args, "command_prog", PROG), exc.message), file=sys.stderr)
         return EXIT_SETUP
 
 
@@ -332,6 +352,8 @@ def check_outputs(report: Path | None, image: Path | None) -> None:
     if report is not None:
         check_report_path(report, "--report")
     if image is not None:
+        if image.suffix.lower() != ".png":
+            raise SetupError(f"--image {image}: the window is saved as PNG — name the file .png")
         check_writable(image, "--image")
 
 

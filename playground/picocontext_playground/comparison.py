@@ -47,6 +47,7 @@ from picocontext_diagnostics import (
     order_lookup_episode,
     sequential_budget,
 )
+from picocontext_diagnostics.evaluation.journal import Journal
 from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.models import LoadedModel
 from picocontext_playground.sections import (
@@ -479,10 +480,13 @@ def run_comparison(
     model: LoadedModel,
     events: ComparisonEvents,
     cancel: CancelToken | None = None,
+    journal: Journal[PolicyOutcome] | None = None,
 ) -> ComparisonResult:
     """Run every selected policy in order. Setup problems raise; a failed check does not.
     Cancellation is not an error either: the result says ``cancelled`` and keeps the policies
-    that finished."""
+    that finished. With a ``journal`` each finished policy is appended to it, a policy it
+    already holds is reused instead of run (:mod:`picocontext_playground.resume`), and a run
+    that finishes deletes it."""
     token = cancel or CancelToken()
     started = time.perf_counter()
     budget, episode_tokens = budgets_for(settings, model.budget_scale)
@@ -499,6 +503,20 @@ def run_comparison(
     try:
         for index, policy in enumerate(policies, start=1):
             token.check()
+            kept = journal.results.get(policy.name) if journal is not None else None
+            if kept is not None:
+                events.status(
+                    f"Reusing {policy_label(policy.name)} from the interrupted run "
+                    f"(policy {index} of {len(policies)})"
+                )
+                outcome = kept
+                for view in outcome.steps:
+                    events.step(policy.name, view)
+                done = index * len(episode.steps)
+                events.progress(done, total)
+                outcomes.append(outcome)
+                events.outcome(outcome)
+                continue
             cold_cache(model.raw)  # no policy profits from another's prompts
             status = _status(
                 settings, len(episode.steps), policy_label(policy.name), index, len(policies)
@@ -553,13 +571,22 @@ def run_comparison(
             done = index * len(episode.steps)
             events.progress(done, total)
             outcome = _episode_outcome(report, [measure(s) for s in report.steps])
+            if journal is not None:
+                journal.append(outcome)
             outcomes.append(outcome)
             events.outcome(outcome)
         status = _final_status(outcomes)
+        if journal is not None:
+            journal.discard()
     except Cancelled:
         cancelled = True
         finished = ", ".join(o.label for o in outcomes) or "none"
         status = f"Stopped. Finished policies: {finished}."
+        if journal is not None and outcomes:
+            status += " Resume runs only the rest."
+    finally:
+        if journal is not None:
+            journal.close()
     events.status(status)
     return ComparisonResult(
         settings=settings,

@@ -19,6 +19,7 @@ from PySide6.QtCore import QBuffer, QEventLoop, QIODevice, QTimer
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QApplication
 
+from picocontext.cli import error_line
 from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
@@ -28,11 +29,14 @@ from picocontext_playground.settings import ComparisonSettings
 from picocontext_playground.textreport import render_report, summary_block, write_atomically
 from picocontext_playground.window import COLUMN_MIN_WIDTH, MainWindow
 
+PROG = "picocontext app"
 EXIT_OK = 0
 EXIT_STOPPED = 1
 EXIT_SETUP = 2
+EXIT_CHECKS_FAILED = 3
 IMAGE_WIDTH = 1400
 MAX_IMAGE_HEIGHT = 6000
+MAX_IMAGE_WIDTH = 3200
 MAX_PANE_HEIGHT = 2400
 
 
@@ -44,7 +48,12 @@ def capture_width(columns: int) -> int:
 def fit_for_capture(window: MainWindow, width: int | None = None) -> None:
     """Resize the window so the scroll area shows all results without scrolling (capped)."""
     app = QApplication.instance()
-    width = width or capture_width(len(window.columns))
+    # Each column at least as wide as its tab bar, so no tab label is cut in the image.
+    tabs = max((c.tabs.tabBar().sizeHint().width() for c in window.columns.values()), default=0)
+    width = width or min(
+        MAX_IMAGE_WIDTH,
+        max(capture_width(len(window.columns)), len(window.columns) * (tabs + 40) + 60),
+    )
     window.resize(width, window.height())
     if app is not None:
         app.processEvents()
@@ -70,9 +79,10 @@ def grab_png(window: MainWindow) -> bytes:
 
 
 def run_in_window(
-    window: MainWindow, interrupt: Callable[[], bool] | None = None
+    window: MainWindow, interrupt: Callable[[], bool] | None = None, resume: bool = False
 ) -> ComparisonResult | None:
-    """Press Run comparison and wait (in a local event loop) until the run has ended."""
+    """Press Run comparison (or Resume) and wait (in a local event loop) until the run has
+    ended."""
     loop = QEventLoop()
     window.run_finished.connect(lambda _result: loop.quit())
     ticker = QTimer()
@@ -84,7 +94,7 @@ def run_in_window(
 
     ticker.timeout.connect(tick)
     ticker.start()
-    QTimer.singleShot(0, window.start_comparison)
+    QTimer.singleShot(0, lambda: window.start_comparison(resume))
     loop.exec()
     ticker.stop()
     return window.result
@@ -101,12 +111,14 @@ def run_smoke(
     *,
     cache: ModelCache | None = None,
     echo: Callable[[str], None] = print,
+    resume: bool = False,
     fail: Callable[[str], None] | None = None,
 ) -> int:
     """Run one comparison headlessly; write the report and the PNG; return the exit code:
-    0 when the run completed (failed checks included — the report says so), 1 when it was
-    stopped, 2 when it could not start. Progress goes to ``echo``; the one line saying why
-    it could not start goes to ``fail`` (stderr by default)."""
+    0 when the run completed and every policy passed, 3 when it completed with a failed check
+    (the report says which), 1 when it was stopped, 2 when it could not start. Progress goes
+    to ``echo``; the one line saying why it could not start goes to ``fail`` (stderr by
+    default)."""
     fail = fail or _to_stderr
     try:
         if report_path is not None:
@@ -114,7 +126,7 @@ def run_smoke(
         if image_path is not None:
             check_writable(image_path, "image")
     except SetupError as exc:
-        fail(f"picocontext: cannot write output: {exc.message}")
+        fail(error_line(PROG, f"cannot write output: {exc.message}"))
         return EXIT_SETUP
     app = application()
     require_glyphs(app)
@@ -130,9 +142,9 @@ def run_smoke(
         window.resize(IMAGE_WIDTH, 1000)
         window.show()
         window.status_changed.connect(echo)
-        result = run_in_window(window, lambda: interrupted)
+        result = run_in_window(window, lambda: interrupted, resume)
         if result is None:
-            fail(f"picocontext: {window.last_error or 'the comparison did not start'}")
+            fail(error_line(PROG, window.last_error or "the comparison did not start"))
             return EXIT_SETUP
         if report_path is not None:
             write_atomically(report_path, render(result, report_path).encode("utf-8"))
@@ -146,9 +158,11 @@ def run_smoke(
         for outcome in result.outcomes:
             for line in summary_block(outcome):
                 echo(line)
-        return EXIT_OK if result.completed else EXIT_STOPPED
+        if not result.completed:
+            return EXIT_STOPPED
+        return EXIT_OK if all(o.passed for o in result.outcomes) else EXIT_CHECKS_FAILED
     except OSError as exc:
-        echo(f"picocontext: cannot write output: {exc}")
+        fail(error_line(PROG, f"cannot write output: {exc}"))
         return EXIT_SETUP
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -125,6 +125,7 @@ class VerdictView(QWidget):
         for r, row in enumerate(verdict.rows):
             for c, column in enumerate(cols):
                 item = SortItem(column.cell(row))
+                item.setToolTip(item.text())  # a cell cut by a narrow window reads whole
                 if column.numeric:
                     item.setTextAlignment(
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter

@@ -46,6 +46,7 @@ from picocontext_playground.comparison import (
     tool_calls_text,
 )
 from picocontext_playground.qtenv import monospace_font
+from picocontext_playground.runverdict import seconds_text
 from picocontext_playground.sections import Section, SectionSize
 from picocontext_playground.textreport import record_header
 
@@ -212,7 +213,8 @@ class ResultCard(QFrame):
             f"prefill computed {outcome.total_prefill:,}"
         )
         calls = outcome.calls_text
-        self.calls.setText(f"{calls[:1].upper()}{calls[1:]} · {outcome.elapsed_seconds:.2f} s")
+        elapsed = seconds_text(outcome.elapsed_seconds)
+        self.calls.setText(f"{calls[:1].upper()}{calls[1:]} · {elapsed}")
         last = outcome.last_run
         answer = last.answer if last is not None and last.answer else "(no answer)"
         self.answer.setText(f"Last answer: {breakable(card_excerpt(answer))}")

@@ -58,6 +58,7 @@ from picocontext_playground.errors import SetupError
 from picocontext_playground.models import ModelCache
 from picocontext_playground.qtenv import APP_NAME
 from picocontext_playground.reports import FORMATS, dialog_filters, report_format, write_report
+from picocontext_playground.resume import finished_count
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import (
     DEFAULT_POLICIES,
@@ -510,6 +511,10 @@ class MainWindow(QMainWindow):
         self.run_button.clicked.connect(self.start_comparison)
         self.run_button.setShortcut(QKeySequence("Ctrl+R"))
         self.run_button.setToolTip(RUN_TIP)
+        # Shown when an interrupted run of the current settings finished some policies.
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.clicked.connect(self.resume_comparison)
+        self.resume_button.setVisible(False)
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
         self.stop_button.setEnabled(False)
@@ -523,6 +528,7 @@ class MainWindow(QMainWindow):
         action_row.addWidget(self.prefix_cache)
         action_row.addStretch(1)
         action_row.addWidget(self.run_button)
+        action_row.addWidget(self.resume_button)
         action_row.addWidget(self.stop_button)
         action_row.addWidget(self.save_button)
         grid.addWidget(QLabel("Decoding"), 3, 0)
@@ -721,8 +727,26 @@ class MainWindow(QMainWindow):
         any_policy = any(box.isChecked() for box in self.policy_boxes.values())
         self.run_button.setEnabled(not running and any_policy)
         self.run_button.setToolTip(RUN_TIP if any_policy else NO_POLICY)
+        self._sync_resume(running)
         self.stop_button.setEnabled(running)
         self._sync_save()
+
+    def _sync_resume(self, running: bool) -> None:
+        """**Resume** with finished/remaining, when a journal of these settings holds
+        finished policies (:mod:`picocontext_playground.resume`)."""
+        try:
+            settings = self.current_settings()
+        except SetupError:
+            self.resume_button.setVisible(False)
+            return
+        finished = finished_count(settings)
+        total = len(settings.policies)
+        self.resume_button.setVisible(finished > 0 and not running)
+        self.resume_button.setText(f"Resume ({finished} of {total} finished)")
+        self.resume_button.setToolTip(
+            f"Reuse the {finished} policies an interrupted run finished with these settings "
+            f"and run the {total - finished} left"
+        )
 
     def _sync_save(self) -> None:
         saveable = self.has_report
@@ -866,7 +890,12 @@ class MainWindow(QMainWindow):
         self.view_box.hide()
 
     @Slot()
-    def start_comparison(self) -> None:
+    def resume_comparison(self) -> None:
+        """What **Resume** does: the same run, reusing the policies already finished."""
+        self.start_comparison(resume=True)
+
+    @Slot()
+    def start_comparison(self, resume: bool = False) -> None:
         """What **Run comparison** does; ignored while a run is in progress."""
         if self.running:
             return
@@ -876,7 +905,7 @@ class MainWindow(QMainWindow):
             self._not_started(exc.message)
             return
         try:
-            self._start(settings)
+            self._start(settings, resume)
         except Exception as exc:  # never leave a caller waiting for run_finished
             self._thread, self._worker, self._cancel = None, None, None
             self._sync_enabled()
@@ -887,7 +916,7 @@ class MainWindow(QMainWindow):
         self.set_status(message, error=True)
         self.run_finished.emit(None)
 
-    def _start(self, settings: ComparisonSettings) -> None:
+    def _start(self, settings: ComparisonSettings, resume: bool = False) -> None:
         self.clear_results()
         self.last_error = None
         self._steps_per_policy = len(task_episode(settings).steps)
@@ -900,7 +929,7 @@ class MainWindow(QMainWindow):
         self._fill_view_picker(settings.policies)
         self._cancel = CancelToken()
         thread = QThread(self)
-        worker = ComparisonWorker(settings, self.cache, self._cancel)
+        worker = ComparisonWorker(settings, self.cache, self._cancel, resume)
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
         worker.status.connect(self._on_status)
@@ -1016,9 +1045,9 @@ class MainWindow(QMainWindow):
         verdict = result_verdict(result)
         if result.outcomes:
             self.verdict.show_verdict(verdict, headline(result, verdict))
-        self.set_status(
-            result.status if result.cancelled else f"Finished. {headline(result, verdict)}"
-        )
+        # The worker's last status already said "Finished. …" (what failed); the verdict's
+        # sentence follows it instead of repeating it.
+        self.set_status(result.status if result.cancelled else headline(result, verdict))
         self.live.hide()
         self.progress.setRange(0, PROGRESS_MAX)
         self.progress.setValue(PROGRESS_MAX if result.completed else self.progress.value())

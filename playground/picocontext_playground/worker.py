@@ -20,6 +20,7 @@ from picocontext_playground.comparison import (
     run_comparison,
 )
 from picocontext_playground.models import ModelCache
+from picocontext_playground.resume import OutcomeJournal, open_journal
 from picocontext_playground.settings import ComparisonSettings, engine_label
 
 # Progress is reported in per-mille of the whole run. When a model must be loaded first, the
@@ -47,12 +48,19 @@ class ComparisonWorker(QObject):
     done = Signal()
 
     def __init__(
-        self, settings: ComparisonSettings, cache: ModelCache, cancel: CancelToken
+        self,
+        settings: ComparisonSettings,
+        cache: ModelCache,
+        cancel: CancelToken,
+        resume: bool = False,
     ) -> None:
+        """``resume``: reuse the policies an interrupted run of these settings finished
+        (:mod:`picocontext_playground.resume`); every run journals its finished policies."""
         super().__init__()
         self.settings = settings
         self.cache = cache
         self.cancel = cancel
+        self.resume = resume
         self._run_start = 0
         self._policy = 0  # index of the running policy in settings.policies
         self._step = 1  # 1-based step of that policy
@@ -100,6 +108,15 @@ class ComparisonWorker(QObject):
             self.progress.emit(int(LOAD_SHARE * max(0.0, min(1.0, fraction))))
         self.cancel.check()
 
+    def _journal(self) -> OutcomeJournal | None:
+        """The run's journal; a data folder that cannot be written costs only resumability,
+        so the run goes on without one and says so."""
+        try:
+            return open_journal(self.settings, self.resume)
+        except OSError as exc:
+            self.status.emit(f"Not journaling this run (it cannot be resumed): {exc}")
+            return None
+
     def _what(self) -> str:
         """The chosen model, and for a real one the engine it loads on."""
         model = self.settings.model
@@ -115,7 +132,10 @@ class ComparisonWorker(QObject):
             self._run_start = LOAD_SHARE if self.settings.model.real else 0
             self._watch(model.raw)
             try:
-                result = run_comparison(self.settings, model, _Events(self), self.cancel)
+                journal = self._journal()
+                result = run_comparison(
+                    self.settings, model, _Events(self), self.cancel, journal=journal
+                )
             finally:
                 self._unwatch(model.raw)
         except Cancelled:

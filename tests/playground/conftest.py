@@ -39,3 +39,13 @@ def slow_model_cache() -> Iterator[ModelCache]:
     cache = slow_cache(0.05)
     yield cache
     cache.close()
+
+
+@pytest.fixture(autouse=True)
+def private_data_folder(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run journals its finished policies in the user data folder
+    (picocontext_playground.resume): each test gets its own, so no test resumes another's run
+    and nothing is left in the real one."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))

@@ -57,7 +57,7 @@ def test_normal_episode_uses_the_fixture_noise() -> None:
         (["--episode-smoke", "lamps"], "unknown task 'lamps'"),
         (["--smoke", "--policies", "append-only,bogus"], "unknown policy 'bogus'"),
         (["--smoke", "--policies", "editable,editable"], "only once"),
-        (["--smoke", "--policies", ","], "at least 1"),
+        (["--smoke", "--policies", ","], "--policies names no policy"),
         (["--smoke", "--backend", "scripted", "--model", "smollm2-135m"], "uses no model"),
         (["--smoke", "--model-dir", "/definitely/not/here"], "does not exist"),
     ],
@@ -94,7 +94,8 @@ def test_decoding_flags() -> None:
 
 def test_run_returns_2_with_a_message_on_setup_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run(["--smoke", "--pressure"]) == 2
-    assert "picocontext: --pressure applies" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == "picocontext: error: --pressure applies to --episode-smoke only\n"
     assert cli.run(["--no-such-flag"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
     assert cli.run(["--smoke", "--episode-smoke", "retention"]) == 2

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PySide6.QtGui import QImage
@@ -13,6 +14,7 @@ from PySide6.QtWidgets import QApplication
 
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 from picocontext_playground.smoke import (
+    EXIT_CHECKS_FAILED,
     EXIT_OK,
     EXIT_SETUP,
     EXIT_STOPPED,
@@ -65,7 +67,7 @@ def test_smoke_exits_2_when_the_model_cannot_load(qt_app: QApplication, tmp_path
         settings, tmp_path / "r.txt", tmp_path / "i.png", echo=lines.append, fail=errors.append
     )
     assert code == EXIT_SETUP
-    assert len(errors) == 1 and errors[0].startswith("picocontext: ")
+    assert len(errors) == 1 and errors[0].startswith("picocontext app: error: ")
     assert not (tmp_path / "r.txt").exists() and not (tmp_path / "i.png").exists()
 
 
@@ -77,11 +79,13 @@ def test_smoke_exits_2_when_the_report_cannot_be_written(
     lines: list[str] = []
     settings = ComparisonSettings(task=Task.ORDER_LOOKUP, model=ModelChoice.SCRIPTED)
     code = run_smoke(settings, blocker / "report.txt", None, echo=lines.append, fail=lines.append)
-    assert code == EXIT_SETUP and "cannot write output" in lines[-1]
+    assert code == EXIT_SETUP
+    assert lines[-1].startswith("picocontext app: error: cannot write output")
 
 
 def test_exit_codes_are_distinct() -> None:
-    assert len({EXIT_OK, EXIT_STOPPED, EXIT_SETUP}) == 3
+    assert len({EXIT_OK, EXIT_STOPPED, EXIT_SETUP, EXIT_CHECKS_FAILED}) == 4
+    assert (EXIT_SETUP, EXIT_CHECKS_FAILED) == (2, 3)  # the rule of every command
 
 
 def _headless_env(tmp_path: Path) -> dict[str, str]:
@@ -93,6 +97,7 @@ def _headless_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_command_runs_with_no_display_and_uses_the_environment_paths(tmp_path: Path) -> None:
+    # Under pressure append-only fails its answer check: the run completes and exits 3.
     proc = subprocess.run(
         [
             sys.executable,
@@ -110,7 +115,7 @@ def test_command_runs_with_no_display_and_uses_the_environment_paths(tmp_path: P
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     assert "Append-only · step-4: context passed, answer failed" in proc.stdout
     text = (tmp_path / "env-report.txt").read_text(encoding="utf-8")
     assert "context pressure on" in text
@@ -134,7 +139,9 @@ def test_flags_win_over_environment_paths(tmp_path: Path, monkeypatch: pytest.Mo
 
     seen: list[tuple[Path | None, Path | None]] = []
 
-    def fake_smoke(settings: ComparisonSettings, report: Path | None, image: Path | None) -> int:
+    def fake_smoke(
+        settings: ComparisonSettings, report: Path | None, image: Path | None, **_: Any
+    ) -> int:
         seen.append((report, image))
         return 0
 

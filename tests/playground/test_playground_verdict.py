@@ -179,7 +179,7 @@ def test_window_shows_the_verdict_and_the_sentence_after_a_run(
     assert isinstance(result, ComparisonResult)
     verdict = result_verdict(result)
     assert win.verdict.isVisible() and win.verdict.highlighted() == [verdict.winner]
-    assert win.status.text() == f"Finished. {headline(result, verdict)}"
+    assert win.status.text() == headline(result, verdict)  # after the worker's "Finished."
     assert "compare the cost" not in win.status.text()
     # the verdict sits above the scrolling results, so it never scrolls out of view
     # (the results now sit in a splitter under the chart; the verdict is on the page above it)

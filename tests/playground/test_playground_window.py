@@ -77,7 +77,7 @@ def test_run_comparison_fills_every_pane(qtbot: QtBot, window: MainWindow) -> No
     assert result.completed
     assert list(window.columns) == ["append-only", "editable"]
     # the status line concludes with the verdict's sentence
-    assert window.status.text() == f"Finished. {headline(result, result_verdict(result))}"
+    assert window.status.text() == headline(result, result_verdict(result))
     assert window.progress.value() == window.progress.maximum()
     assert "Scripted deterministic model" in window.caption.text()
     # chart: one bar group per step, one series per policy
