@@ -18,10 +18,12 @@ failure (a model that does not load, a report that cannot be written), 130 inter
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TextIO
 
 from picocontext import Cancelled, CancelToken, InputFileError, PicoContextError, TokenCounter
+from picocontext.cli import error_line
 from picocontext.models import ByteCounter
 from picocontext_diagnostics.conversations import (
     Conversation,
@@ -239,7 +241,10 @@ def execute(
             log=lambda message: print(message, file=err, flush=True),
         )
         scale = bytes_per_token(args, handle.counter)
-        quiet = "quiet" in args
+        quiet = "quiet" in args or "json" in args
+        path = Path(args["output"]) if "output" in args else _default_output()
+        # The first line says where the report goes (stderr under --json: stdout is JSON).
+        print(f"Report: {path}", file=err if "json" in args else out, flush=True)
 
         def on_result(result: QuestionResult) -> None:
             if not quiet:
@@ -257,24 +262,31 @@ def execute(
             cancel=cancel,
             bytes_per_token=scale,
         )
-        path = Path(args["output"]) if "output" in args else _default_output()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.to_json(), encoding="utf-8")
-        for line in summary_lines(report):
-            print(line, file=out)
-        print(f"Saved {path}", file=out)
+        if "json" in args:
+            data = json.loads(report.to_json())
+            summary = {k: data[k] for k in ("summary", "reference") if k in data}
+            failed = any(r.failure for r in report.results)
+            print(json.dumps({"report": str(path), "passed": not failed, **summary}), file=out)
+        else:
+            for line in summary_lines(report):
+                print(line, file=out)
+            print(f"Saved {path}", file=out)
         return EXIT_FAILED if any(r.failure for r in report.results) else 0
     except (Cancelled, KeyboardInterrupt):
         print(f"{prog}: interrupted; no report written", file=err)
         return 130
     except BAD_INPUT as exc:
-        print(error_text(prog, exc.message), file=err)
+        print(error_line(prog, exc.message), file=err)
         return EXIT_BAD_INPUT
     except (DiagnosticsError, PicoContextError) as exc:
-        print(error_text(prog, exc.message), file=err)
-        return EXIT_SETUP
+        print(error_line(prog, exc.message), file=err)
+        return exc.exit_code
+    except BrokenPipeError:  # the reader went away (``| head``): not an error
+        return 0
     except OSError as exc:
-        print(error_text(prog, str(exc)), file=err)
+        print(error_line(prog, str(exc)), file=err)
         return EXIT_SETUP
     finally:
         if handle is not None:
@@ -283,11 +295,6 @@ def execute(
 
 # Errors that refuse the input before any work: exit 2, as a usage error.
 BAD_INPUT = (ConversationError, InvalidConfiguration, InputFileError)
-
-
-def error_text(prog: str, message: str) -> str:
-    """``<prog>: error: <what> — <what to do>`` on one line."""
-    return f"{prog}: error: {' '.join(message.split())}"
 
 
 def _default_output() -> Path:

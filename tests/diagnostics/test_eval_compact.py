@@ -65,3 +65,17 @@ def test_quiet_prints_a_few_lines_and_json_prints_one_object(tmp_path: Path) -> 
     summary = json.loads(out.getvalue())
     assert summary["report"] == str(tmp_path / "j.json") and summary["passed"] is False
     assert err.getvalue().startswith("Report: ")
+
+
+def test_a_conversation_run_prints_its_report_path_first_and_json_on_request(
+    tmp_path: Path,
+) -> None:
+    conversation = Path(__file__).resolve().parents[2] / "resources/conversations/bike-shop.json"
+    argv = ["--conversation", str(conversation), "--output", str(tmp_path / "c.json")]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.run([*argv, "--quiet"], out, err) == 0, err.getvalue()
+    assert out.getvalue().splitlines()[0] == f"Report: {tmp_path / 'c.json'}"
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.run([*argv, "--json"], out, err) == 0, err.getvalue()
+    summary = json.loads(out.getvalue())
+    assert summary["passed"] is True and summary["summary"] and summary["reference"]
