@@ -9,6 +9,12 @@ turns the chosen replacements into one atomic :class:`~picocontext.edits.Edit` t
 validator judges like any other. A reply that is no option (free decoding) is recorded as
 invalid and never applied.
 
+A question needs a model that can tell a new value from an added detail; on the default
+1.5B model none of the formats measured could (docs/policies.md), while the share of an
+earlier record's content words that a new record repeats found most stale records at no cost.
+So :class:`ChoiceRules` also let the runtime pick by that share (the editable policy's
+default) and narrow the options a question offers to records sharing a content word.
+
 This module is pure: it plans questions, builds the answer schema (the one grammar source both
 engines consume, through ``ModelInput.answer_schema_json``), reads replies and builds the edit.
 The session (:mod:`picocontext.session`) runs the calls and owns receipts and budgets.
@@ -18,11 +24,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 from picocontext.edits import Delete, Edit
 from picocontext.headers import header_field
+from picocontext.manifest.text import terms
 from picocontext.prompts import CHOICE_NONE, choice_question
 from picocontext.records import Role, Snapshot
 
@@ -35,6 +43,43 @@ MAX_OPTIONS = 24
 CHOICE_OUTPUT_TOKENS = 12
 # Ids longer than this (or not plain header tokens) are answered by short handles instead.
 MAX_PLAIN_ID_CHARS = 12
+
+# Which earlier units a question offers: ``shared-word`` only those that share a stemmed
+# content word (stop words removed) with the new unit, so a note about something else is never
+# offered and a note that shares no word with any earlier one is answered none without a
+# model call; ``all`` offers every earlier editable unit.
+Candidates = Literal["shared-word", "all"]
+# How a constrained reply is written: ``word`` as the bare option (what a small model writes by
+# itself), ``json`` as a JSON string (an opening quote the model would not write: on
+# Qwen2.5-Coder-1.5B it costs 4-11 nats and changes the answer, docs/policies.md).
+ReplyForm = Literal["word", "json"]
+# The answer-schema key that asks the grammar source for bare words (a string enum whose
+# reply is one of its words as plain text); engines without a local grammar drop ``x-`` keys
+# and get a JSON string, which :func:`read_reply` reads the same.
+BARE_WORDS_KEY = "x-bare-words"
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceRules:
+    """How the incremental decision asks: which earlier units a question offers and how the
+    constrained reply is written."""
+
+    candidates: Candidates = "all"
+    reply: ReplyForm = "json"
+    # Shared-word candidates: offer only earlier units that have at least this share of their
+    # content words repeated in the new unit (0: one shared word is enough).
+    offer_overlap: float = 0.0
+    # The runtime itself picks the earlier unit with the largest share of its content words
+    # repeated in the new unit, when that share is at least this, without a model call
+    # (``None``: never).
+    pick_overlap: float | None = None
+    # Whether the model is asked at all (off: only the runtime's overlap pick decides).
+    ask: bool = True
+
+    @property
+    def lexical(self) -> bool:
+        """Whether content words are needed (a filter or the runtime's pick)."""
+        return self.candidates == "shared-word" or self.pick_overlap is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +95,20 @@ class Unit:
         """The id that names the unit in a question: its last record (for a tool group the
         last result, which is what the model reads as the content)."""
         return self.ids[-1]
+
+
+def content_words(snapshot: Snapshot, unit: Unit) -> frozenset[str]:
+    """The stemmed content words of what a unit says: its records' bodies (a tool group's
+    results carry its content; an assistant's call arguments are not read)."""
+    bodies = {r.id: r.body for r in snapshot.records}
+    return frozenset(w for i in unit.ids for w in terms(bodies.get(i, "")))
+
+
+def overlap(new: frozenset[str], old: frozenset[str]) -> float:
+    """The share of ``old``'s content words that ``new`` repeats (0 when ``old`` has none): a
+    note that restates an earlier one with another value repeats most of its words; one that
+    adds a detail about the same item repeats only the item."""
+    return len(new & old) / len(old) if old else 0.0
 
 
 def units(snapshot: Snapshot) -> list[Unit]:
@@ -82,6 +141,7 @@ class Question:
 
     new: Unit
     options: tuple[Option, ...]
+    reply: ReplyForm = "json"
 
     @property
     def answers(self) -> list[str]:
@@ -93,7 +153,9 @@ class Question:
 
     def schema_json(self) -> str:
         """The answer's JSON schema (a string enum), canonical JSON for ``ModelInput``."""
-        schema = {"type": "string", "enum": self.answers}
+        schema: dict[str, object] = {"type": "string", "enum": self.answers}
+        if self.reply == "word":
+            schema[BARE_WORDS_KEY] = True
         return json.dumps(schema, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
     def read(self, text: str) -> Reading:
@@ -114,9 +176,11 @@ class Reading:
 _EDGE = "\"'`*.,;:!()[]{}<> \t\r\n"
 
 
-def none_schema() -> str:
+def none_schema(reply: ReplyForm = "json") -> str:
     """The answer schema that allows only ``none`` (to score that reply), canonical JSON."""
-    schema = {"type": "string", "enum": [CHOICE_NONE]}
+    schema: dict[str, object] = {"type": "string", "enum": [CHOICE_NONE]}
+    if reply == "word":
+        schema[BARE_WORDS_KEY] = True
     return json.dumps(schema, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
@@ -162,14 +226,31 @@ def _handles(candidates: Sequence[Unit]) -> list[str]:
     return [str(i + 1) for i in range(len(keys))]
 
 
-def question_for(new: Unit, earlier: Sequence[Unit]) -> Question | None:
+def question_for(
+    new: Unit,
+    earlier: Sequence[Unit],
+    words: Mapping[str, frozenset[str]] | None = None,
+    reply: ReplyForm = "json",
+    min_overlap: float = 0.0,
+) -> Question | None:
     """The question about ``new`` over the editable ``earlier`` units (newest
-    :data:`MAX_OPTIONS`), or ``None`` when there is nothing it could replace."""
-    candidates = [u for u in earlier if u.editable][-MAX_OPTIONS:]
+    :data:`MAX_OPTIONS`), or ``None`` when there is nothing it could replace. With ``words``
+    (content words by unit key), only units sharing a word with ``new`` are offered, and only
+    those with at least ``min_overlap`` of their words repeated in it."""
+    candidates = [u for u in earlier if u.editable]
+    if words is not None:
+        mine = words.get(new.key, frozenset())
+        candidates = [
+            u
+            for u in candidates
+            if mine & words.get(u.key, frozenset())
+            and overlap(mine, words.get(u.key, frozenset())) >= min_overlap
+        ]
+    candidates = candidates[-MAX_OPTIONS:]
     if not candidates:
         return None
     options = tuple(Option(h, u) for h, u in zip(_handles(candidates), candidates, strict=True))
-    return Question(new=new, options=options)
+    return Question(new=new, options=options, reply=reply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,25 +261,67 @@ class Plan:
     asked: tuple[Unit, ...]
     skipped: tuple[Unit, ...]
     all_units: tuple[Unit, ...]
+    # Content words by unit key when the rules use them (``None``: not needed).
+    words: Mapping[str, frozenset[str]] | None = field(default=None, compare=False)
+    rules: ChoiceRules = ChoiceRules()
+
+    def earlier(self, new: Unit, removed: Iterable[str] = ()) -> list[Unit]:
+        """The editable units before ``new`` that are not keyed in ``removed``."""
+        gone = set(removed)
+        position = self.all_units.index(new)
+        return [u for u in self.all_units[:position] if u.editable and u.key not in gone]
 
     def question(self, new: Unit, removed: Iterable[str]) -> Question | None:
         """The question about ``new`` once the units keyed in ``removed`` are already chosen
         for deletion this step (a record is replaced once)."""
-        gone = set(removed)
-        position = self.all_units.index(new)
-        earlier = [u for u in self.all_units[:position] if u.key not in gone]
-        return question_for(new, earlier)
+        rules = self.rules
+        if not rules.ask:
+            return None
+        words = self.words if rules.candidates == "shared-word" else None
+        return question_for(
+            new, self.earlier(new, removed), words, rules.reply, rules.offer_overlap
+        )
+
+    def runtime_pick(self, new: Unit, removed: Iterable[str]) -> tuple[Unit, float] | None:
+        """The earlier unit the runtime picks without asking: the one with the largest share
+        of its content words repeated in ``new`` (the older on a tie), when that share
+        reaches the rules' ``pick_overlap``."""
+        threshold, words = self.rules.pick_overlap, self.words
+        if threshold is None or words is None:
+            return None
+        mine = words.get(new.key, frozenset())
+        best: tuple[Unit, float] | None = None
+        for unit in self.earlier(new, removed):
+            share = overlap(mine, words.get(unit.key, frozenset()))
+            if share >= threshold and (best is None or share > best[1]):
+                best = (unit, share)
+        return best
 
 
-def plan(snapshot: Snapshot, judged: Iterable[str], limit: int = MAX_CHOICES_PER_STEP) -> Plan:
-    """Plan one step: the editable units with a record not yet ``judged`` are new."""
+def plan(
+    snapshot: Snapshot,
+    judged: Iterable[str],
+    limit: int = MAX_CHOICES_PER_STEP,
+    rules: ChoiceRules = ChoiceRules(),
+) -> Plan:
+    """Plan one step: the editable units with a record not yet ``judged`` are new;
+    ``rules`` say which earlier units each question offers and how it is answered."""
     seen = set(judged)
     every = units(snapshot)
     new = [u for u in every if u.editable and any(i not in seen for i in u.ids)]
     keep = max(limit, 0)
     asked = new[-keep:] if keep else []
     skipped = new[: len(new) - len(asked)]
-    return Plan(asked=tuple(asked), skipped=tuple(skipped), all_units=tuple(every))
+    words = None
+    if rules.lexical:
+        words = {u.key: content_words(snapshot, u) for u in every if u.editable}
+    return Plan(
+        asked=tuple(asked),
+        skipped=tuple(skipped),
+        all_units=tuple(every),
+        words=words,
+        rules=rules,
+    )
 
 
 def replacement_edit(snapshot: Snapshot, chosen: Sequence[Unit]) -> Edit | None:

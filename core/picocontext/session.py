@@ -31,6 +31,7 @@ from picocontext.cancel import CancelToken, check
 from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
+    ChoiceRules,
     Plan,
     Question,
     Unit,
@@ -353,6 +354,7 @@ class ContextSession:
         *,
         none_margin: float | None = None,
         apply_at: float = 0.0,
+        choice_rules: ChoiceRules | None = None,
     ) -> RunReport:
         """One turn: optional bounded decision loop, then the completion. Failures other than
         cancellation become ``report.failure``; the run never appends the answer.
@@ -361,12 +363,14 @@ class ContextSession:
         probabilities); ``None`` takes the greedy reply as it is. ``apply_at`` (incremental):
         chosen deletions wait until the answer prompt would fill more than this share of the
         window, then apply together, so the prefix cache survives the steps that do not need
-        the room; 0 applies them at once."""
+        the room; 0 applies them at once. ``choice_rules`` (incremental): which earlier records a
+        question offers and how its constrained reply is written (``None``: the defaults)."""
         self._acquire()
         try:
             run = _Run(self, mode, budget or RunBudget(), edit_style, cancel)
             run.none_margin = none_margin
             run.apply_at = apply_at
+            run.rules = choice_rules or ChoiceRules()
             return run.execute()
         finally:
             self._busy.release()
@@ -441,6 +445,7 @@ class _Run:
         self.edit_prefill_cost = 0
         self.none_margin: float | None = None
         self.apply_at = 0.0
+        self.rules = ChoiceRules()
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
@@ -628,7 +633,7 @@ class _Run:
         by the validator and receipted like a model's ``edit_context`` call."""
         current = self.s._state
         snapshot = current.snapshot
-        steps = plan(snapshot, self.s._judged)
+        steps = plan(snapshot, self.s._judged, rules=self.rules)
         for unit in steps.skipped:
             self.s._judged.update(unit.ids)
             self.choices.append(
@@ -698,9 +703,18 @@ class _Run:
         chosen: list[Unit] = []
         for position, unit in enumerate(steps.asked):
             check(self.cancel)
-            question = steps.question(unit, [u.key for u in [*pending, *chosen]])
+            removed = [u.key for u in [*pending, *chosen]]
+            sure = steps.runtime_pick(unit, removed)
+            if sure is not None:
+                self.s._judged.update(unit.ids)
+                self.choices.append(runtime_choice(unit, *sure))
+                chosen.append(sure[0])
+                continue
+            question = steps.question(unit, removed)
             if question is None:
                 self.s._judged.update(unit.ids)  # nothing earlier it could replace
+                if steps.words is not None and steps.earlier(unit, removed):
+                    self.choices.append(unshared(unit))
                 continue
             prompt = self.prepare(
                 snapshot,
@@ -754,7 +768,10 @@ class _Run:
         the cached prompt is reused and a few tokens are decoded) and keep the pick only when
         it beats ``none`` by more than the margin."""
         forced = self.prepare(
-            snapshot, Phase.CHOICE, guidance=question.text(), answer_schema_json=none_schema()
+            snapshot,
+            Phase.CHOICE,
+            guidance=question.text(),
+            answer_schema_json=none_schema(question.reply),
         )
         try:
             check_prompt(
@@ -945,6 +962,33 @@ class _Run:
             )
         )
         return outcome.text
+
+
+def unshared(unit: Unit) -> Choice:
+    """The report of a new unit with no earlier editable unit to offer under the rules (none
+    shares a content word, or enough of them, or the model is not asked): it replaces
+    nothing, and no model call was made."""
+    return Choice(
+        records=unit.ids,
+        options=(),
+        handles=(),
+        asked=False,
+        detail="no earlier record shares a content word with it (or enough of them): "
+        "replaces nothing (no call)",
+    )
+
+
+def runtime_choice(unit: Unit, picked: Unit, share: float) -> Choice:
+    """The report of the runtime's own overlap pick (no model call)."""
+    return Choice(
+        records=unit.ids,
+        options=(picked.key,),
+        handles=(picked.key,),
+        chosen=picked.key,
+        asked=False,
+        detail=f"picked by the runtime: it repeats {share:.0%} of the content words of "
+        f"{picked.key} (no call)",
+    )
 
 
 def object_text(arguments: str) -> str:

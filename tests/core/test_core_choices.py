@@ -27,8 +27,11 @@ from picocontext import (
     ToolCall,
 )
 from picocontext.choices import (
+    BARE_WORDS_KEY,
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
+    ChoiceRules,
+    content_words,
     plan,
     question_for,
     read_reply,
@@ -291,15 +294,17 @@ def test_a_group_with_a_protected_record_is_never_offered() -> None:
 
 
 def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
-    backend = chooser('"old-result"')
-    policy = policy_registry().create(
-        "editable", backend, {"decision": "incremental", "apply_at": 0}
-    )
-    session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
-    report = policy.turn(session, TEST_BUDGET)
-    assert report.edit_style is EditStyle.INCREMENTAL and report.policy == "editable"
-    assert session.context.record("old-result") is None
-    assert len(report.call_prefill_tokens) == len(report.calls) == 2
+    asking = {"decision": "incremental", "apply_at": 0, "pick_overlap": None, "ask_model": True}
+    # By default the runtime picks by repeated words (no choice call: only the answer call);
+    # asking the model is one setting away (a choice call, then the answer).
+    for config, calls in (({"decision": "incremental", "apply_at": 0}, 1), (asking, 2)):
+        backend = chooser('"old-result"')
+        policy = policy_registry().create("editable", backend, config)
+        session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+        report = policy.turn(session, TEST_BUDGET)
+        assert report.edit_style is EditStyle.INCREMENTAL and report.policy == "editable"
+        assert session.context.record("old-result") is None
+        assert len(report.call_prefill_tokens) == len(report.calls) == calls
 
 
 def test_an_accepted_edit_is_charged_its_window_saving_and_its_re_prefill() -> None:
@@ -423,3 +428,119 @@ def test_the_policy_config_carries_apply_at_and_refuses_a_share_outside_0_1() ->
     for bad in (-0.1, 1.5):
         with pytest.raises(PolicyError):
             spec.parse_config({"apply_at": bad})
+
+
+# -- the rules for asking: shared-word candidates, bare-word replies ------------------------------
+SHARED_WORDS = ChoiceRules(candidates="shared-word")
+
+
+def test_content_words_are_stemmed_and_drop_stop_words() -> None:
+    snapshot = notes("The tomatoes need watering every morning.")
+    (unit,) = [u for u in units(snapshot) if u.key == "n1"]
+    assert content_words(snapshot, unit) == {"tomato", "water", "morn"}
+
+
+def test_shared_word_candidates_offer_only_earlier_records_that_share_a_content_word() -> None:
+    snapshot = notes("Lamp price 30 EUR.", "The desk is oak.", "The lamps now cost 35.")
+    steps = plan(snapshot, (), rules=SHARED_WORDS)
+    by_key = {u.key: u for u in steps.all_units}
+    assert steps.question(by_key["n2"], ()) is None  # the desk shares nothing with the lamp
+    question = steps.question(by_key["n3"], ())
+    assert question is not None and [o.handle for o in question.options] == ["n1"]
+    # Offering every earlier record is one setting away.
+    every = plan(snapshot, (), rules=ChoiceRules(candidates="all"))
+    asked = every.question({u.key: u for u in every.all_units}["n3"], ())
+    assert asked is not None and [o.handle for o in asked.options] == ["n1", "n2"]
+
+
+def test_a_record_sharing_no_word_is_none_without_a_model_call_and_reported() -> None:
+    backend = chooser(["n1"])
+    session = ContextSession(
+        notes("Lamp price 30 EUR.", "The desk is oak.", "The lamps now cost 35."),
+        ByteCounter(),
+        backend,
+    )
+    report = session.run(
+        RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, choice_rules=SHARED_WORDS
+    )
+    assert report.failure is None
+    choice_prompts = [p for p in backend.prompts if p.input.phase is Phase.CHOICE]
+    assert len(choice_prompts) == 1  # only the lamp note is asked about
+    desk, lamp = report.choices
+    assert desk.records == ("n2",) and not desk.asked and desk.chosen is None
+    assert "shares a content word" in desk.detail and desk.generated_tokens == 0
+    assert lamp.asked and lamp.options == ("n1",) and lamp.chosen == "n1"
+    # The pick still becomes one atomic, validated edit with the usual receipt.
+    assert session.context.ids == ["task", "n2", "n3"]
+    assert [a.outcome for a in report.attempts] == [Outcome.EDITED]
+    assert {"n2", "n3"} <= session.judged_ids
+
+
+def test_protected_records_are_never_offered_even_when_they_share_words() -> None:
+    records = (
+        Record(id="task", role=Role.USER, protected=True, body="Track the lamp."),
+        Record(id="rule", role=Role.USER, protected=True, body="Lamp price 20 EUR."),
+        Record(id="a", role=Role.USER, body="Lamp price 30 EUR."),
+    )
+    backend = chooser(["none"])
+    _, report = run_with(Snapshot(scope=SCOPE, records=records), backend, SHARED_WORDS)
+    assert [c.options for c in report.choices] == []  # "rule" is protected: nothing to offer
+
+
+def test_bare_word_replies_mark_the_schema_and_are_read_like_json_ones() -> None:
+    backend = chooser(["n1"])
+    session, report = run_with(
+        notes("Lamp price 30 EUR.", "Lamp price now 35 EUR."),
+        backend,
+        ChoiceRules(reply="word"),
+    )
+    (prompt,) = [p for p in backend.prompts if p.input.phase is Phase.CHOICE]
+    schema = json.loads(prompt.input.answer_schema_json or "")
+    assert schema == {"type": "string", "enum": ["n1", "none"], BARE_WORDS_KEY: True}
+    assert report.choices[0].chosen == "n1" and session.context.ids == ["task", "n2"]
+
+
+def test_the_policy_config_carries_the_rules_for_asking() -> None:
+    spec = policy_registry().get("editable")
+    assert spec.parse_config({}).choice_rules() == ChoiceRules(pick_overlap=0.4, ask=False)
+    config = spec.parse_config(
+        {
+            "candidates": "shared-word",
+            "choice_reply": "word",
+            "pick_overlap": None,
+            "ask_model": True,
+        }
+    )
+    assert config.choice_rules() == ChoiceRules(candidates="shared-word", reply="word")
+    with pytest.raises(PolicyError):
+        spec.parse_config({"candidates": "some"})
+    with pytest.raises(PolicyError):
+        spec.parse_config({"choice_reply": "yaml"})
+
+
+def run_with(
+    snapshot: Snapshot, backend: ScriptedBackend, rules: ChoiceRules
+) -> tuple[ContextSession, RunReport]:
+    session = ContextSession(snapshot, ByteCounter(), backend)
+    report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, choice_rules=rules)
+    return session, report
+
+
+def test_the_runtime_picks_the_record_whose_words_the_new_one_repeats_without_a_call() -> None:
+    backend = chooser([])  # any model call would fail the run: the queue is empty
+    rules = ChoiceRules(pick_overlap=0.5, ask=False)
+    session, report = run_with(
+        notes("Lamp price 30 EUR.", "Lamp cord is two metres.", "Lamp price now 35 EUR."),
+        backend,
+        rules,
+    )
+    assert report.failure is None
+    assert not [p for p in backend.prompts if p.input.phase is Phase.CHOICE]
+    cord, price = report.choices
+    # The cord note repeats one of the price note's four content words (lamp): below the
+    # share, and the model is not asked. The new price repeats three of them (not the old 30)
+    # and one of the cord note's four.
+    assert cord.chosen is None and not cord.asked
+    assert price.chosen == "n1" and not price.asked and "75%" in price.detail
+    assert session.context.ids == ["task", "n2", "n3"]
+    assert [a.outcome for a in report.attempts] == [Outcome.EDITED]

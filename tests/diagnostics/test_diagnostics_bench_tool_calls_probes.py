@@ -359,7 +359,8 @@ def test_judging_does_not_depend_on_the_protocol() -> None:
         # The question about n3 offers n1 and n2: n3 replaces n1.
         return ModelResponse(text='"n1"' if "n2" in options else '"none"', generated_tokens=2)
 
-    incremental = {"decision": "incremental"}
+    # The model's choice (the default incremental decision is the runtime's overlap pick).
+    incremental = {"decision": "incremental", "pick_overlap": None, "ask_model": True}
     row = run_decision_probe(loaded(probe()), ByteCounter(), ScriptedBackend(choose), incremental)
     assert row["exact"] and row["deleted"] == ["n1"] and row["decision_calls"] == 2
     keep = ScriptedBackend(lambda p, c: ModelResponse(text='"none"', generated_tokens=2))
@@ -432,11 +433,31 @@ def test_bench_line_keeps_its_keys_and_gains_the_decision_rate(
     assert summary["n"] == 2 and summary["decision_exact_rate"] == 0.5
     assert summary["decision_exact_by_kind"] == {"stale": 1.0, "keep": 0.0}
     assert summary["right_args_by_kind"] == {"decision": 0.5}
-    assert summary["decision_config"] == {
-        "decision": "tool-call",
-        "none_margin": None,
-        "apply_at": 0.0,
-    }
+    config = summary["decision_config"]
+    assert (config["decision"], config["none_margin"], config["apply_at"]) == (
+        "tool-call",
+        None,
+        0.0,
+    )
     assert summary["probe_files"] == [str(path)]
     rows = json.loads(output.read_text(encoding="utf-8"))["rows"]
     assert [r["extra"] for r in rows] == [[], ["n1"]]
+
+
+def test_config_passes_more_of_the_policy_config_and_refuses_bad_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([probe("hit", kind="stale")]), encoding="utf-8")
+    args = tool_calls.parse_args(["--probes", str(good), "--config", '{"pick_overlap": 0.4}'])
+    config = tool_calls.plan_run(args).config
+    assert config["pick_overlap"] == 0.4 and config["apply_at"] == 0.0
+    # --decision wins over the config's "decision".
+    both = ["--config", '{"decision": "tool-call"}', "--decision", "incremental"]
+    assert tool_calls.plan_run(tool_calls.parse_args(["--probes", str(good), *both])).config[
+        "decision"
+    ] == ("incremental")
+    assert tool_calls.main(["--probes", str(good), "--check", "--config", '{"bogus": 1}']) == 2
+    assert "bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool_calls.parse_args(["--config", "[1]"])

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from picocontext.backend import EditStyle
 from picocontext.budget import RunBudget
 from picocontext.cancel import CancelToken
+from picocontext.choices import ChoiceRules
 from picocontext.report import RunMode, RunReport
 from picocontext.session import ContextSession
 
@@ -61,11 +62,13 @@ class EditablePolicy:
         name: str | None = None,
         none_margin: float | None = None,
         apply_at: float = 0.0,
+        choice_rules: ChoiceRules | None = None,
     ) -> None:
         self.style = style
         self.name = name or ("summarize" if style is EditStyle.SUMMARIZE else "editable")
         self.none_margin = none_margin
         self.apply_at = apply_at
+        self.choice_rules = choice_rules
 
     def turn(
         self, session: ContextSession, budget: RunBudget, cancel: CancelToken | None = None
@@ -77,6 +80,7 @@ class EditablePolicy:
             cancel,
             none_margin=self.none_margin,
             apply_at=self.apply_at,
+            choice_rules=self.choice_rules,
         )
         return report.model_copy(update={"policy": self.name})
 

@@ -292,8 +292,22 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if args.limit is not None:
         builtin = builtin[: args.limit]
         decisions = decisions[: max(args.limit - len(builtin), 0)]
-    config = decision_config({"decision": args.decision} if args.decision else None)
+    wanted = dict(args.config)
+    if args.decision:
+        wanted["decision"] = args.decision
+    config = decision_config(wanted or None)
     return Plan(tool_set, tuple(builtin), tuple(decisions), tuple(str(f) for f in files), config)
+
+
+def _config_object(text: str) -> dict[str, Any]:
+    """``--config``: a JSON object (the policy validates its keys and values)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--config must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--config must be a JSON object")
+    return value
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -326,6 +340,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="PROTOCOL",
         help="the editable policy's decision protocol (its config 'decision'; default: the "
         "policy's default)",
+    )
+    parser.add_argument(
+        "--config",
+        type=_config_object,
+        default={},
+        metavar="JSON",
+        help="more of the editable policy's config as a JSON object, e.g. "
+        '\'{"candidates": "all", "none_margin": 0.5}\' (--decision wins over its "decision")',
     )
     parser.add_argument(
         "--check", action="store_true", help="validate the probe files and exit (no model)"

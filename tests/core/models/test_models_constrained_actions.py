@@ -260,6 +260,31 @@ def test_every_string_the_answer_grammar_accepts_is_a_valid_answer(
     jsonschema.validate(json.loads(text), schema)
 
 
+def test_a_bare_word_choice_is_one_offered_word_without_json_quotes(
+    grammar: DecisionGrammar, hf_tokenizer: Any
+) -> None:
+    from picocontext.choices import BARE_WORDS_KEY
+
+    schema = {"type": "string", "enum": ["n1", "n12", "none"], BARE_WORDS_KEY: True}
+    lark = answer_lark(schema)
+    for word in ("n1", "n12", "none"):
+        assert accepts(grammar, hf_tokenizer, lark, word)
+    for text in ('"n1"', "n2", "n1 ", "None", "nonenone"):
+        assert not accepts(grammar, hf_tokenizer, lark, text)
+    # Unmarked, the same enum is a JSON string, as before.
+    plain = answer_lark({k: v for k, v in schema.items() if k != BARE_WORDS_KEY})
+    assert accepts(grammar, hf_tokenizer, plain, '"n1"')
+    assert not accepts(grammar, hf_tokenizer, plain, "n1")
+
+
+def test_bare_words_need_a_string_enum_of_words() -> None:
+    from picocontext.choices import BARE_WORDS_KEY
+    from picocontext.errors import ModelError
+
+    with pytest.raises(ModelError, match=BARE_WORDS_KEY):
+        answer_lark({"type": "string", "enum": ["ok", ""], BARE_WORDS_KEY: True})
+
+
 # -- the real model: constrained steps stop at the end of the structure ------------------------
 
 pytest.importorskip("mlx_lm")
