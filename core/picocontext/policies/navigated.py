@@ -577,7 +577,8 @@ class NavigatedPolicy:
             probe = sample_receipt(CLOSE_TOOL.name, step=15, index=30)
             per_call = prepare(indexed, probe) - fixed + cfg.call_slack
             room = window - out - fixed - steps * (per_call + refusal)
-            nav_budget = min(int(cfg.nav_share * window), room)
+            cap = _budget_step(int(cfg.nav_share * window), window)
+            nav_budget = _budget_step(min(int(cfg.nav_share * window), room), window)
             if nav_budget < cfg.min_nav_tokens:
                 short = BudgetExceeded(
                     f"the protected records and recent tail leave {max(nav_budget, 0)} tokens "
@@ -594,7 +595,7 @@ class NavigatedPolicy:
                     str(snapshot.scope), split.archive, positions, nav_budget, text_counter, cancel
                 )
             except SelfCheckFailed as exc:
-                if nav_budget >= int(cfg.nav_share * window):
+                if nav_budget >= cap:
                     raise  # a smaller tail cannot raise the reading budget any further
                 failure = exc
                 check(cancel)
@@ -748,6 +749,16 @@ class NavigatedPolicy:
             while len(self._compiled) > cfg.cached_scopes:
                 self._compiled.popitem(last=False)
         return entry, ("incremental" if incremental else "full"), seconds
+
+
+def _budget_step(tokens: int, window: int) -> int:
+    """``tokens`` rounded down to a step of 1/128 of the window (at least 16): the reading
+    budget depends on the question's length, and the compiled archive is keyed by it, so
+    without the step every question over the same history recompiled (25 budgets for 40
+    LoCoMo questions, 4,072-4,110); with it they share a compile, for under 1 % of the
+    window."""
+    step = max(16, window // 128)
+    return tokens - tokens % step if tokens > 0 else tokens
 
 
 def _create(config: NavigatedConfig, context: PolicyContext) -> NavigatedPolicy:
