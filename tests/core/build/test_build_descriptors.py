@@ -264,5 +264,6 @@ def test_a_branch_names_its_children_without_cutting_a_title_at_a_dot_or_colon()
     assert _strip_common_prefix(pages) == ["part 1 of 3", "part 2 of 3", "part 3 of 3"]
     titled = ["Qwen2.5-Coder models, retention", "Qwen2.5-Coder models, pressure"]
     assert _strip_common_prefix(titled) == titled
+    assert _strip_common_prefix(["v1.2/a", "v1.2/b"]) == ["a", "b"]
     mixed = ["Intro (part 1 of 2)", "Other (part 2 of 2)"]
     assert _strip_common_prefix(mixed) == mixed

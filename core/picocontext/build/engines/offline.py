@@ -61,9 +61,8 @@ _PART = re.compile(r"\((part \d+ of \d+)\)$")
 def _strip_common_prefix(names: list[str]) -> list[str]:
     """``["shutil.copy", "shutil.move"]`` -> ``["copy", "move"]`` (dotted/slashed prefixes);
     the pages of one document, ``["Intro: setup (part 1 of 3)", ...]``, -> ``["part 1 of 3",
-    ...]``. A prefix with a space in it is a title, never cut at a dot or colon inside it
-    (``Qwen2.5``, ``pcx build: the compiler``): the branch line names its children, so a
-    remainder like ``5-Coder models (part 1 of 5)`` would repeat the title in pieces."""
+    ...]``; a decimal point (``Qwen2.5``) is never a cut: the branch line names its children,
+    so a remainder like ``5-Coder models (part 1 of 5)`` would repeat the title in pieces."""
     if len(names) < 2:
         return names
     parts = [_PART.search(n) for n in names]
@@ -73,10 +72,16 @@ def _strip_common_prefix(names: list[str]) -> list[str]:
     for n in names[1:]:
         while prefix and not n.startswith(prefix):
             prefix = prefix[:-1]
-    cut = max(prefix.rfind("."), prefix.rfind("/"), prefix.rfind(":"))
-    if cut <= 0 or any(ch.isspace() for ch in prefix):
+    cuts = [i for i, ch in enumerate(prefix) if ch in "./:" and not _in_number(names[0], i)]
+    cut = max(cuts, default=-1)
+    if cut <= 0:
         return names
     return [n[cut + 1 :] or n for n in names]
+
+
+def _in_number(text: str, i: int) -> bool:
+    """Whether the dot at ``i`` is a decimal point (``Qwen2.5``, ``v1.2``), not a separator."""
+    return 0 < i < len(text) - 1 and text[i - 1].isdigit() and text[i + 1].isdigit()
 
 
 def _interleave(first: list[str], second: list[str]) -> list[str]:
