@@ -294,11 +294,11 @@ def test_a_group_with_a_protected_record_is_never_offered() -> None:
 
 
 def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
-    asking = {"decision": "incremental", "apply_at": 0, "pick_overlap": None, "ask_model": True}
-    # By default the runtime picks by repeated words (no choice call: only the answer call);
-    # asking the model is one setting away (a choice call, then the answer).
-    for config, calls in (({"decision": "incremental", "apply_at": 0}, 1), (asking, 2)):
-        backend = chooser('"old-result"')
+    picking = {"decision": "incremental", "apply_at": 0, "pick_overlap": 0.4, "ask_model": False}
+    # By default the model chooses (a choice call, then the answer); the runtime's pick by
+    # repeated words is one setting away (no choice call: only the answer call).
+    for config, calls in (({"decision": "incremental", "apply_at": 0}, 2), (picking, 1)):
+        backend = chooser("old-result")
         policy = policy_registry().create("editable", backend, config)
         session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
         report = policy.turn(session, TEST_BUDGET)
@@ -502,16 +502,13 @@ def test_bare_word_replies_mark_the_schema_and_are_read_like_json_ones() -> None
 
 def test_the_policy_config_carries_the_rules_for_asking() -> None:
     spec = policy_registry().get("editable")
-    assert spec.parse_config({}).choice_rules() == ChoiceRules(pick_overlap=0.4, ask=False)
+    default = spec.parse_config({}).choice_rules()
+    assert default == ChoiceRules(candidates="shared-word", reply="word")
+    assert default.ask and default.pick_overlap is None  # the model decides, by default
     config = spec.parse_config(
-        {
-            "candidates": "shared-word",
-            "choice_reply": "word",
-            "pick_overlap": None,
-            "ask_model": True,
-        }
+        {"candidates": "all", "choice_reply": "json", "pick_overlap": 0.4, "ask_model": False}
     )
-    assert config.choice_rules() == ChoiceRules(candidates="shared-word", reply="word")
+    assert config.choice_rules() == ChoiceRules(pick_overlap=0.4, ask=False)
     with pytest.raises(PolicyError):
         spec.parse_config({"candidates": "some"})
     with pytest.raises(PolicyError):
