@@ -17,6 +17,7 @@ from picocontext.models import MLX_SINGLE_WORKER, ByteCounter, ModelDescription,
 from picocontext_diagnostics import cli
 from picocontext_diagnostics.evaluation import EvaluationReport
 from picocontext_diagnostics.parallel import run_ordered
+from timeless import timeless
 
 
 def sleeper(value: int, seconds: float, seen: list[int]) -> Any:
@@ -85,15 +86,6 @@ def test_the_callers_cancel_reaches_every_worker() -> None:
 def run_cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     return cli.run(list(argv), out, err), out.getvalue(), err.getvalue()
-
-
-def timeless(value: Any) -> Any:
-    """A report part with every wall-time field removed."""
-    if isinstance(value, dict):
-        return {k: timeless(v) for k, v in value.items() if "elapsed" not in k}
-    if isinstance(value, list):
-        return [timeless(v) for v in value]
-    return value
 
 
 def test_the_report_does_not_depend_on_the_worker_count(tmp_path: Path) -> None:

@@ -9,19 +9,12 @@ from pathlib import Path
 import pytest
 
 from picocontext_diagnostics import cli
+from timeless import timeless
 
 
 @pytest.fixture(autouse=True)
 def private_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-
-
-def timeless(value: object) -> object:
-    if isinstance(value, dict):
-        return {k: timeless(v) for k, v in value.items() if "elapsed" not in k}
-    if isinstance(value, list):
-        return [timeless(v) for v in value]
-    return value
 
 
 def run(tmp_path: Path, name: str, *extra: str) -> dict[str, object]:

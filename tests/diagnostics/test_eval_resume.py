@@ -19,6 +19,7 @@ import pytest
 from picocontext_diagnostics import cli
 from picocontext_diagnostics.evaluation import EvaluationResult
 from picocontext_diagnostics.evaluation.journal import Journal
+from timeless import timeless
 
 # 16 seeds x 4 repetitions x 2 policies: 128 results of a few milliseconds each, so a kill
 # after a random delay lands at a random episode.
@@ -29,17 +30,6 @@ CONFIG = {
     "step_count": 4,
     "policies": ["append-only", "editable"],
 }
-
-
-def timeless(value: Any) -> Any:
-    """A report without its timings (``elapsed…``, ``created_at``)."""
-    if isinstance(value, dict):
-        return {
-            k: timeless(v) for k, v in value.items() if "elapsed" not in k and k != "created_at"
-        }
-    if isinstance(value, list):
-        return [timeless(v) for v in value]
-    return value
 
 
 def run_eval(*argv: str) -> tuple[int, str, str]:

@@ -10,6 +10,7 @@ from picocontext_playground.comparison import PolicyOutcome, StepView, run_compa
 from picocontext_playground.models import scripted_model
 from picocontext_playground.resume import finished_count, journal_path, open_journal
 from picocontext_playground.settings import ComparisonSettings, Task
+from timeless import timeless
 
 SETTINGS = ComparisonSettings(
     task=Task.REVISIONS, policies=("append-only", "editable", "sliding-window")
@@ -35,14 +36,6 @@ class Recorder:
         self.outcomes.append(outcome)
         if self.cancel is not None and len(self.outcomes) == self.after:
             self.cancel.cancel()
-
-
-def timeless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: timeless(v) for k, v in value.items() if "elapsed" not in k}
-    if isinstance(value, list):
-        return [timeless(v) for v in value]
-    return value
 
 
 def outcomes_of(result: Any) -> Any:
