@@ -395,7 +395,7 @@ class SQLiteStore:
             db = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=30.0
             )
-            db.execute("PRAGMA journal_mode=WAL")
+            _wal(db, deadline=time.monotonic() + 30.0)
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
             return db
@@ -996,3 +996,21 @@ def _check_working_in_transcript(
                 "stored transcript does not: the transcript lost a record. Nothing was loaded; "
                 "restore the store from a backup or start a new one."
             )
+
+
+def _wal(db: sqlite3.Connection, deadline: float) -> None:
+    """Switch ``db`` to write-ahead logging. Another process opening the same new store at the
+    same moment holds the lock that switch needs, and SQLite answers "database is locked" at
+    once instead of waiting out the busy timeout: retry with a short backoff until
+    ``deadline`` (two processes appending to one store failed here under load)."""
+    pause = 0.01
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
