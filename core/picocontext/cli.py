@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import math
 import os
 import re
 import sys
@@ -75,6 +76,7 @@ __all__ = [
     "Registrar",
     "UsageError",
     "add_switch",
+    "bounded",
     "build_parser",
     "distill_main",
     "entry_point_targets",
@@ -169,6 +171,30 @@ def on_off(text: str) -> bool:
     if text not in ("on", "off"):
         raise argparse.ArgumentTypeError(f"expected on or off, not {text!r}")
     return text == "on"
+
+
+def bounded(
+    low: float, high: float, *, whole: bool = False, label: str | None = None
+) -> Callable[[str], Any]:
+    """argparse type of every number a user types: a finite number (a whole one with
+    ``whole``, kept exact) from ``low`` to ``high``, so ``nan``, ``inf`` or ``-1`` are refused
+    in one line before any work starts. ``label`` names what is expected (``"seconds from 0
+    to a year"``) where the bounds alone would not say it."""
+    if label is None:
+        kind = "a whole number" if whole else "a number"
+        label = f"{kind} from {low:g} to {high:g}" if math.isfinite(high) else f"{kind} >= {low:g}"
+
+    def parse(text: str) -> int | float:
+        value: int | float
+        try:
+            value = int(text) if whole else float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"expected {label}, not {text!r}")
+        return value
+
+    return parse
 
 
 def add_switch(parser: argparse.ArgumentParser, name: str, help: str) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from picocontext import cli
 
@@ -177,3 +179,27 @@ def test_pcx_eval_refuses_values_that_would_make_the_run_meaningless(
 ) -> None:
     code, _, err = run(capsys, "pcx", "eval", str(MANIFEST), str(MANIFEST), flag, value)
     assert code == 2 and len(err.splitlines()) == 1 and flag in err
+
+
+@given(st.text(max_size=30))
+def test_bounded_numbers_are_exact_in_range_or_refused_in_one_message(text: str) -> None:
+    import argparse
+    import math
+
+    from picocontext.cli import bounded
+
+    whole = bounded(0, 10**30, whole=True)
+    try:
+        value = whole(text)
+    except argparse.ArgumentTypeError as exc:
+        assert str(exc).startswith("expected a whole number from 0 to")
+        assert "\n" not in str(exc)
+    else:
+        assert isinstance(value, int) and value == int(text) and 0 <= value <= 10**30
+    seconds = bounded(0, 60, label="seconds from 0 to a minute")
+    try:
+        number = seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        assert str(exc) == f"expected seconds from 0 to a minute, not {text!r}"
+    else:
+        assert math.isfinite(number) and 0 <= number <= 60

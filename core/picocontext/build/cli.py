@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,7 +34,7 @@ from picocontext.build.engines.base import DescriptorEngine
 from picocontext.build.engines.llm import LLMEngine
 from picocontext.build.engines.offline import OfflineEngine
 from picocontext.build.errors import ConfigError, GateFailed, SelfCheckFailed
-from picocontext.cli import error_line, run_command
+from picocontext.cli import bounded, error_line, run_command
 from picocontext.errors import PicoContextError
 from picocontext.files import check_output_file, check_output_folder
 
@@ -72,24 +72,6 @@ PRESETS: dict[str, dict[str, tuple[Any, str]]] = {
         "flatten": (True, "every hop costs tokens a small window does not have"),
     },
 }
-
-
-def bounded(low: float, high: float, *, whole: bool = False) -> Callable[[str], float]:
-    """argparse type: a finite number (a whole one with ``whole``) from ``low`` to ``high``,
-    so ``nan``, ``inf`` or ``-1`` are refused in one line before any work starts."""
-    kind = "a whole number" if whole else "a number"
-    span = f"from {low:g} to {high:g}" if math.isfinite(high) else f">= {low:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(int(text)) if whole else float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and low <= value <= high):
-            raise argparse.ArgumentTypeError(f"expected {kind} {span}, not {text!r}")
-        return int(value) if whole else value
-
-    return parse
 
 
 def parse_budgets(text: str) -> tuple[int, ...]:

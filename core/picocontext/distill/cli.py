@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.cli import error_line, run_command
+from picocontext.cli import bounded, error_line, run_command
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
 from picocontext.distill.config import DistillConfig, whitespace_tokens
 from picocontext.distill.distiller import Distiller
@@ -45,44 +45,17 @@ _MAX_SECONDS = 365 * 24 * 3600.0
 MAX_DIMS = 65_536
 
 
-def _whole(least: int, most: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = least - 1
-        if value < least or (most is not None and value > most):
-            span = f">= {least}" if most is None else f"from {least} to {most:,}"
-            raise argparse.ArgumentTypeError(f"expected a whole number {span}, not {text!r}")
-        return value
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (0 <= value <= _MAX_SECONDS):
-        raise argparse.ArgumentTypeError(f"expected seconds from 0 to a year, not {text!r}")
-    return value
+# The argparse types of the numbers above (picocontext.cli.bounded).
+_seconds = bounded(0, _MAX_SECONDS, label="seconds from 0 to a year")
+_positive = bounded(1, math.inf, whole=True, label="a positive whole number")
+_dims = bounded(1, MAX_DIMS, whole=True)
+_count = bounded(0, math.inf, whole=True)
 
 
 def default_corpus() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("picocontext")) / "distill" / "default"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -121,9 +94,7 @@ def _add_commands(sub: Any) -> None:
     )
     sync.add_argument("--guard", choices=["regex", "none"], default=None)
     # The lexical vectors are dense: a width beyond 65,536 only fails later, for want of memory.
-    sync.add_argument(
-        "--dims", type=_whole(1, MAX_DIMS), default=None, help="lexical embedder width"
-    )
+    sync.add_argument("--dims", type=_dims, default=None, help="lexical embedder width")
     sync.add_argument(
         "--budget",
         type=_positive,
@@ -160,7 +131,7 @@ def _add_commands(sub: Any) -> None:
 
     rc = sub.add_parser("recall", help="altitude-aware recall under a token budget")
     rc.add_argument("query")
-    rc.add_argument("--budget", type=_whole(1), default=1500)
+    rc.add_argument("--budget", type=_positive, default=1500)
     rc.add_argument("--altitude", choices=[a.name.lower() for a in Altitude], default="auto")
     rc.add_argument("--scope", default="")
     rc.add_argument("--json", action="store_true")
@@ -179,7 +150,7 @@ def _add_commands(sub: Any) -> None:
     w = sub.add_parser("watch", help="poll the sources and sweep with the debounced worker")
     w.add_argument("--interval", type=_seconds, default=2.0, help="seconds between polls")
     w.add_argument("--debounce", type=_seconds, default=1.0)
-    w.add_argument("--iterations", type=_whole(0), default=0, help="stop after N polls (0: never)")
+    w.add_argument("--iterations", type=_count, default=0, help="stop after N polls (0: never)")
     w.set_defaults(func=_watch)
     tools = sub.add_parser("tools", help="print the map/digest/resolve/recall tool schemas")
     tools.set_defaults(func=_tools)

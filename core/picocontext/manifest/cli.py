@@ -22,7 +22,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from picocontext.cli import Registrar, UsageError, error_line, find_commands, run_command
+from picocontext.cli import (
+    Registrar,
+    UsageError,
+    bounded,
+    error_line,
+    find_commands,
+    run_command,
+)
 from picocontext.errors import PicoContextError
 from picocontext.files import InputFileError, files_under, read_bounded, read_text_bounded
 from picocontext.manifest.errors import ManifestError
@@ -60,26 +67,10 @@ def _prog(args: argparse.Namespace) -> str:
     return str(getattr(args, "command_prog", "pcx"))
 
 
-def _count(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
-    return value
-
-
-def _finite(text: str) -> float:
-    """argparse type: a finite number (``nan`` would make every comparison false)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
-    return value
+# argparse types: a whole number >= 0, and a finite number (``nan`` would make every
+# comparison false).
+_count = bounded(0, math.inf, whole=True)
+_finite = bounded(-math.inf, math.inf, label="a finite number")
 
 
 def _limits(args: argparse.Namespace) -> Limits:
