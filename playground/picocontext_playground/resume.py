@@ -10,6 +10,7 @@ reuses those outcomes and runs only the policies left; a finished run deletes it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -50,18 +51,30 @@ def journal_path(settings: ComparisonSettings) -> Path:
 
 
 def finished_count(settings: ComparisonSettings) -> int:
-    """Policies of ``settings`` an interrupted run finished (lines only: cheap enough to ask
-    whenever the settings change; 0 when there is no journal)."""
+    """Policies of ``settings`` an interrupted run finished (0 when there is no journal). The
+    window asks on every change of its controls; a journal's outcomes can be megabytes, so
+    its policy names are read once per version of the file."""
     path = journal_path(settings)
     try:
-        with path.open("rb") as handle:
-            names = []
-            for number, line in enumerate(handle):
-                if number and line.endswith(b"\n"):
-                    names.append(_policy_name(line))
+        stat = path.stat()
     except OSError:
         return 0
-    return len({n for n in names if n in settings.policies})
+    names = _journal_names(path, stat.st_mtime_ns, stat.st_size)
+    return len(names & set(settings.policies))
+
+
+@functools.lru_cache(maxsize=8)
+def _journal_names(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
+    """The policy names of ``path``'s whole lines (the header excepted), at that version."""
+    names = set()
+    try:
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle):
+                if number and line.endswith(b"\n"):
+                    names.add(_policy_name(line))
+    except OSError:
+        return frozenset()
+    return frozenset(n for n in names if n is not None)
 
 
 def _policy_name(line: bytes) -> str | None:
