@@ -20,9 +20,9 @@ from pathlib import Path
 from picocontext import ModelBackend
 from picocontext.models import ByteCounter
 from picocontext.policies import ContextPolicy, RetrievalPolicy, RetrievalSettings
+from picocontext_diagnostics.backends import DEFAULT_BYTES_PER_TOKEN
 from picocontext_diagnostics.conversations import load_conversation
 from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
-from picocontext_diagnostics.conversations_cli import DEFAULT_BYTES_PER_TOKEN
 from picocontext_diagnostics.conversations_eval import (
     ConversationRunner,
     PolicyFactory,

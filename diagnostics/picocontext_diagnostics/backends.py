@@ -28,6 +28,14 @@ SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
 BACKENDS = ("deterministic", "mlx", "llamacpp", "openai")
 
 
+# The deterministic backend counts UTF-8 bytes; limits are model tokens. English text and code
+# run about 4 bytes per token on the Qwen and SmolLM tokenizers (3.8-4.3 measured:
+# scripts/conversation_bytes_per_token.py), so without --bytes-per-token every limit is
+# multiplied by 4 and a 4,096-token window means what it means on a real model. The episode
+# and the conversation evaluations share this one rule.
+DEFAULT_BYTES_PER_TOKEN = 4
+
+
 def deterministic_backend() -> ModelHandle:
     from picocontext.models import ByteCounter
 

@@ -24,6 +24,7 @@ from picocontext import Cancelled, CancelToken, PicoContextError, check_output_f
 from picocontext.cli import UsageError as CLIUsageError
 from picocontext.cli import error_line, run_command, standalone_parser, usage_line
 from picocontext.models import MLX_SINGLE_WORKER, ModelHandle
+from picocontext_diagnostics.backends import DEFAULT_BYTES_PER_TOKEN
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -42,11 +43,6 @@ from picocontext_diagnostics.runner import StepReport
 PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure", "long-history", "retention-four", "state-four")
 MAX_BYTES_PER_TOKEN = 16
-# The deterministic backend counts UTF-8 bytes; a configuration's limits are model tokens.
-# English text and code run about 4 bytes per token on the Qwen and SmolLM tokenizers, so
-# without --bytes-per-token every limit is multiplied by 4 and a 4,096-token window means
-# what it means on a real model (--bytes-per-token 1 compares raw bytes).
-DEFAULT_BYTES_PER_TOKEN = 4
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CHECKS_FAILED = 3

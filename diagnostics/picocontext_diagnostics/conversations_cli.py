@@ -5,8 +5,9 @@ among them) and hands the checked options here whenever ``--conversation`` is gi
 
 ``--window`` is model tokens on every backend. The deterministic backend counts UTF-8 bytes,
 so its budget is the window times ``--bytes-per-token`` (default
-:data:`DEFAULT_BYTES_PER_TOKEN`, the episode evaluation's rule): a first run at the default
-4,096 tokens compares what a real 4k model would see, not a 4 KB window.
+:data:`picocontext_diagnostics.backends.DEFAULT_BYTES_PER_TOKEN`, the episode evaluation's
+rule): a first run at the default 4,096 tokens compares what a real 4k model would see, not a
+4 KB window.
 
 The text report ends with the reference line (a plain BM25 packer at the same budget) and,
 per policy, the difference from it, recall by question kind, and the facts lost (which
@@ -25,6 +26,7 @@ from typing import TextIO
 from picocontext import Cancelled, CancelToken, InputFileError, PicoContextError, TokenCounter
 from picocontext.cli import error_line
 from picocontext.models import ByteCounter
+from picocontext_diagnostics.backends import DEFAULT_BYTES_PER_TOKEN
 from picocontext_diagnostics.conversations import (
     Conversation,
     ConversationError,
@@ -52,7 +54,6 @@ MAX_WINDOW = 32_768
 DEFAULT_WINDOW = 4_096
 # Conversation text runs 3.8-4.3 UTF-8 bytes per token on the Qwen2.5 and SmolLM2 tokenizers
 # (measured in docs/conversations.md); the episode evaluation's --bytes-per-token default too.
-DEFAULT_BYTES_PER_TOKEN = 4
 # Questions listed per policy in the text "facts lost" view (all of them are in the JSON).
 FACTS_LOST_LINES = 12
 EXIT_FAILED = 3
