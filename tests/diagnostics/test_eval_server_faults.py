@@ -31,7 +31,10 @@ def good() -> Reply:
 
 def faulty_replies(count: int, seed: int) -> list[Reply]:
     """Good answers with random faults: 5xx, a stream cut mid-answer, a body that is not
-    SSE. Runs of three faults in a row (more than the retries) make some requests fail."""
+    SSE. Runs of six faults in a row make some requests fail: two episodes may ask this
+    server at once, and each takes at most two faults before its third attempt, so five in a
+    row defeat the retries whatever the interleaving (a run of three did only when a
+    request's first attempt met its first fault, which two workers do not guarantee)."""
     rng = random.Random(seed)
     faults = [
         Reply(status=500),
@@ -41,10 +44,11 @@ def faulty_replies(count: int, seed: int) -> list[Reply]:
         ),
         Reply(raw=b"<html>bad gateway</html>", status=502),
     ]
-    replies: list[Reply] = []
+    burst = 6
+    replies: list[Reply] = [good(), *(rng.choice(faults) for _ in range(burst))]
     while len(replies) < count:
         if rng.random() < 0.15:
-            replies.extend(rng.choice(faults) for _ in range(3))  # beyond the retries
+            replies.extend(rng.choice(faults) for _ in range(burst))  # beyond the retries
         elif rng.random() < 0.4:
             replies.append(rng.choice(faults))  # one retry recovers it
         else:
