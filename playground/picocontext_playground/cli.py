@@ -265,7 +265,7 @@ def _check_engine(settings: ComparisonSettings) -> None:
         if not llamacpp_available():
             raise SetupError(LLAMACPP_INSTALL_HINT)
     if settings.model_dir is not None:
-        from picocontext_playground.models import check_directory_engine
+        from picocontext_playground.model_loader import check_directory_engine
 
         check_directory_engine(settings.model_dir, settings.engine)
 

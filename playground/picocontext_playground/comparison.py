@@ -49,7 +49,7 @@ from picocontext_diagnostics import (
 )
 from picocontext_diagnostics.evaluation.journal import Journal
 from picocontext_diagnostics.runner import cold_cache
-from picocontext_playground.models import LoadedModel
+from picocontext_playground.model_loader import LoadedModel
 from picocontext_playground.sections import (
     Section,
     SectionSize,

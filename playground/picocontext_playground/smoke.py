@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication
 from picocontext.cli import error_line
 from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.errors import SetupError
-from picocontext_playground.models import ModelCache
+from picocontext_playground.model_loader import ModelCache
 from picocontext_playground.qtenv import application, require_glyphs
 from picocontext_playground.reports import check_report_path, check_writable, render
 from picocontext_playground.settings import ComparisonSettings

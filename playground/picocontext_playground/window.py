@@ -55,7 +55,7 @@ from picocontext_playground.comparison import (
     used_nodes,
 )
 from picocontext_playground.errors import SetupError
-from picocontext_playground.models import ModelCache
+from picocontext_playground.model_loader import ModelCache
 from picocontext_playground.qtenv import APP_NAME
 from picocontext_playground.reports import FORMATS, dialog_filters, report_format, write_report
 from picocontext_playground.resume import finished_count

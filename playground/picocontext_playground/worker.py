@@ -19,7 +19,7 @@ from picocontext_playground.comparison import (
     StepView,
     run_comparison,
 )
-from picocontext_playground.models import ModelCache
+from picocontext_playground.model_loader import ModelCache
 from picocontext_playground.resume import OutcomeJournal, open_journal
 from picocontext_playground.settings import ComparisonSettings, engine_label
 

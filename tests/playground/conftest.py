@@ -13,7 +13,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QApplication
 
 from picocontext import CancelToken
-from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
+from picocontext_playground.model_loader import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.qtenv import configure
 from picocontext_playground.settings import ComparisonSettings
 

@@ -20,7 +20,7 @@ from picocontext_playground.comparison import (
     scaled,
     step_line,
 )
-from picocontext_playground.models import LoadedModel, scripted_model
+from picocontext_playground.model_loader import LoadedModel, scripted_model
 from picocontext_playground.scripted import ScriptedPlaygroundBackend
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 

@@ -20,7 +20,7 @@ from picocontext_playground.comparison import ComparisonResult, PrintEvents, run
 from picocontext_playground.errors import SetupError
 from picocontext_playground.htmlreport import render_html
 from picocontext_playground.jsonreport import render_json
-from picocontext_playground.models import (
+from picocontext_playground.model_loader import (
     LoadedModel,
     ModelCache,
     check_directory_engine,

@@ -16,7 +16,7 @@ from pytestqt.qtbot import QtBot
 from picocontext import CancelToken
 from picocontext.models import GenerationProgress
 from picocontext_playground.comparison import generation_line
-from picocontext_playground.models import LoadedModel, ModelCache, wrap_model
+from picocontext_playground.model_loader import LoadedModel, ModelCache, wrap_model
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 from picocontext_playground.window import MainWindow
 from picocontext_playground.worker import PREFILL_CHUNK

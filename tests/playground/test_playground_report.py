@@ -12,7 +12,7 @@ from picocontext_playground.comparison import (
     prefetch_text,
     run_comparison,
 )
-from picocontext_playground.models import scripted_model
+from picocontext_playground.model_loader import scripted_model
 from picocontext_playground.settings import ComparisonSettings, Task
 from picocontext_playground.textreport import facts_text, render_report, write_atomically
 

@@ -23,7 +23,7 @@ from picocontext_playground.comparison import ComparisonResult, PrintEvents, run
 from picocontext_playground.errors import SetupError
 from picocontext_playground.htmlreport import render_html
 from picocontext_playground.jsonreport import SCHEMA_FILENAME, generate_schema, render_json
-from picocontext_playground.models import scripted_model
+from picocontext_playground.model_loader import scripted_model
 from picocontext_playground.reports import (
     FORMATS,
     check_report_path,

@@ -7,7 +7,7 @@ from typing import Any
 
 from picocontext import CancelToken
 from picocontext_playground.comparison import PolicyOutcome, StepView, run_comparison
-from picocontext_playground.models import scripted_model
+from picocontext_playground.model_loader import scripted_model
 from picocontext_playground.resume import finished_count, journal_path, open_journal
 from picocontext_playground.settings import ComparisonSettings, Task
 from timeless import timeless

@@ -194,7 +194,7 @@ def test_a_model_load_error_is_red_and_leaves_no_empty_columns(
 ) -> None:
     from picocontext import CancelToken
     from picocontext_playground.errors import SetupError
-    from picocontext_playground.models import LoadedModel, ModelCache
+    from picocontext_playground.model_loader import LoadedModel, ModelCache
 
     def failing(settings: ComparisonSettings, progress: object, cancel: CancelToken) -> LoadedModel:
         raise SetupError("the model directory has no config.json")
@@ -212,7 +212,7 @@ def test_a_model_load_error_is_red_and_leaves_no_empty_columns(
 
 def test_loading_label_has_one_ellipsis(qt_app: QApplication, qtbot: QtBot) -> None:
     from picocontext import CancelToken
-    from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
+    from picocontext_playground.model_loader import LoadedModel, ModelCache, scripted_model
 
     def loader(settings: ComparisonSettings, progress: object, cancel: CancelToken) -> LoadedModel:
         return scripted_model()

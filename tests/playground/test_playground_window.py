@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
-from picocontext_playground.models import LoadedModel, ModelCache, scripted_model
+from picocontext_playground.model_loader import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.qtenv import glyphs_render, monospace_font
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task

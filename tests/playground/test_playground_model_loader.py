@@ -11,7 +11,7 @@ from picocontext import Cancelled, CancelToken, TokenCounter
 from picocontext.models import ByteCounter
 from picocontext_playground.comparison import PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
-from picocontext_playground.models import (
+from picocontext_playground.model_loader import (
     BYTE_UNIT,
     TOKEN_UNIT,
     LoadedModel,
