@@ -216,7 +216,7 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
     elif model_dir is not None:
         choice = ModelChoice.DIRECTORY
     else:
-        from picocontext_playground.window import default_model
+        from picocontext_playground.settings import default_model
 
         choice = default_model(_named_engine(args))
     if model_dir is not None:

@@ -128,6 +128,15 @@ def default_engine() -> Engine:
     return registry_default()
 
 
+def default_model(engine: Engine | None = None) -> ModelChoice:
+    """The registry's default model for ``engine`` (default: the default engine): Qwen3 on
+    Apple silicon (Metal), Qwen2.5-Coder-1.5B on llama.cpp, the embedded Qwen2.5-Coder-0.5B
+    on MLX on a CPU — each chosen by measurement (docs/models.md)."""
+    from picocontext.models import default_model_name
+
+    return ModelChoice(default_model_name(engine or default_engine()))
+
+
 def engine_for(model: object = ModelChoice.SCRIPTED, model_dir: object = None) -> Engine:
     """The engine a choice runs on when none is named: what a directory's layout needs, MLX
     for an MLX-only model, else :func:`default_engine`."""

@@ -1,10 +1,11 @@
 """The main window: File menu, controls, progress, status, the verdict and one result column
-per policy.
+per policy, next to the Manifest, Digest and Conversation tabs.
 
-The window only collects settings, starts a :class:`~picocontext_playground.worker.
-ComparisonWorker` in a ``QThread`` and renders what the worker sends back. Changing the task,
-the pressure, the policies or the model clears the results (when idle), so what is on screen
-always belongs to the settings shown.
+The window only collects settings (:class:`~picocontext_playground.controls.Controls`), starts
+a :class:`~picocontext_playground.comparison_run.ComparisonRun` and renders what its worker
+sends back, one :class:`~picocontext_playground.policy_column.PolicyColumn` per policy.
+Changing the task, the pressure, the policies or the model clears the results (when idle), so
+what is on screen always belongs to the settings shown.
 """
 
 from __future__ import annotations
@@ -14,290 +15,51 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
 from PySide6.QtWidgets import (
-    QButtonGroup,
-    QCheckBox,
-    QComboBox,
     QFileDialog,
     QFrame,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QMainWindow,
     QProgressBar,
-    QPushButton,
     QScrollArea,
     QSplitter,
     QTabWidget,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
-from picocontext import CancelToken, ChatModel, OutputFileError, diff_snapshots
+from picocontext import CancelToken, ChatModel, OutputFileError
 from picocontext.models import BYTE_UNIT, TOKEN_UNIT, GenerationProgress
-from picocontext_diagnostics import BUILTIN_POLICIES
-from picocontext_playground import gcguard
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
     StepView,
     generation_line,
-    group_repeats,
-    plain_failure,
     policy_label,
-    rejected_text,
     step_line,
     task_episode,
     used_nodes,
 )
+from picocontext_playground.comparison_run import ComparisonRun
+from picocontext_playground.controls import Controls, ViewPicker
 from picocontext_playground.errors import SetupError
+from picocontext_playground.extra_tabs import EXTRA_TABS, add_extra_tabs
 from picocontext_playground.model_loader import ModelCache
+from picocontext_playground.policy_column import PolicyColumn
 from picocontext_playground.qtenv import APP_NAME
 from picocontext_playground.reports import FORMATS, dialog_filters, report_format, write_report
-from picocontext_playground.resume import finished_count
 from picocontext_playground.runverdict import headline, result_verdict
-from picocontext_playground.settings import (
-    DEFAULT_POLICIES,
-    ENGINES,
-    ComparisonSettings,
-    Engine,
-    ModelChoice,
-    Task,
-    default_engine,
-    engine_label,
-)
+from picocontext_playground.settings import ComparisonSettings, ModelChoice, default_model
 from picocontext_playground.verdict_view import VerdictView
-from picocontext_playground.widgets import (
-    RED,
-    AttemptsView,
-    ContextView,
-    ResultCard,
-    SectionBar,
-    StepTable,
-    TextPane,
-    TokenChart,
-    chart_series,
-    policy_color,
-    selectable_label,
-)
-from picocontext_playground.worker import PROGRESS_MAX, ComparisonWorker
+from picocontext_playground.widgets import RED, TokenChart, chart_series, selectable_label
+from picocontext_playground.worker import PROGRESS_MAX
 
-RUN_TIP = "Run every selected policy on the same task (Ctrl+R)"
-ENGINE_TIP = (
-    "The engine that runs the model: llama.cpp reads the shipped 4-bit GGUF as it is (fast on "
-    "a CPU); MLX uses Metal on Apple silicon and float32 weights on other CPUs"
-)
 DEFAULT_SIZE = (1280, 900)
 MIN_SIZE = (1000, 700)
-DETAIL_HEIGHT = 440
-COLUMN_MIN_WIDTH = 320
 CHART_HEIGHT = 200
-NO_POLICY = "Tick at least one policy to run a comparison."
-
-# The tabs next to the comparison, each built by a factory (its module is imported lazily).
-TabFactory = Callable[[QWidget], QWidget]
-
-
-def _manifest_tab(parent: QWidget) -> QWidget:
-    from picocontext_playground.manifest_tab import create_tab
-
-    return create_tab(parent)
-
-
-def _digest_tab(parent: QWidget) -> QWidget:
-    from picocontext_playground.digest_tab import DigestTab
-
-    return DigestTab()
-
-
-def _conversation_tab(parent: QWidget) -> QWidget:
-    from picocontext_playground.conversation_tab import create_tab
-
-    return create_tab(parent)
-
-
-# label -> factory; a tab that fails to build is replaced by a page that says why.
-EXTRA_TABS: tuple[tuple[str, TabFactory], ...] = (
-    ("Manifest", _manifest_tab),
-    ("Digest", _digest_tab),
-    ("Conversation", _conversation_tab),
-)
-
-
-def default_model(engine: Engine | None = None) -> ModelChoice:
-    """The registry's default model for ``engine`` (default: the default engine): Qwen3 on
-    Apple silicon (Metal), Qwen2.5-Coder-1.5B on llama.cpp, the embedded Qwen2.5-Coder-0.5B
-    on MLX on a CPU — each chosen by measurement (docs/models.md)."""
-    from picocontext.models import default_model_name
-
-    return ModelChoice(default_model_name(engine or default_engine()))
-
-
-class PolicyColumn(QWidget):
-    """Card, step table and detail tabs of one policy. ``artefact_requested`` carries
-    ``(kind, step)``, kind ``manifest`` or ``digest``, when a link button is pressed."""
-
-    artefact_requested = Signal(str, object)
-
-    def __init__(self, policy: str, index: int, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.policy = policy
-        self.outcome: PolicyOutcome | None = None
-        self.unit = "tokens"
-        self.live_steps: list[StepView] = []
-        self._live_shown = False
-        self.setMinimumWidth(COLUMN_MIN_WIDTH)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self.card = ResultCard()
-        self.card.set_title(policy_label(policy), policy_color(index))
-        self.steps = StepTable()
-        self.tabs = QTabWidget()
-        self.working = ContextView()
-        self.original = ContextView()
-        self.diff = TextPane("No edit committed.")
-        self.attempts = AttemptsView()
-        next_box = QWidget()
-        next_layout = QVBoxLayout(next_box)
-        next_layout.setContentsMargins(4, 4, 4, 4)
-        row = QHBoxLayout()
-        self.next_step = QComboBox()
-        self.next_step.currentIndexChanged.connect(self._show_next_input)
-        self.next_label = selectable_label("")
-        row.addWidget(QLabel("Step"))
-        row.addWidget(self.next_step)
-        row.addWidget(self.next_label, 1)
-        next_layout.addLayout(row)
-        links = QHBoxLayout()
-        self.open_manifest = QPushButton("Open in Manifest")
-        self.open_manifest.setToolTip(
-            "The manifest this step compiled from the archived history, with the nodes the "
-            "model opened, looked at or closed highlighted"
-        )
-        self.open_manifest.clicked.connect(self._open_manifest)
-        self.open_digest = QPushButton("Open in Digest")
-        self.open_digest.setToolTip(
-            "The digest tree this step distilled, with the nodes the model asked for highlighted"
-        )
-        self.open_digest.clicked.connect(self._open_digest)
-        links.addWidget(self.open_manifest)
-        links.addWidget(self.open_digest)
-        links.addStretch(1)
-        next_layout.addLayout(links)
-        self.sections = SectionBar()
-        next_layout.addWidget(self.sections)
-        self.next_input = TextPane("No completion call made.")
-        next_layout.addWidget(self.next_input)
-        self.tabs.addTab(self.working, "Working context")
-        self.tabs.addTab(self.original, "Original")
-        self.tabs.addTab(self.diff, "Diff")
-        self.tabs.addTab(self.attempts, "Decisions")
-        self.tabs.addTab(next_box, "Next input")
-        self.tabs.setMinimumHeight(DETAIL_HEIGHT)
-        layout.addWidget(self.card)
-        layout.addWidget(self.steps)
-        layout.addWidget(self.tabs)
-
-    def add_live_step(self, step: StepView) -> None:
-        """Show a row as soon as a step finishes, before the whole policy is done."""
-        if self.steps.rowCount() == 0:
-            self.card.headline.setText("Running…")
-        self.live_steps.append(step)
-        self.steps.add_step(step)
-        self.attempts.show_steps(self.live_steps)
-
-    def show_live_output(self, step: int, text: str) -> None:
-        """The model's output so far in the step that is running, under the finished ones."""
-        if self.outcome is not None:
-            return
-        if self.tabs.currentWidget() is not self.attempts and not self._live_shown:
-            self.tabs.setCurrentWidget(self.attempts)
-        self._live_shown = True
-        self.card.headline.setText(f"Running step {step}…")
-        self.attempts.show_steps(self.live_steps, live=(f"step-{step} (running)", text))
-
-    def show_outcome(self, outcome: PolicyOutcome, unit: str) -> None:
-        self.outcome = outcome
-        self.unit = unit
-        self.card.show_outcome(outcome, unit)
-        self.steps.show_steps(outcome)
-        self.working.show_context("Working context", outcome.revised, outcome.original, True)
-        self.original.show_context("Original transcript", outcome.original, outcome.revised, False)
-        self.diff.setPlainText(group_repeats(diff_snapshots(outcome.original, outcome.revised)))
-        self.attempts.show_steps(outcome.steps)
-        self.next_step.blockSignals(True)
-        self.next_step.clear()
-        for step in outcome.steps:
-            self.next_step.addItem(step.step_id)
-        self.next_step.blockSignals(False)
-        self.next_step.setCurrentIndex(len(outcome.steps) - 1)
-        self._show_next_input(len(outcome.steps) - 1)
-
-    def expand_for_capture(self, limit: int) -> None:
-        """Make the detail tabs tall enough to show the whole working context (up to
-        ``limit`` pixels), so a screenshot shows it without a scroll bar where possible. A
-        tool-using policy never edits its history, so its Decisions tab (the navigation or
-        digest calls it made) is the one shown."""
-        pane: QTextBrowser = self.working
-        if self.outcome is not None and (self.outcome.tool_steps or self.outcome.prefetch_steps):
-            pane = self.attempts
-            self.tabs.setCurrentWidget(self.attempts)
-        document = pane.document()
-        document.setTextWidth(pane.viewport().width())
-        needed = int(document.size().height()) + self.tabs.tabBar().sizeHint().height() + 16
-        self.tabs.setMinimumHeight(max(DETAIL_HEIGHT, min(limit, needed)))
-
-    def selected_step(self) -> StepView | None:
-        index = self.next_step.currentIndex()
-        if self.outcome is None or not 0 <= index < len(self.outcome.steps):
-            return None
-        return self.outcome.steps[index]
-
-    @Slot()
-    def _open_manifest(self) -> None:
-        step = self.selected_step()
-        if step is not None and step.manifest is not None:
-            self.artefact_requested.emit("manifest", step)
-
-    @Slot()
-    def _open_digest(self) -> None:
-        step = self.selected_step()
-        if step is not None and step.digest is not None:
-            self.artefact_requested.emit("digest", step)
-
-    @Slot(int)
-    def _show_next_input(self, index: int) -> None:
-        if self.outcome is None or not 0 <= index < len(self.outcome.steps):
-            self.open_manifest.hide()
-            self.open_digest.hide()
-            self.next_input.setPlainText("")
-            self.next_label.setText("")
-            self.sections.show_sections((), None, self.unit)
-            return
-        step = self.outcome.steps[index]
-        self.open_manifest.setVisible(step.manifest is not None)
-        self.open_digest.setVisible(step.digest is not None)
-        self.sections.show_sections(step.sections, step.context_window, self.unit)
-        self.next_label.setStyleSheet("")
-        run = step.run
-        if step.rejected_prompt is not None:
-            self.next_label.setText(rejected_text(step, self.unit))
-            self.next_label.setStyleSheet(f"color: {RED};")
-            self.next_input.setPlainText(step.rejected_prompt.rendered)
-            return
-        if run is None or run.final_prompt is None:
-            why = plain_failure(step.failure) if step.failure else "the step ended early"
-            self.next_label.setText(f"No completion call made: {why}")
-            self.next_input.setPlainText("")
-            return
-        prompt = run.final_prompt
-        window = f" of a {step.context_window:,} window" if step.context_window else ""
-        self.next_label.setText(f"Exact next input · {prompt.token_count:,} {self.unit}{window}")
-        self.next_input.setPlainText(prompt.rendered)
 
 
 class MainWindow(QMainWindow):
@@ -321,9 +83,8 @@ class MainWindow(QMainWindow):
         self.result: ComparisonResult | None = None
         self.last_error: str | None = None
         self.step_lines: list[str] = []
-        self._thread: QThread | None = None
-        self._worker: ComparisonWorker | None = None
-        self._cancel: CancelToken | None = None
+        self.comparison_run = ComparisonRun(self)
+        self.comparison_run.ended.connect(self._on_run_ended)
         self._unit = ""
         self._steps_per_policy = 0
         self._last_generation: tuple[str, int, GenerationProgress, float] | None = None
@@ -331,12 +92,10 @@ class MainWindow(QMainWindow):
         self._live_clock.setInterval(1000)
         self._live_clock.timeout.connect(self._refresh_live)
         self.columns: dict[str, PolicyColumn] = {}
-        self._loading = False
         self._model_settings: ComparisonSettings | None = None
         self._build()
-        self.apply_settings(settings or ComparisonSettings(model=default_model()))
-        self._loading = False
-        self.set_status(self._ready_text(initial=True))
+        self.controls.apply_settings(settings or ComparisonSettings(model=default_model()))
+        self.set_status(self.controls.ready_text(initial=True))
 
     # -- construction ---------------------------------------------------------------------
     def _build(self) -> None:
@@ -392,7 +151,9 @@ class MainWindow(QMainWindow):
         below = QWidget()
         below_layout = QVBoxLayout(below)
         below_layout.setContentsMargins(0, 0, 0, 0)
-        below_layout.addWidget(self._view_picker())
+        self.view_picker = ViewPicker()
+        self.view_picker.changed.connect(self._apply_view)
+        below_layout.addWidget(self.view_picker)
         below_layout.addWidget(self.results_scroll, 1)
         # The chart and the columns share the height; drag the handle to give either more.
         self.results_split = QSplitter(Qt.Orientation.Vertical)
@@ -404,7 +165,8 @@ class MainWindow(QMainWindow):
         self.results_split.setSizes([CHART_HEIGHT, 10_000])
         outer.addWidget(self.results_split, 1)
         self.tabs.addTab(page, "Comparison")
-        self.extra_tabs = self._add_extra_tabs()
+        self.tab_errors = add_extra_tabs(self.tabs, self)
+        self.extra_tabs = [label for label, _ in EXTRA_TABS]
         self._build_menu()
 
     def _build_menu(self) -> None:
@@ -436,321 +198,43 @@ class MainWindow(QMainWindow):
         self.save_action.setEnabled(False)
         self.export_action.setEnabled(False)
 
-    def _controls(self) -> QWidget:
-        box = QFrame()
-        box.setObjectName("Controls")
-        box.setStyleSheet("#Controls { background: #f3f5f7; border-radius: 6px; }")
-        grid = QGridLayout(box)
-        grid.setContentsMargins(10, 8, 10, 8)
-        grid.setHorizontalSpacing(10)
-        # task: a segmented row of checkable buttons
-        self.task_group = QButtonGroup(self)
-        self.task_group.setExclusive(True)
-        self.task_buttons: dict[Task, QPushButton] = {}
-        task_row = QHBoxLayout()
-        task_row.setSpacing(0)
-        for task in Task:
-            button = QPushButton(task.label)
-            button.setCheckable(True)
-            self.task_group.addButton(button)
-            self.task_buttons[task] = button
-            task_row.addWidget(button)
-        self.task_group.buttonToggled.connect(self._task_toggled)
-        self.pressure = QCheckBox("Context pressure (48 noise lines per update)")
-        self.pressure.toggled.connect(self._settings_changed)
-        task_row.addSpacing(16)
-        task_row.addWidget(self.pressure)
-        task_row.addStretch(1)
-        grid.addWidget(QLabel("Task"), 0, 0)
-        grid.addLayout(task_row, 0, 1, 1, 3)
-        # policies: one checkbox per known policy (N columns)
-        self.policy_boxes: dict[str, QCheckBox] = {}
-        policy_row = QHBoxLayout()
-        for name, policy in BUILTIN_POLICIES.items():
-            check = QCheckBox(policy_label(name))
-            check.setToolTip(policy.description)
-            check.toggled.connect(self._settings_changed)
-            self.policy_boxes[name] = check
-            policy_row.addWidget(check)
-        policy_row.addStretch(1)
-        grid.addWidget(QLabel("Policies"), 1, 0)
-        grid.addLayout(policy_row, 1, 1, 1, 3)
-        # model
-        self.model_combo = QComboBox()
-        for choice in ModelChoice:
-            self.model_combo.addItem(choice.label, choice.value)
-        self.model_combo.currentIndexChanged.connect(self._model_changed)
-        self.engine_combo = QComboBox()
-        for engine in ENGINES:
-            self.engine_combo.addItem(engine_label(engine), engine)
-        self.engine_combo.setToolTip(ENGINE_TIP)
-        self.engine_combo.currentIndexChanged.connect(self._engine_changed)
-        self.model_dir = QLineEdit()
-        self.model_dir.setPlaceholderText(
-            "model directory: MLX (config.json, safetensors) or llama.cpp (model.gguf)"
-        )
-        self.model_dir.editingFinished.connect(self._directory_changed)
-        self.browse = QPushButton("Browse…")
-        self.browse.clicked.connect(self._browse)
-        model_row = QHBoxLayout()
-        model_row.addWidget(self.model_combo)
-        model_row.addWidget(self.engine_combo)
-        model_row.addWidget(self.model_dir, 1)
-        model_row.addWidget(self.browse)
-        grid.addWidget(QLabel("Model"), 2, 0)
-        grid.addLayout(model_row, 2, 1, 1, 3)
-        # decoding and actions
-        self.decoding = QComboBox()
-        self.decoding.addItem("Free decoding", False)
-        self.decoding.addItem("Constrained decoding (grammar)", True)
-        self.decoding.currentIndexChanged.connect(self._settings_changed)
-        self.prefix_cache = QCheckBox("Prefix KV cache")
-        self.prefix_cache.toggled.connect(self._settings_changed)
-        self.run_button = QPushButton("Run comparison")
-        self.run_button.setDefault(True)
-        self.run_button.clicked.connect(self.start_comparison)
-        self.run_button.setShortcut(QKeySequence("Ctrl+R"))
-        self.run_button.setToolTip(RUN_TIP)
-        # Shown when an interrupted run of the current settings finished some policies.
-        self.resume_button = QPushButton("Resume")
-        self.resume_button.clicked.connect(self.resume_comparison)
-        self.resume_button.setVisible(False)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.clicked.connect(self.stop)
-        self.stop_button.setEnabled(False)
-        self.stop_button.setShortcut(QKeySequence("Esc"))
-        self.stop_button.setToolTip("Cancel the run at the next token (Esc)")
-        self.save_button = QPushButton("Save report…")
-        self.save_button.clicked.connect(self._save_dialog)
-        self.save_button.setEnabled(False)
-        action_row = QHBoxLayout()
-        action_row.addWidget(self.decoding)
-        action_row.addWidget(self.prefix_cache)
-        action_row.addStretch(1)
-        action_row.addWidget(self.run_button)
-        action_row.addWidget(self.resume_button)
-        action_row.addWidget(self.stop_button)
-        action_row.addWidget(self.save_button)
-        grid.addWidget(QLabel("Decoding"), 3, 0)
-        grid.addLayout(action_row, 3, 1, 1, 3)
-        grid.setColumnStretch(1, 1)
-        self._inputs: list[QWidget] = [
-            *self.task_buttons.values(),
-            self.pressure,
-            *self.policy_boxes.values(),
-            self.model_combo,
-            self.engine_combo,
-            self.model_dir,
-            self.browse,
-            self.decoding,
-            self.prefix_cache,
-        ]
-        return box
-
-    def _view_picker(self) -> QWidget:
-        """All columns side by side (each at least COLUMN_MIN_WIDTH, scrolling sideways
-        when they do not fit) or two chosen policies at full width."""
-        box = QWidget()
-        row = QHBoxLayout(box)
-        row.setContentsMargins(0, 2, 0, 0)
-        self.view_mode = QComboBox()
-        self.view_mode.addItem("All policies side by side", "all")
-        self.view_mode.addItem("Compare two", "two")
-        self.left_pick = QComboBox()
-        self.right_pick = QComboBox()
-        for widget in (self.view_mode, self.left_pick, self.right_pick):
-            widget.currentIndexChanged.connect(self._apply_view)
-        row.addWidget(QLabel("Columns"))
-        row.addWidget(self.view_mode)
-        versus = QLabel("vs")
-        row.addWidget(self.left_pick)
-        row.addWidget(versus)
-        row.addWidget(self.right_pick)
-        row.addStretch(1)
-        self._pick_labels: list[QWidget] = [versus]
-        self.view_box = box
-        box.hide()
-        return box
-
-    def _fill_view_picker(self, policies: tuple[str, ...]) -> None:
-        for pick, default in ((self.left_pick, 0), (self.right_pick, 1)):
-            pick.blockSignals(True)
-            pick.clear()
-            for name in policies:
-                pick.addItem(policy_label(name), name)
-            pick.setCurrentIndex(min(default, len(policies) - 1))
-            pick.blockSignals(False)
-        self.view_box.setVisible(len(policies) > 2)
-        self._apply_view()
+    def _controls(self) -> Controls:
+        """The settings row; its buttons call the window's slots of the same names."""
+        self.controls = Controls()
+        self.controls.changed.connect(self._settings_changed)
+        self.controls.run_button.clicked.connect(self.start_comparison)
+        self.controls.resume_button.clicked.connect(self.resume_comparison)
+        self.controls.stop_button.clicked.connect(self.stop)
+        self.controls.save_button.clicked.connect(self._save_dialog)
+        return self.controls
 
     @Slot()
     def _apply_view(self) -> None:
-        two = self.view_mode.currentData() == "two" and len(self.columns) > 2
-        for widget in (self.left_pick, self.right_pick, *self._pick_labels):
-            widget.setVisible(two)
-        chosen = {self.left_pick.currentData(), self.right_pick.currentData()}
-        for name, column in self.columns.items():
-            column.setVisible(not two or name in chosen)
+        self.view_picker.apply(self.columns)
 
     def visible_columns(self) -> list[str]:
         return [name for name, column in self.columns.items() if not column.isHidden()]
 
-    def _add_extra_tabs(self) -> list[str]:
-        """Every extra tab, in order. One that fails to build becomes a page naming the
-        error (and :attr:`tab_errors` records it), so it never silently disappears."""
-        self.tab_errors: dict[str, str] = {}
-        for label, factory in EXTRA_TABS:
-            try:
-                widget = factory(self)
-            except Exception as exc:  # shown to the user as the tab's content
-                self.tab_errors[label] = f"{type(exc).__name__}: {exc}"
-                widget = _error_page(label, self.tab_errors[label])
-            self.tabs.addTab(widget, label)
-        return [label for label, _ in EXTRA_TABS]
-
     # -- settings ---------------------------------------------------------------------------
-    def apply_settings(self, settings: ComparisonSettings) -> None:
-        """Show ``settings`` in the controls (without starting anything)."""
-        self._loading = True
-        try:
-            self.task_buttons[settings.task].setChecked(True)
-            self.pressure.setChecked(settings.pressure)
-            for name, box in self.policy_boxes.items():
-                box.setChecked(name in settings.policies)
-            self.model_combo.setCurrentIndex(self.model_combo.findData(settings.model.value))
-            self.engine_combo.setCurrentIndex(self.engine_combo.findData(settings.engine))
-            self.model_dir.setText(str(settings.model_dir) if settings.model_dir else "")
-            self.decoding.setCurrentIndex(1 if settings.constrained else 0)
-            self.prefix_cache.setChecked(settings.prefix_cache)
-        finally:
-            self._loading = False
-        self._settings_changed()
-
-    def current_task(self) -> Task:
-        for task, button in self.task_buttons.items():
-            if button.isChecked():
-                return task
-        return Task.RETENTION
-
-    def current_model(self) -> ModelChoice:
-        return ModelChoice(str(self.model_combo.currentData()))
-
-    def current_engine(self) -> Engine:
-        return "llamacpp" if self.engine_combo.currentData() == "llamacpp" else "mlx"
-
-    def current_settings(self) -> ComparisonSettings:
-        """The settings the controls show; raises :class:`SetupError` when they are
-        incomplete (no policy, no model directory)."""
-        policies = tuple(name for name, box in self.policy_boxes.items() if box.isChecked())
-        if not policies:
-            raise SetupError("Select at least one policy.")
-        choice = self.current_model()
-        directory = self.model_dir.text().strip()
-        if choice is ModelChoice.DIRECTORY and not directory:
-            raise SetupError("Choose a local model directory first.")
-        task = self.current_task()
-        try:
-            return ComparisonSettings(
-                task=task,
-                pressure=self.pressure.isChecked() and task.sequential,
-                policies=policies,
-                model=choice,
-                model_dir=Path(directory) if choice is ModelChoice.DIRECTORY else None,
-                engine=self.current_engine(),
-                constrained=bool(self.decoding.currentData()),
-                prefix_cache=self.prefix_cache.isChecked(),
-            )
-        except ValueError as exc:
-            raise SetupError(str(exc)) from None
-
-    def _ready_text(self, initial: bool = False) -> str:
-        """What Run would do, or why it cannot (a greyed-out button must say why)."""
-        task = self.current_task()
-        choice = self.current_model()
-        if not any(box.isChecked() for box in self.policy_boxes.values()):
-            return NO_POLICY
-        if initial and choice is ModelChoice.QWEN3:
-            return "Ready. The first run downloads Qwen3-1.7B-4bit (about 1 GB) once."
-        if initial:
-            return f"Ready for {task.label}. Press Run comparison."
-        return f"Ready for {task.label}."
-
-    @Slot(object, bool)
-    def _task_toggled(self, button: object, checked: bool) -> None:
-        if checked:
-            self._settings_changed()
-
-    @Slot(int)
-    def _model_changed(self, index: int) -> None:
-        """A model that one engine cannot run moves the engine to one that can."""
-        engines = self.current_model().engines
-        if engines and self.current_engine() not in engines and not self._loading:
-            self.engine_combo.setCurrentIndex(self.engine_combo.findData(engines[0]))
-        self._settings_changed()
-
-    @Slot(int)
-    def _engine_changed(self, index: int) -> None:
-        """An engine that cannot run the chosen model moves the model to its default."""
-        engines = self.current_model().engines
-        if engines and self.current_engine() not in engines and not self._loading:
-            fallback = default_model(self.current_engine())
-            self.model_combo.setCurrentIndex(self.model_combo.findData(fallback.value))
-        self._settings_changed()
-
     @Slot()
     def _settings_changed(self) -> None:
         self._sync_enabled()
         try:
-            self._model_settings = self.current_settings()
+            self._model_settings = self.controls.current_settings()
         except SetupError:
             self._model_settings = None
-        if self._loading or self.running:
+        if self.running:
             return
         self.clear_results()
-        self.set_status(self._ready_text())
+        self.set_status(self.controls.ready_text())
 
     def _sync_enabled(self) -> None:
-        running = self.running
-        for widget in self._inputs:
-            widget.setEnabled(not running)
-        if not running:
-            sequential = self.current_task().sequential
-            self.pressure.setEnabled(sequential)
-            choice = self.current_model()
-            is_dir = choice is ModelChoice.DIRECTORY
-            self.model_dir.setVisible(is_dir)
-            self.browse.setVisible(is_dir)
-            real = choice.real
-            self.engine_combo.setEnabled(real)
-            self.decoding.setEnabled(real)
-            self.prefix_cache.setEnabled(real)
-        any_policy = any(box.isChecked() for box in self.policy_boxes.values())
-        self.run_button.setEnabled(not running and any_policy)
-        self.run_button.setToolTip(RUN_TIP if any_policy else NO_POLICY)
-        self._sync_resume(running)
-        self.stop_button.setEnabled(running)
+        self.controls.sync_enabled(self.running)
         self._sync_save()
-
-    def _sync_resume(self, running: bool) -> None:
-        """**Resume** with finished/remaining, when a journal of these settings holds
-        finished policies (:mod:`picocontext_playground.resume`)."""
-        try:
-            settings = self.current_settings()
-        except SetupError:
-            self.resume_button.setVisible(False)
-            return
-        finished = finished_count(settings)
-        total = len(settings.policies)
-        self.resume_button.setVisible(finished > 0 and not running)
-        self.resume_button.setText(f"Resume ({finished} of {total} finished)")
-        self.resume_button.setToolTip(
-            f"Reuse the {finished} policies an interrupted run finished with these settings "
-            f"and run the {total - finished} left"
-        )
 
     def _sync_save(self) -> None:
         saveable = self.has_report
-        self.save_button.setEnabled(saveable)
+        self.controls.save_button.setEnabled(saveable)
         self.save_action.setEnabled(saveable)
         self.export_action.setEnabled(saveable)
 
@@ -759,28 +243,10 @@ class MainWindow(QMainWindow):
         """A run finished at least one policy and nothing is running: there is a report."""
         return not self.running and self.result is not None and bool(self.result.outcomes)
 
-    @Slot()
-    def _browse(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(self, "Model directory (MLX or GGUF)")
-        if chosen:
-            self.model_dir.setText(chosen)
-            self._directory_changed()
-
-    @Slot()
-    def _directory_changed(self) -> None:
-        """A directory's layout (``model.gguf`` or ``config.json``) chooses its engine."""
-        from picocontext.models import directory_engine
-
-        text = self.model_dir.text().strip()
-        found = directory_engine(Path(text)) if text else None
-        if found is not None:
-            self.engine_combo.setCurrentIndex(self.engine_combo.findData(found))
-        self._settings_changed()
-
     # -- running ----------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self.comparison_run.running
 
     def set_status(self, text: str, error: bool = False) -> None:
         color = f" color: {RED};" if error else ""
@@ -876,7 +342,7 @@ class MainWindow(QMainWindow):
         self.verdict.clear()
         self.step_lines = []
         self.chart.clear()
-        self.chart.unit = self._unit_for(self.current_model())
+        self.chart.unit = self._unit_for(self.controls.current_model())
         self.caption.setText("")
         self.live.setText("")
         self.live.hide()
@@ -887,7 +353,7 @@ class MainWindow(QMainWindow):
             self.columns_box.removeWidget(column)
             column.deleteLater()
         self.columns = {}
-        self.view_box.hide()
+        self.view_picker.hide()
 
     @Slot()
     def resume_comparison(self) -> None:
@@ -900,14 +366,14 @@ class MainWindow(QMainWindow):
         if self.running:
             return
         try:
-            settings = self.current_settings()
+            settings = self.controls.current_settings()
         except SetupError as exc:
             self._not_started(exc.message)
             return
         try:
             self._start(settings, resume)
         except Exception as exc:  # never leave a caller waiting for run_finished
-            self._thread, self._worker, self._cancel = None, None, None
+            self.comparison_run.discard()
             self._sync_enabled()
             self._not_started(f"Could not start the run: {type(exc).__name__}: {exc}")
 
@@ -926,12 +392,8 @@ class MainWindow(QMainWindow):
             column.artefact_requested.connect(self._open_artefact)
             self.columns[name] = column
             self.columns_box.addWidget(column, 1)
-        self._fill_view_picker(settings.policies)
-        self._cancel = CancelToken()
-        thread = QThread(self)
-        worker = ComparisonWorker(settings, self.cache, self._cancel, resume)
-        worker.moveToThread(thread)
-        thread.started.connect(worker.run)
+        self.view_picker.fill(settings.policies)
+        worker = self.comparison_run.prepare(settings, self.cache, resume)
         worker.status.connect(self._on_status)
         worker.progress.connect(self._on_progress)
         worker.model_ready.connect(self._on_model_ready)
@@ -940,22 +402,15 @@ class MainWindow(QMainWindow):
         worker.outcome.connect(self._on_outcome)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
-        # Direct: quit() is thread-safe, and a queued call would wait for the GUI thread, which
-        # may itself be blocked in shutdown() waiting for this thread.
-        worker.done.connect(thread.quit, Qt.ConnectionType.DirectConnection)
-        thread.finished.connect(self._on_thread_finished)
-        self._thread, self._worker = thread, worker
         self._sync_enabled()
-        gcguard.hold()  # cycles are collected on the GUI thread only (see gcguard)
-        thread.start()
+        self.comparison_run.start()
 
     @Slot()
     def stop(self) -> None:
         """Cancel the run; the worker stops at the next check (between or during tokens)."""
-        if self._cancel is not None and self.running:
-            self._cancel.cancel()
+        if self.comparison_run.stop():
             self.set_status("Stopping…")
-            self.stop_button.setEnabled(False)
+            self.controls.stop_button.setEnabled(False)
 
     @Slot(str)
     def _on_status(self, text: str) -> None:
@@ -1015,7 +470,7 @@ class MainWindow(QMainWindow):
         self.step_lines.append(line)
         self.set_status(line)
         column = self.columns.get(policy)
-        if column is not None and self.current_task().sequential:
+        if column is not None and self.controls.current_task().sequential:
             column.add_live_step(step)
 
     @Slot(object)
@@ -1067,14 +522,7 @@ class MainWindow(QMainWindow):
         self.columns = {}
 
     @Slot()
-    def _on_thread_finished(self) -> None:
-        thread, worker = self._thread, self._worker
-        self._thread, self._worker, self._cancel = None, None, None
-        if worker is not None:
-            worker.deleteLater()
-        if thread is not None:
-            thread.deleteLater()
-        gcguard.release()
+    def _on_run_ended(self) -> None:
         self._sync_enabled()
         self.run_finished.emit(self.result)
 
@@ -1121,13 +569,7 @@ class MainWindow(QMainWindow):
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Cancel any run and wait for the worker thread; close the model if we own it.
         Returns whether the thread ended in time."""
-        ended = True
-        thread = self._thread
-        if thread is not None:
-            if self._cancel is not None:
-                self._cancel.cancel()
-            thread.quit()  # the event loop ends as soon as the running slot returns
-            ended = thread.wait(timeout_ms)
+        ended = self.comparison_run.shutdown(timeout_ms)
         if self._owns_cache and ended:
             self.cache.close()
         return ended
@@ -1137,15 +579,4 @@ class MainWindow(QMainWindow):
         event.accept()
 
 
-def _error_page(label: str, error: str) -> QWidget:
-    page = QLabel(
-        f"The {label} tab could not be built: {error}\n\nThe comparison still works; "
-        "please report this error."
-    )
-    page.setObjectName("tabError")
-    page.setWordWrap(True)
-    page.setAlignment(Qt.AlignmentFlag.AlignCenter)
-    return page
-
-
-__all__ = ["DEFAULT_POLICIES", "MainWindow", "PolicyColumn", "default_model"]
+__all__ = ["MainWindow"]

@@ -20,7 +20,7 @@ from picocontext_playground.conversation_tab import (
     ConversationTab,
     compare,
 )
-from picocontext_playground.window import EXTRA_TABS
+from picocontext_playground.extra_tabs import EXTRA_TABS
 
 CONVERSATIONS = Path(__file__).resolve().parents[2] / "resources" / "conversations"
 

@@ -408,35 +408,42 @@ def window(qt_app: QApplication, qtbot: QtBot, with_llamacpp: None) -> Iterator[
 
 
 def combo_texts(window: MainWindow) -> list[str]:
-    return [window.engine_combo.itemText(i) for i in range(window.engine_combo.count())]
+    return [
+        window.controls.engine_combo.itemText(i)
+        for i in range(window.controls.engine_combo.count())
+    ]
 
 
 def test_the_picker_shows_engine_and_model(window: MainWindow) -> None:
     assert combo_texts(window) == ["MLX", "llama.cpp"]
-    assert window.engine_combo.currentText() == "llama.cpp"
-    assert window.current_settings().engine == "llamacpp"
-    window.engine_combo.setCurrentIndex(window.engine_combo.findData("mlx"))
-    assert window.current_settings().engine == "mlx"
-    assert window.current_model() is ModelChoice.QWEN25_05  # it runs on both
+    assert window.controls.engine_combo.currentText() == "llama.cpp"
+    assert window.controls.current_settings().engine == "llamacpp"
+    window.controls.engine_combo.setCurrentIndex(window.controls.engine_combo.findData("mlx"))
+    assert window.controls.current_settings().engine == "mlx"
+    assert window.controls.current_model() is ModelChoice.QWEN25_05  # it runs on both
 
 
 def test_an_mlx_only_model_moves_the_engine_and_back(window: MainWindow) -> None:
-    window.model_combo.setCurrentIndex(window.model_combo.findData(ModelChoice.QWEN3.value))
-    assert window.current_engine() == "mlx"
-    window.engine_combo.setCurrentIndex(window.engine_combo.findData("llamacpp"))
-    assert window.current_model() is ModelChoice.QWEN25_15  # llama.cpp's default
+    window.controls.model_combo.setCurrentIndex(
+        window.controls.model_combo.findData(ModelChoice.QWEN3.value)
+    )
+    assert window.controls.current_engine() == "mlx"
+    window.controls.engine_combo.setCurrentIndex(window.controls.engine_combo.findData("llamacpp"))
+    assert window.controls.current_model() is ModelChoice.QWEN25_15  # llama.cpp's default
 
 
 def test_the_engine_picker_is_off_for_the_scripted_model(window: MainWindow) -> None:
-    window.apply_settings(ComparisonSettings(model=ModelChoice.SCRIPTED))
-    assert not window.engine_combo.isEnabled()
+    window.controls.apply_settings(ComparisonSettings(model=ModelChoice.SCRIPTED))
+    assert not window.controls.engine_combo.isEnabled()
 
 
 def test_a_chosen_directory_sets_its_engine(window: MainWindow, tmp_path: Path) -> None:
-    window.model_combo.setCurrentIndex(window.model_combo.findData(ModelChoice.DIRECTORY.value))
-    window.model_dir.setText(str(mlx_layout(tmp_path / "mlx")))
-    window.model_dir.editingFinished.emit()
-    assert window.current_engine() == "mlx"
-    window.model_dir.setText(str(gguf_layout(tmp_path / "gguf")))
-    window.model_dir.editingFinished.emit()
-    assert window.current_settings().engine == "llamacpp"
+    window.controls.model_combo.setCurrentIndex(
+        window.controls.model_combo.findData(ModelChoice.DIRECTORY.value)
+    )
+    window.controls.model_dir.setText(str(mlx_layout(tmp_path / "mlx")))
+    window.controls.model_dir.editingFinished.emit()
+    assert window.controls.current_engine() == "mlx"
+    window.controls.model_dir.setText(str(gguf_layout(tmp_path / "gguf")))
+    window.controls.model_dir.editingFinished.emit()
+    assert window.controls.current_settings().engine == "llamacpp"

@@ -79,7 +79,7 @@ def test_live_progress_streams_output_and_stop_acts_within_one_token(
 
         def factory() -> list[Any]:
             def processor(tokens: Any, logits: Any) -> Any:
-                if win._cancel is not None and win._cancel.cancelled:
+                if win.comparison_run.cancel is not None and win.comparison_run.cancel.cancelled:
                     after_stop.append(1)
                 return logits
 

@@ -69,10 +69,10 @@ def test_save_and_export_are_enabled_only_when_a_run_finished(
     qtbot: QtBot, window: MainWindow
 ) -> None:
     assert not window.save_action.isEnabled() and not window.export_action.isEnabled()
-    assert not window.save_button.isEnabled()
+    assert not window.controls.save_button.isEnabled()
     finish_run(qtbot, window)
     assert window.save_action.isEnabled() and window.export_action.isEnabled()
-    window.pressure.setChecked(True)  # new settings: the result is gone
+    window.controls.pressure.setChecked(True)  # new settings: the result is gone
     assert not window.save_action.isEnabled() and not window.export_action.isEnabled()
 
 
@@ -153,10 +153,12 @@ def test_quit_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:
 
 
 def test_run_says_why_it_is_grey_when_no_policy_is_ticked(window: MainWindow) -> None:
-    for box in window.policy_boxes.values():
+    for box in window.controls.policy_boxes.values():
         box.setChecked(False)
-    assert not window.run_button.isEnabled()
-    assert window.run_button.toolTip() == "Tick at least one policy to run a comparison."
+    assert not window.controls.run_button.isEnabled()
+    assert window.controls.run_button.toolTip() == "Tick at least one policy to run a comparison."
     assert window.status.text() == "Tick at least one policy to run a comparison."
-    window.policy_boxes["editable"].setChecked(True)
-    assert window.run_button.isEnabled() and "Ctrl+R" in window.run_button.toolTip()
+    window.controls.policy_boxes["editable"].setChecked(True)
+    assert (
+        window.controls.run_button.isEnabled() and "Ctrl+R" in window.controls.run_button.toolTip()
+    )

@@ -90,22 +90,25 @@ def test_the_window_offers_resume_with_finished_and_remaining_and_runs_the_rest(
     qtbot.addWidget(window)
     window.show()
     try:
-        settings = window.current_settings()
-        assert not window.resume_button.isVisible()
+        settings = window.controls.current_settings()
+        assert not window.controls.resume_button.isVisible()
         cancel = CancelToken()
         run_comparison(
             settings, scripted_model(), Recorder(cancel, 1), cancel, open_journal(settings, False)
         )
         window._sync_enabled()
-        assert window.resume_button.isVisible()
-        assert window.resume_button.text() == f"Resume (1 of {len(settings.policies)} finished)"
+        assert window.controls.resume_button.isVisible()
+        assert (
+            window.controls.resume_button.text()
+            == f"Resume (1 of {len(settings.policies)} finished)"
+        )
         statuses: list[str] = []
         window.status_changed.connect(statuses.append)
         with qtbot.waitSignal(window.run_finished, timeout=20_000) as blocker:
-            qtbot.mouseClick(window.resume_button, Qt.MouseButton.LeftButton)
+            qtbot.mouseClick(window.controls.resume_button, Qt.MouseButton.LeftButton)
         result = blocker.args[0]
         assert isinstance(result, ComparisonResult) and result.completed
         assert any(s.startswith("Reusing Append-only") for s in statuses)
-        assert not window.resume_button.isVisible()  # the finished run removed its journal
+        assert not window.controls.resume_button.isVisible()  # the finished run removed its journal
     finally:
         window.shutdown()

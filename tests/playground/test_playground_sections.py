@@ -39,7 +39,7 @@ def window(qt_app: QApplication, qtbot: QtBot) -> Iterator[MainWindow]:
 @pytest.fixture
 def finished(window: MainWindow, qtbot: QtBot) -> ComparisonResult:
     with qtbot.waitSignal(window.run_finished, timeout=30_000) as blocker:
-        qtbot.mouseClick(window.run_button, Qt.MouseButton.LeftButton)  # type: ignore[no-untyped-call]
+        qtbot.mouseClick(window.controls.run_button, Qt.MouseButton.LeftButton)  # type: ignore[no-untyped-call]
     result = blocker.args[0]
     assert isinstance(result, ComparisonResult), window.last_error
     return result
@@ -221,8 +221,10 @@ def test_loading_label_has_one_ellipsis(qt_app: QApplication, qtbot: QtBot) -> N
     qtbot.addWidget(win)
     seen: list[str] = []
     win.status_changed.connect(seen.append)
-    win.model_combo.setCurrentIndex(win.model_combo.findData(ModelChoice.DIRECTORY.value))
-    win.model_dir.setText("/nonexistent-model")
+    win.controls.model_combo.setCurrentIndex(
+        win.controls.model_combo.findData(ModelChoice.DIRECTORY.value)
+    )
+    win.controls.model_dir.setText("/nonexistent-model")
     with qtbot.waitSignal(win.run_finished, timeout=10_000):
         win.start_comparison()
     loading = [s for s in seen if s.startswith("Loading")]
@@ -284,13 +286,15 @@ def test_artefacts_stay_out_of_serialised_steps(finished: ComparisonResult) -> N
 def test_compare_two_shows_the_chosen_pair_at_full_width(
     window: MainWindow, finished: ComparisonResult
 ) -> None:
-    assert window.view_box.isVisible()  # five policies: the picker is offered
+    assert window.view_picker.isVisible()  # five policies: the picker is offered
     assert window.visible_columns() == list(FIVE)
-    window.view_mode.setCurrentIndex(window.view_mode.findData("two"))
+    window.view_picker.view_mode.setCurrentIndex(window.view_picker.view_mode.findData("two"))
     assert window.visible_columns() == ["append-only", "editable"]
-    window.right_pick.setCurrentIndex(window.right_pick.findData("navigated"))
+    window.view_picker.right_pick.setCurrentIndex(
+        window.view_picker.right_pick.findData("navigated")
+    )
     assert window.visible_columns() == ["append-only", "navigated"]
-    window.view_mode.setCurrentIndex(window.view_mode.findData("all"))
+    window.view_picker.view_mode.setCurrentIndex(window.view_picker.view_mode.findData("all"))
     assert window.visible_columns() == list(FIVE)
 
 
@@ -316,11 +320,11 @@ def test_card_answers_wrap_between_entries(window: MainWindow, finished: Compari
 
 
 def test_with_no_policy_ticked_the_grey_run_button_says_why(window: MainWindow) -> None:
-    from picocontext_playground.window import NO_POLICY
+    from picocontext_playground.controls import NO_POLICY
 
-    for box in window.policy_boxes.values():
+    for box in window.controls.policy_boxes.values():
         box.setChecked(False)
-    assert not window.run_button.isEnabled()
-    assert window.status.text() == NO_POLICY and window.run_button.toolTip() == NO_POLICY
-    window.policy_boxes["editable"].setChecked(True)
-    assert window.run_button.isEnabled() and window.status.text().startswith("Ready")
+    assert not window.controls.run_button.isEnabled()
+    assert window.status.text() == NO_POLICY and window.controls.run_button.toolTip() == NO_POLICY
+    window.controls.policy_boxes["editable"].setChecked(True)
+    assert window.controls.run_button.isEnabled() and window.status.text().startswith("Ready")

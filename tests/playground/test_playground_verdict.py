@@ -174,7 +174,7 @@ def test_window_shows_the_verdict_and_the_sentence_after_a_run(
     win.show()
     assert not win.verdict.isVisible()
     with qtbot.waitSignal(win.run_finished, timeout=RUN_TIMEOUT_MS) as blocker:
-        win.run_button.click()
+        win.controls.run_button.click()
     result = blocker.args[0]
     assert isinstance(result, ComparisonResult)
     verdict = result_verdict(result)
@@ -185,7 +185,7 @@ def test_window_shows_the_verdict_and_the_sentence_after_a_run(
     # (the results now sit in a splitter under the chart; the verdict is on the page above it)
     assert not win.results_scroll.isAncestorOf(win.verdict)
     assert win.verdict.parent() is win.results_split.parent()
-    win.pressure.setChecked(False)  # new settings clear the old verdict
+    win.controls.pressure.setChecked(False)  # new settings clear the old verdict
     assert not win.verdict.isVisible()
     win.shutdown()
 
@@ -201,5 +201,5 @@ def test_a_run_stopped_before_any_policy_finished_has_no_verdict_and_nothing_to_
     result = blocker.args[0]
     assert isinstance(result, ComparisonResult) and result.cancelled and not result.outcomes
     assert not win.verdict.isVisible()
-    assert not win.save_button.isEnabled() and not win.save_action.isEnabled()
+    assert not win.controls.save_button.isEnabled() and not win.save_action.isEnabled()
     win.shutdown()

@@ -14,11 +14,12 @@ from pytestqt.qtbot import QtBot
 from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
 from picocontext_playground.model_loader import LoadedModel, ModelCache, scripted_model
+from picocontext_playground.policy_column import PolicyColumn
 from picocontext_playground.qtenv import glyphs_render, monospace_font
 from picocontext_playground.runverdict import headline, result_verdict
-from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
+from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task, default_model
 from picocontext_playground.textreport import render_report
-from picocontext_playground.window import MainWindow, PolicyColumn, default_model
+from picocontext_playground.window import MainWindow
 
 SCRIPTED = ComparisonSettings(model=ModelChoice.SCRIPTED)
 RUN_TIMEOUT_MS = 20_000
@@ -35,7 +36,7 @@ def window(qt_app: QApplication, qtbot: QtBot) -> Iterator[MainWindow]:
 
 def run_and_wait(qtbot: QtBot, win: MainWindow) -> ComparisonResult:
     with qtbot.waitSignal(win.run_finished, timeout=RUN_TIMEOUT_MS) as blocker:
-        qtbot.mouseClick(win.run_button, Qt.MouseButton.LeftButton)  # type: ignore[no-untyped-call]
+        qtbot.mouseClick(win.controls.run_button, Qt.MouseButton.LeftButton)  # type: ignore[no-untyped-call]
     result = blocker.args[0] if blocker.args else None
     assert isinstance(result, ComparisonResult), win.last_error
     return result
@@ -48,12 +49,14 @@ def cell_text(column: PolicyColumn, row: int, col: int) -> str:
 def test_window_builds_with_controls_for_every_task_policy_and_model(window: MainWindow) -> None:
     assert window.windowTitle() == "PicoContext Playground"
     assert window.minimumWidth() >= 1000 and window.minimumHeight() >= 700
-    assert set(window.task_buttons) == set(Task)
-    assert window.current_task() is Task.RETENTION
-    assert {"append-only", "editable"} <= set(window.policy_boxes)
-    models = {window.model_combo.itemData(i) for i in range(window.model_combo.count())}
+    assert set(window.controls.task_buttons) == set(Task)
+    assert window.controls.current_task() is Task.RETENTION
+    assert {"append-only", "editable"} <= set(window.controls.policy_boxes)
+    models = {
+        window.controls.model_combo.itemData(i) for i in range(window.controls.model_combo.count())
+    }
     assert models == {c.value for c in ModelChoice}
-    assert window.run_button.isEnabled() and not window.stop_button.isEnabled()
+    assert window.controls.run_button.isEnabled() and not window.controls.stop_button.isEnabled()
     assert window.status.text().startswith("Ready")
     assert window.tabs.tabText(0) == "Comparison"
 
@@ -120,8 +123,8 @@ def test_run_comparison_fills_every_pane(qtbot: QtBot, window: MainWindow) -> No
 
 
 def test_order_lookup_shows_deleted_records_and_one_step(qtbot: QtBot, window: MainWindow) -> None:
-    window.task_buttons[Task.ORDER_LOOKUP].click()
-    assert not window.pressure.isEnabled()
+    window.controls.task_buttons[Task.ORDER_LOOKUP].click()
+    assert not window.controls.pressure.isEnabled()
     result = run_and_wait(qtbot, window)
     assert result.title == "Order lookup"
     edit = window.columns["editable"]
@@ -134,12 +137,12 @@ def test_order_lookup_shows_deleted_records_and_one_step(qtbot: QtBot, window: M
 def test_switching_task_or_pressure_clears_results(qtbot: QtBot, window: MainWindow) -> None:
     run_and_wait(qtbot, window)
     assert window.result is not None and window.columns
-    window.task_buttons[Task.STATE_UPDATES].click()
+    window.controls.task_buttons[Task.STATE_UPDATES].click()
     assert window.result is None and not window.columns
     assert window.chart.series == []
     assert window.status.text() == "Ready for State updates."
     run_and_wait(qtbot, window)
-    window.pressure.setChecked(True)
+    window.controls.pressure.setChecked(True)
     assert window.result is None and not window.columns
 
 
@@ -150,15 +153,23 @@ def test_stop_cancels_mid_run_and_the_window_stays_usable(
     qtbot.addWidget(win)
     win.show()
     with qtbot.waitSignal(win.run_finished, timeout=RUN_TIMEOUT_MS) as blocker:
-        win.run_button.click()
-        assert win.running and win.stop_button.isEnabled() and not win.run_button.isEnabled()
-        assert not win.task_buttons[Task.ORDER_LOOKUP].isEnabled()
+        win.controls.run_button.click()
+        assert (
+            win.running
+            and win.controls.stop_button.isEnabled()
+            and not win.controls.run_button.isEnabled()
+        )
+        assert not win.controls.task_buttons[Task.ORDER_LOOKUP].isEnabled()
         qtbot.waitUntil(lambda: len(win.step_lines) >= 1, timeout=RUN_TIMEOUT_MS)
-        win.stop_button.click()
+        win.controls.stop_button.click()
     result = blocker.args[0]
     assert isinstance(result, ComparisonResult)
     assert result.cancelled and win.status.text().startswith("Stopped.")
-    assert not win.running and win.run_button.isEnabled() and not win.stop_button.isEnabled()
+    assert (
+        not win.running
+        and win.controls.run_button.isEnabled()
+        and not win.controls.stop_button.isEnabled()
+    )
     assert win.columns["append-only"].steps.rowCount() >= 1  # live rows stay visible
     win.shutdown()
 
@@ -171,9 +182,9 @@ def test_run_is_ignored_while_running(
     finished: list[object] = []
     win.run_finished.connect(finished.append)
     win.start_comparison()
-    thread = win._thread
+    thread = win.comparison_run.qthread
     win.start_comparison()  # ignored
-    assert win._thread is thread
+    assert win.comparison_run.qthread is thread
     win.stop()
     qtbot.waitUntil(lambda: not win.running, timeout=RUN_TIMEOUT_MS)
     assert len(finished) == 1
@@ -186,7 +197,7 @@ def test_closing_mid_run_ends_the_worker_thread(
     qtbot.addWidget(win)
     win.show()
     win.start_comparison()
-    thread = win._thread
+    thread = win.comparison_run.qthread
     assert thread is not None
     qtbot.waitUntil(lambda: thread.isRunning(), timeout=RUN_TIMEOUT_MS)
     win.close()
@@ -194,7 +205,7 @@ def test_closing_mid_run_ends_the_worker_thread(
 
 
 def test_three_policies_make_three_columns(qtbot: QtBot, window: MainWindow) -> None:
-    window.policy_boxes["summarize"].setChecked(True)
+    window.controls.policy_boxes["summarize"].setChecked(True)
     result = run_and_wait(qtbot, window)
     assert [o.policy.name for o in result.outcomes] == ["append-only", "editable", "summarize"]
     assert list(window.columns) == ["append-only", "editable", "summarize"]
@@ -202,9 +213,9 @@ def test_three_policies_make_three_columns(qtbot: QtBot, window: MainWindow) -> 
 
 
 def test_no_policy_selected_disables_run_and_explains(qtbot: QtBot, window: MainWindow) -> None:
-    for box in window.policy_boxes.values():
+    for box in window.controls.policy_boxes.values():
         box.setChecked(False)
-    assert not window.run_button.isEnabled()
+    assert not window.controls.run_button.isEnabled()
     finished: list[object] = []
     window.run_finished.connect(finished.append)
     window.start_comparison()
@@ -212,8 +223,8 @@ def test_no_policy_selected_disables_run_and_explains(qtbot: QtBot, window: Main
 
 
 def test_directory_model_needs_a_directory(qtbot: QtBot, window: MainWindow) -> None:
-    window.model_combo.setCurrentIndex(window.model_combo.findData("directory"))
-    assert window.model_dir.isVisibleTo(window) and window.decoding.isEnabled()
+    window.controls.model_combo.setCurrentIndex(window.controls.model_combo.findData("directory"))
+    assert window.controls.model_dir.isVisibleTo(window) and window.controls.decoding.isEnabled()
     window.start_comparison()
     assert window.status.text() == "Choose a local model directory first."
 
@@ -227,8 +238,8 @@ def test_settings_round_trip_through_the_controls(window: MainWindow) -> None:
         constrained=True,
         prefix_cache=False,
     )
-    window.apply_settings(wanted)
-    assert window.current_settings() == wanted
+    window.controls.apply_settings(wanted)
+    assert window.controls.current_settings() == wanted
 
 
 def test_text_renders_with_real_glyphs(qt_app: QApplication, window: MainWindow) -> None:
@@ -274,7 +285,9 @@ def test_manifest_tab_gets_the_comparison_model(
     qtbot.addWidget(win)
     with pytest.raises(SetupError, match="needs a real model"):
         win.chat_model_factory()
-    win.model_combo.setCurrentIndex(win.model_combo.findData(ModelChoice.SMOLLM2.value))
+    win.controls.model_combo.setCurrentIndex(
+        win.controls.model_combo.findData(ModelChoice.SMOLLM2.value)
+    )
     chat = win.chat_model_factory()
     assert chat.model_id == "fake-chat"
     assert [s.model for s in loaded] == [ModelChoice.SMOLLM2]
@@ -304,25 +317,25 @@ def test_long_answers_are_excerpted_on_the_card_and_shown_in_full_in_decisions(
 def test_save_report_writes_the_shown_result(
     qtbot: QtBot, window: MainWindow, tmp_path: Path
 ) -> None:
-    assert not window.save_button.isEnabled()
+    assert not window.controls.save_button.isEnabled()
     with pytest.raises(SetupError, match="no finished run"):
         window.save_report(tmp_path / "none.txt")
     result = run_and_wait(qtbot, window)
-    assert window.save_button.isEnabled()
+    assert window.controls.save_button.isEnabled()
     target = tmp_path / "saved.txt"
     window.save_report(target)
     assert target.read_text(encoding="utf-8") == render_report(result)
-    window.task_buttons[Task.ORDER_LOOKUP].click()
-    assert not window.save_button.isEnabled()
+    window.controls.task_buttons[Task.ORDER_LOOKUP].click()
+    assert not window.controls.save_button.isEnabled()
 
 
 def test_navigated_column_lists_its_tool_calls(qtbot: QtBot, window: MainWindow) -> None:
     """The Decisions tab of a tool-using policy shows every navigation call made, with
     arguments and result -- here the calls prefetched for the model, apart from its own --
     and the card counts them by verb."""
-    window.task_buttons[Task.RETENTION].click()
-    window.pressure.setChecked(True)
-    for name, box in window.policy_boxes.items():
+    window.controls.task_buttons[Task.RETENTION].click()
+    window.controls.pressure.setChecked(True)
+    for name, box in window.controls.policy_boxes.items():
         box.setChecked(name == "navigated")
     run_and_wait(qtbot, window)
     column = window.columns["navigated"]
@@ -337,12 +350,12 @@ def test_navigated_column_lists_its_tool_calls(qtbot: QtBot, window: MainWindow)
 
 
 def test_every_extra_tab_is_built(qt_app: QApplication, qtbot: QtBot) -> None:
-    from picocontext_playground import window as window_module
+    from picocontext_playground import extra_tabs as tabs_module
 
     win = MainWindow(SCRIPTED)
     qtbot.addWidget(win)
     labels = [win.tabs.tabText(i) for i in range(win.tabs.count())]
-    assert labels == ["Comparison", *(label for label, _ in window_module.EXTRA_TABS)]
+    assert labels == ["Comparison", *(label for label, _ in tabs_module.EXTRA_TABS)]
     assert labels[1:] == ["Manifest", "Digest", "Conversation"]
     assert win.tab_errors == {}
     pages = [win.tabs.widget(i) for i in range(win.tabs.count())]
@@ -352,13 +365,13 @@ def test_every_extra_tab_is_built(qt_app: QApplication, qtbot: QtBot) -> None:
 def test_a_tab_that_fails_to_build_is_an_error_the_user_sees(
     qt_app: QApplication, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from picocontext_playground import window as window_module
+    from picocontext_playground import extra_tabs as tabs_module
 
     def broken(parent: object) -> object:
         raise RuntimeError("no manifest for you")
 
-    tabs = (("Manifest", broken), *window_module.EXTRA_TABS[1:])
-    monkeypatch.setattr(window_module, "EXTRA_TABS", tabs)
+    tabs = (("Manifest", broken), *tabs_module.EXTRA_TABS[1:])
+    monkeypatch.setattr(tabs_module, "EXTRA_TABS", tabs)
     win = MainWindow(SCRIPTED)
     qtbot.addWidget(win)
     assert [win.tabs.tabText(i) for i in range(win.tabs.count())] == [
