@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from picocontext import diff_snapshots
+from picocontext_playground.charts import SectionBar
 from picocontext_playground.comparison import (
     PolicyOutcome,
     StepView,
@@ -30,14 +31,11 @@ from picocontext_playground.comparison import (
     policy_label,
     rejected_text,
 )
+from picocontext_playground.text_views import AttemptsView, ContextView, TextPane
 from picocontext_playground.widgets import (
     RED,
-    AttemptsView,
-    ContextView,
     ResultCard,
-    SectionBar,
     StepTable,
-    TextPane,
     policy_color,
     selectable_label,
 )

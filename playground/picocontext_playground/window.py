@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from picocontext import CancelToken, ChatModel, OutputFileError
 from picocontext.models import BYTE_UNIT, TOKEN_UNIT, GenerationProgress
+from picocontext_playground.charts import TokenChart, chart_series
 from picocontext_playground.comparison import (
     ComparisonResult,
     PolicyOutcome,
@@ -54,7 +55,7 @@ from picocontext_playground.reports import FORMATS, dialog_filters, report_forma
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, default_model
 from picocontext_playground.verdict_view import VerdictView
-from picocontext_playground.widgets import RED, TokenChart, chart_series, selectable_label
+from picocontext_playground.widgets import RED, selectable_label
 from picocontext_playground.worker import PROGRESS_MAX
 
 DEFAULT_SIZE = (1280, 900)

@@ -297,7 +297,8 @@ def test_manifest_tab_gets_the_comparison_model(
 def test_long_answers_are_excerpted_on_the_card_and_shown_in_full_in_decisions(
     qt_app: QApplication,
 ) -> None:
-    from picocontext_playground.widgets import CARD_ANSWER_CHARS, AttemptsView, card_excerpt
+    from picocontext_playground.text_views import AttemptsView
+    from picocontext_playground.widgets import CARD_ANSWER_CHARS, card_excerpt
 
     short = "x" * CARD_ANSWER_CHARS
     assert card_excerpt(short) == short
