@@ -23,7 +23,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from picocontext_playground.comparison import PolicyOutcome
+from picocontext_playground.results import PolicyOutcome
 from picocontext_playground.sections import Section, SectionSize
 from picocontext_playground.widgets import FAIL, MUTED, RED, policy_color
 

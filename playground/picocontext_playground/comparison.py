@@ -2,9 +2,10 @@
 
 Every selected policy runs the same task, in the order given (the append-only baseline first
 by default), each in its own fresh session, with the same model, greedy sampling and budgets.
-The result is one :class:`PolicyOutcome` per policy in a uniform shape — a list of graded steps
-— so the window renders N policy columns without knowing which task produced them. Grading is
-the diagnostics package's; this module only orchestrates and reshapes.
+The result is one :class:`~picocontext_playground.results.PolicyOutcome` per policy in a
+uniform shape — a list of graded steps — so the window renders N policy columns without knowing
+which task produced them. Grading is the diagnostics package's; this module only orchestrates
+and reshapes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext import (
     Cancelled,
@@ -27,7 +26,6 @@ from picocontext import (
     RunMode,
     RunReport,
     Scope,
-    Snapshot,
     TokenCounter,
     ToolStep,
 )
@@ -41,7 +39,6 @@ from picocontext_diagnostics import (
     Episode,
     EpisodeReport,
     EpisodeRunner,
-    Policy,
     StepReport,
     fixture_episode,
     order_lookup_episode,
@@ -50,207 +47,14 @@ from picocontext_diagnostics import (
 from picocontext_diagnostics.evaluation.journal import Journal
 from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.model_loader import LoadedModel
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView, policy_label
 from picocontext_playground.sections import (
     Section,
-    SectionSize,
     TextCounter,
     prompt_sections,
     utf8_bytes,
 )
-from picocontext_playground.settings import ComparisonSettings, engine_label
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-_LABELS = {"append-only": "Append-only", "editable": "Editable", "summarize": "Summarize"}
-
-
-def policy_label(name: str) -> str:
-    """Human name of a policy column (``append-only`` → ``Append-only``)."""
-    return _LABELS.get(name, name.replace("-", " ").capitalize())
-
-
-class StepView(BaseModel):
-    """One graded step of one policy (the order lookup is a single step)."""
-
-    model_config = _FROZEN
-    step_id: str
-    run: RunReport | None
-    expected: dict[str, str]
-    retained: dict[str, str]
-    context_passed: bool
-    answer_passed: bool
-    failure: str | None = None
-    context_problem: str | None = None
-    answer_problem: str | None = None
-    # The exact next input by section (reserved output last), in the model's unit; for a
-    # step whose prompt did not fit, the sections of that rejected prompt.
-    sections: tuple[SectionSize, ...] = ()
-    rejected_prompt: PreparedPrompt | None = None
-    context_window: int | None = None
-    # What the step's policy built, for "Open in Manifest" / "Open in Digest" (kept out of
-    # serialised reports: they are large and rebuilt by rerunning the step).
-    manifest: Manifest | None = Field(default=None, exclude=True)
-    digest: DigestSnapshot | None = Field(default=None, exclude=True)
-
-    @property
-    def over_window_by(self) -> int | None:
-        """How far the rejected prompt plus the reserved output exceeded the window."""
-        if self.rejected_prompt is None or self.context_window is None:
-            return None
-        reserved = sum(s.amount for s in self.sections if s.section is Section.RESERVED)
-        return self.rejected_prompt.token_count + reserved - self.context_window
-
-    @property
-    def prompt_before(self) -> int | None:
-        """Completion prompt size of the working context when the turn started."""
-        return self.run.run_start_prompt_tokens if self.run else None
-
-    @property
-    def prompt_after(self) -> int | None:
-        """Size of the exact next input (the completion prompt), if one was built."""
-        if self.run is None or self.run.final_prompt is None:
-            return None
-        return self.run.final_prompt.token_count
-
-    @classmethod
-    def from_step_report(cls, report: StepReport) -> StepView:
-        return cls(
-            step_id=report.step.id,
-            run=report.run,
-            expected=dict(report.step.expected_facts),
-            retained=dict(report.retained_facts),
-            context_passed=report.retained_correct,
-            answer_passed=report.answer_correct,
-            failure=report.failure,
-            context_problem=report.context_problem,
-            answer_problem=report.answer_problem,
-        )
-
-
-class PolicyOutcome(BaseModel):
-    """Everything one policy did in a comparison."""
-
-    model_config = _FROZEN
-    policy: Policy
-    title: str
-    steps: tuple[StepView, ...]
-    planned_steps: int
-    original: Snapshot
-    revised: Snapshot
-    failure: str | None
-    elapsed_seconds: float
-
-    @property
-    def label(self) -> str:
-        return policy_label(self.policy.name)
-
-    @property
-    def context_passed(self) -> int:
-        return sum(s.context_passed for s in self.steps)
-
-    @property
-    def answers_passed(self) -> int:
-        return sum(s.answer_passed for s in self.steps)
-
-    @property
-    def passed(self) -> bool:
-        return (
-            self.failure is None
-            and len(self.steps) == self.planned_steps
-            and all(s.context_passed and s.answer_passed for s in self.steps)
-        )
-
-    def _runs(self) -> list[RunReport]:
-        return [s.run for s in self.steps if s.run is not None]
-
-    @property
-    def total_input(self) -> int:
-        return sum(r.total_input_tokens for r in self._runs())
-
-    @property
-    def total_generated(self) -> int:
-        return sum(r.total_generated_tokens for r in self._runs())
-
-    @property
-    def total_prefill(self) -> int:
-        return sum(r.total_prefill_tokens for r in self._runs())
-
-    @property
-    def edit_calls(self) -> int:
-        return sum(r.edit_call_count for r in self._runs())
-
-    @property
-    def keep_calls(self) -> int:
-        return sum(r.keep_call_count for r in self._runs())
-
-    @property
-    def tool_steps(self) -> tuple[ToolStep, ...]:
-        """Every navigation / digest tool call of the tool-using policies, in order."""
-        return tuple(t for r in self._runs() for t in r.tool_steps)
-
-    @property
-    def prefetch_steps(self) -> tuple[ToolStep, ...]:
-        """Every call a navigated policy's runtime made for the model before it read, in
-        order (charged to its reading budget; not the model's calls)."""
-        return tuple(t for r in self._runs() for t in r.prefetch_steps)
-
-    @property
-    def calls_text(self) -> str:
-        """``edit calls 1 · keep calls 0`` or, for tool-using policies, the verbs used (and
-        what was prefetched for the model, when anything was)."""
-        if self.prefetch_steps:
-            return f"{tool_calls_text(self.tool_steps)} · {prefetch_text(self.prefetch_steps)}"
-        if self.tool_steps:
-            return tool_calls_text(self.tool_steps)
-        return f"edit calls {self.edit_calls} · keep calls {self.keep_calls}"
-
-    @property
-    def prompt_before(self) -> int | None:
-        """First turn's starting prompt."""
-        return self.steps[0].prompt_before if self.steps else None
-
-    @property
-    def prompt_after(self) -> int | None:
-        """The last exact next input that was built."""
-        for step in reversed(self.steps):
-            if step.prompt_after is not None:
-                return step.prompt_after
-        return None
-
-    @property
-    def last_run(self) -> RunReport | None:
-        runs = self._runs()
-        return runs[-1] if runs else None
-
-
-class ComparisonResult(BaseModel):
-    """A finished (or stopped) comparison: settings, model, budgets and one outcome per policy."""
-
-    model_config = _FROZEN
-    settings: ComparisonSettings
-    title: str
-    model_id: str
-    model_label: str
-    # What ran the model: ``mlx``, ``llamacpp``, ``openai`` or ``scripted`` (the handle's kind).
-    engine: str
-    token_unit: str
-    model_details: tuple[str, ...]
-    budget: RunBudget
-    episode_tokens: int | None
-    noise_lines: int | None
-    outcomes: tuple[PolicyOutcome, ...]
-    status: str
-    cancelled: bool
-    elapsed_seconds: float
-
-    @property
-    def completed(self) -> bool:
-        return not self.cancelled and len(self.outcomes) == len(self.settings.policies)
-
-    @property
-    def engine_label(self) -> str:
-        """The engine as reports name it (``llama.cpp``, ``MLX``, …)."""
-        return engine_label(self.engine)
+from picocontext_playground.settings import ComparisonSettings
 
 
 class ComparisonEvents(Protocol):
@@ -316,30 +120,6 @@ def no_decision_text(run: RunReport) -> str:
     if run.mode is RunMode.APPEND_ONLY:
         return "no decision call in this mode"
     return "no decision call"
-
-
-def tool_calls_text(steps: Sequence[ToolStep]) -> str:
-    """``tool calls 5: open ×3, close ×1, look ×1 (1 refused)`` — counts per verb in order of
-    first use; an unknown or refused call counts as refused."""
-    if not steps:
-        return "tool calls 0"
-    refused = sum(1 for s in steps if not s.ok)
-    return f"tool calls {_verb_counts(steps)}" + (f" ({refused} refused)" if refused else "")
-
-
-def prefetch_text(steps: Sequence[ToolStep]) -> str:
-    """``prefetched 3: open ×3`` -- the calls a policy's runtime made for the model."""
-    return f"prefetched {_verb_counts(steps)}" if steps else "prefetched 0"
-
-
-def _verb_counts(steps: Sequence[ToolStep]) -> str:
-    """``5: open ×3, close ×1, look ×1`` -- how many calls, then each verb in order of first
-    use."""
-    counts: dict[str, int] = {}
-    for step in steps:
-        counts[step.name] = counts.get(step.name, 0) + 1
-    verbs = ", ".join(f"{name} \u00d7{n}" for name, n in counts.items())
-    return f"{len(steps)}: {verbs}"
 
 
 def budgets_for(settings: ComparisonSettings, scale: int) -> tuple[RunBudget, int | None]:

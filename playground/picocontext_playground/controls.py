@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from picocontext_diagnostics import BUILTIN_POLICIES
-from picocontext_playground.comparison import policy_label
 from picocontext_playground.errors import SetupError
+from picocontext_playground.results import policy_label
 from picocontext_playground.resume import finished_count
 from picocontext_playground.settings import (
     ENGINES,

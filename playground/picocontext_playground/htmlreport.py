@@ -14,7 +14,7 @@ from html import escape
 
 from picocontext_diagnostics.verdict import Verdict
 from picocontext_playground.charts import nice_step
-from picocontext_playground.comparison import ComparisonResult, PolicyOutcome, StepView
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView
 from picocontext_playground.runverdict import columns, headline, result_verdict
 from picocontext_playground.textreport import attempts_lines, budget_lines, facts_text
 from picocontext_playground.widgets import POLICY_COLORS

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from picocontext import PreparedPrompt, RunBudget, RunReport, ToolStep
 from picocontext_diagnostics.verdict import Verdict, VerdictRow
-from picocontext_playground.comparison import ComparisonResult, PolicyOutcome, StepView
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings
 

@@ -1,7 +1,7 @@
 """One result column per policy: the card, the step table and the detail tabs (working context,
 original, diff, decisions, the exact next input).
 
-A column renders a finished :class:`~picocontext_playground.comparison.PolicyOutcome` and, while
+A column renders a finished :class:`~picocontext_playground.results.PolicyOutcome` and, while
 the policy runs, the steps and streamed output the worker reports; it never computes a grade.
 Its link buttons ask the window (through :attr:`PolicyColumn.artefact_requested`) to show what a
 step built in the Manifest or Digest tab.
@@ -23,14 +23,8 @@ from PySide6.QtWidgets import (
 
 from picocontext import diff_snapshots
 from picocontext_playground.charts import SectionBar
-from picocontext_playground.comparison import (
-    PolicyOutcome,
-    StepView,
-    group_repeats,
-    plain_failure,
-    policy_label,
-    rejected_text,
-)
+from picocontext_playground.comparison import group_repeats, plain_failure, rejected_text
+from picocontext_playground.results import PolicyOutcome, StepView, policy_label
 from picocontext_playground.text_views import AttemptsView, ContextView, TextPane
 from picocontext_playground.widgets import (
     RED,

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from picocontext import OutputFileError, check_output_file
-from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.errors import SetupError
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.textreport import write_atomically
 
 Renderer = Callable[[ComparisonResult], str]

@@ -19,7 +19,7 @@ from typing import Any
 from picocontext import __version__
 from picocontext_diagnostics.backends import source_revision
 from picocontext_diagnostics.evaluation.journal import JOURNAL_KIND, Journal
-from picocontext_playground.comparison import PolicyOutcome
+from picocontext_playground.results import PolicyOutcome
 from picocontext_playground.settings import ComparisonSettings
 
 __all__ = ["OutcomeJournal", "finished_count", "journal_path", "open_journal"]

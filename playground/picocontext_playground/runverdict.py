@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from picocontext.models import BYTE_UNIT
 from picocontext_diagnostics.verdict import PolicyTotals, Verdict, VerdictRow, decide
-from picocontext_playground.comparison import ComparisonResult, PolicyOutcome, StepView
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView
 
 CHECKS_PER_STEP = 2  # the retained context and the answer
 

@@ -20,12 +20,12 @@ from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QApplication
 
 from picocontext.cli import error_line
-from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.errors import SetupError
 from picocontext_playground.model_loader import ModelCache
 from picocontext_playground.policy_column import COLUMN_MIN_WIDTH
 from picocontext_playground.qtenv import application, require_glyphs
 from picocontext_playground.reports import check_report_path, check_writable, render
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.settings import ComparisonSettings
 from picocontext_playground.textreport import render_report, summary_block, write_atomically
 from picocontext_playground.window import MainWindow

@@ -14,14 +14,9 @@ from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QPlainTextEdit, QTextBrowser, QWidget
 
 from picocontext import Record, RunReport, Snapshot
-from picocontext_playground.comparison import (
-    StepView,
-    clip_result,
-    no_decision_text,
-    prefetch_text,
-    tool_calls_text,
-)
+from picocontext_playground.comparison import clip_result, no_decision_text
 from picocontext_playground.qtenv import monospace_font
+from picocontext_playground.results import StepView, prefetch_text, tool_calls_text
 from picocontext_playground.textreport import record_header
 from picocontext_playground.widgets import GREEN, MUTED, RED
 

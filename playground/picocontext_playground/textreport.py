@@ -16,12 +16,11 @@ from pathlib import Path
 
 from picocontext import Record, RunReport, Snapshot, check_output_file
 from picocontext_diagnostics.verdict import Verdict
-from picocontext_playground.comparison import (
+from picocontext_playground.comparison import clip_result, no_decision_text
+from picocontext_playground.results import (
     ComparisonResult,
     PolicyOutcome,
     StepView,
-    clip_result,
-    no_decision_text,
     prefetch_text,
     tool_calls_text,
 )

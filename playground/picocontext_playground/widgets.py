@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from picocontext_playground.comparison import PolicyOutcome, StepView, plain_failure
+from picocontext_playground.comparison import plain_failure
+from picocontext_playground.results import PolicyOutcome, StepView
 from picocontext_playground.runverdict import seconds_text
 
 PASS = "\u2713"

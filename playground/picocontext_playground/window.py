@@ -34,16 +34,7 @@ from PySide6.QtWidgets import (
 from picocontext import CancelToken, ChatModel, OutputFileError
 from picocontext.models import BYTE_UNIT, TOKEN_UNIT, GenerationProgress
 from picocontext_playground.charts import TokenChart, chart_series
-from picocontext_playground.comparison import (
-    ComparisonResult,
-    PolicyOutcome,
-    StepView,
-    generation_line,
-    policy_label,
-    step_line,
-    task_episode,
-    used_nodes,
-)
+from picocontext_playground.comparison import generation_line, step_line, task_episode, used_nodes
 from picocontext_playground.comparison_run import ComparisonRun
 from picocontext_playground.controls import Controls, ViewPicker
 from picocontext_playground.errors import SetupError
@@ -52,6 +43,7 @@ from picocontext_playground.model_loader import ModelCache
 from picocontext_playground.policy_column import PolicyColumn
 from picocontext_playground.qtenv import APP_NAME
 from picocontext_playground.reports import FORMATS, dialog_filters, report_format, write_report
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView, policy_label
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, default_model
 from picocontext_playground.verdict_view import VerdictView

@@ -13,13 +13,9 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from picocontext import Cancelled, CancelToken, PicoContextError
 from picocontext.models import GenerationProgress
-from picocontext_playground.comparison import (
-    ComparisonResult,
-    PolicyOutcome,
-    StepView,
-    run_comparison,
-)
+from picocontext_playground.comparison import run_comparison
 from picocontext_playground.model_loader import ModelCache
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView
 from picocontext_playground.resume import OutcomeJournal, open_journal
 from picocontext_playground.settings import ComparisonSettings, engine_label
 

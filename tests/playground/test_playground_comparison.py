@@ -10,17 +10,14 @@ from picocontext import CancelToken, RunBudget, RunMode
 from picocontext.models import ByteCounter
 from picocontext_diagnostics import DeterministicNotebookBackend, order_lookup
 from picocontext_playground.comparison import (
-    ComparisonResult,
-    PolicyOutcome,
     PrintEvents,
-    StepView,
     budgets_for,
-    policy_label,
     run_comparison,
     scaled,
     step_line,
 )
 from picocontext_playground.model_loader import LoadedModel, scripted_model
+from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView, policy_label
 from picocontext_playground.scripted import ScriptedPlaygroundBackend
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 

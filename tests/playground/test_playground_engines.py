@@ -16,7 +16,7 @@ from pytestqt.qtbot import QtBot
 from picocontext import Cancelled, CancelToken
 from picocontext.models.llamacpp_backend import INSTALL_HINT
 from picocontext_playground import cli
-from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
+from picocontext_playground.comparison import PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
 from picocontext_playground.htmlreport import render_html
 from picocontext_playground.jsonreport import render_json
@@ -27,6 +27,7 @@ from picocontext_playground.model_loader import (
     load_model,
     scripted_model,
 )
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.settings import (
     ComparisonSettings,
     ModelChoice,

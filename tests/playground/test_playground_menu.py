@@ -13,9 +13,9 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMenu
 from pytestqt.qtbot import QtBot
 
 from picocontext.distill.testing import VariedEmbedder, build, seven_node_units
-from picocontext_playground.comparison import ComparisonResult
 from picocontext_playground.digest_tab import DigestTab
 from picocontext_playground.manifest_tab import ManifestTab
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.settings import ComparisonSettings, ModelChoice
 from picocontext_playground.textreport import render_report
 from picocontext_playground.window import MainWindow

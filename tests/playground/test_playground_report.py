@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from picocontext_playground.comparison import (
-    ComparisonResult,
-    PrintEvents,
-    prefetch_text,
-    run_comparison,
-)
+from picocontext_playground.comparison import PrintEvents, run_comparison
 from picocontext_playground.model_loader import scripted_model
+from picocontext_playground.results import ComparisonResult, prefetch_text
 from picocontext_playground.settings import ComparisonSettings, Task
 from picocontext_playground.textreport import facts_text, render_report, write_atomically
 
@@ -142,7 +138,8 @@ def test_tool_policies_list_every_navigation_and_digest_call() -> None:
 
 def test_tool_call_summary_counts_verbs_and_refusals() -> None:
     from picocontext.report import ToolStep
-    from picocontext_playground.comparison import clip_result, tool_calls_text
+    from picocontext_playground.comparison import clip_result
+    from picocontext_playground.results import tool_calls_text
 
     steps = [
         ToolStep(step=0, name="open", arguments='{"id":"a"}', ok=True, result="x"),

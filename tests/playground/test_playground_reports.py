@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from PySide6.QtWidgets import QApplication
 
 from picocontext_playground import cli, smoke
-from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
+from picocontext_playground.comparison import PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
 from picocontext_playground.htmlreport import render_html
 from picocontext_playground.jsonreport import SCHEMA_FILENAME, generate_schema, render_json
@@ -31,6 +31,7 @@ from picocontext_playground.reports import (
     report_format,
     write_report,
 )
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 from picocontext_playground.textreport import render_report

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from picocontext import CancelToken
-from picocontext_playground.comparison import PolicyOutcome, StepView, run_comparison
+from picocontext_playground.comparison import run_comparison
 from picocontext_playground.model_loader import scripted_model
+from picocontext_playground.results import PolicyOutcome, StepView
 from picocontext_playground.resume import finished_count, journal_path, open_journal
 from picocontext_playground.settings import ComparisonSettings, Task
 from timeless import timeless
@@ -83,7 +84,7 @@ def test_the_window_offers_resume_with_finished_and_remaining_and_runs_the_rest(
 ) -> None:
     from PySide6.QtCore import Qt
 
-    from picocontext_playground.comparison import ComparisonResult
+    from picocontext_playground.results import ComparisonResult
     from picocontext_playground.window import MainWindow
 
     window = MainWindow(SETTINGS)

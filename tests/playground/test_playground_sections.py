@@ -13,7 +13,8 @@ from pytestqt.qtbot import QtBot
 
 from picocontext import ModelInput, Phase, PreparedPrompt, Record, Role, Scope, Snapshot, ToolCall
 from picocontext.models import ByteCounter
-from picocontext_playground.comparison import ComparisonResult, group_repeats
+from picocontext_playground.comparison import group_repeats
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.sections import Section, classify, prompt_sections, utf8_bytes
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
 from picocontext_playground.widgets import elide

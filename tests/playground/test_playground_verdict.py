@@ -10,8 +10,9 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
+from picocontext_playground.comparison import PrintEvents, run_comparison
 from picocontext_playground.model_loader import ModelCache, scripted_model
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.runverdict import (
     first_reason,
     headline,

@@ -11,11 +11,12 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
-from picocontext_playground.comparison import ComparisonResult, PrintEvents, run_comparison
+from picocontext_playground.comparison import PrintEvents, run_comparison
 from picocontext_playground.errors import SetupError
 from picocontext_playground.model_loader import LoadedModel, ModelCache, scripted_model
 from picocontext_playground.policy_column import PolicyColumn
 from picocontext_playground.qtenv import glyphs_render, monospace_font
+from picocontext_playground.results import ComparisonResult
 from picocontext_playground.runverdict import headline, result_verdict
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task, default_model
 from picocontext_playground.textreport import render_report
