@@ -67,7 +67,9 @@ class SectionSize(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     section: Section
+    """What this part of the prompt is."""
     amount: int
+    """Its size in the counter's unit (model tokens, or UTF-8 bytes for the stand-in)."""
 
 
 def classify(record: Record, control: bool) -> Section:

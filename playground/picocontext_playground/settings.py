@@ -162,13 +162,21 @@ class ComparisonSettings(BaseModel):
 
     model_config = _FROZEN
     task: Task = Task.RETENTION
+    """The task every policy runs."""
     pressure: bool = False
+    """More noise lines per update (sequential tasks only), so the history outgrows the window."""
     policies: tuple[str, ...] = Field(default=DEFAULT_POLICIES, min_length=1)
+    """Registry names of the policies, in the order they run (the baseline first by default)."""
     model: ModelChoice = ModelChoice.SCRIPTED
+    """The scripted stand-in, an embedded or hub model, or a local directory."""
     model_dir: Path | None = None
+    """The local model directory (MLX or GGUF); only with the local-directory choice."""
     engine: Engine = Field(default_factory=default_engine)
+    """What runs the model: ``mlx`` or ``llamacpp``."""
     constrained: bool = False
+    """Decode protocol actions under a grammar (real models only)."""
     prefix_cache: bool = True
+    """Reuse the KV cache of the previous prompt's common prefix (real models only)."""
 
     @model_validator(mode="before")
     @classmethod
