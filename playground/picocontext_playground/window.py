@@ -192,7 +192,7 @@ class MainWindow(QMainWindow):
         self.export_action.setEnabled(False)
 
     def _controls(self) -> Controls:
-        """The settings row; its buttons call the window's slots of the same names."""
+        """The settings row, its Run, Resume, Stop and Save buttons wired to the window."""
         self.controls = Controls()
         self.controls.changed.connect(self._settings_changed)
         self.controls.run_button.clicked.connect(self.start_comparison)
