@@ -73,6 +73,7 @@ from picocontext.errors import Cancelled
 from picocontext.manifest.tokens import TextCounter
 from picocontext.policies.history import HistorySplit, TextMeter, ToolExecutor, split_history
 from picocontext.policies.history import Unit as HistoryUnit
+from picocontext.policies.navigated import sessions_of
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
@@ -88,6 +89,7 @@ from picocontext.working import WorkingContext
 
 SOURCE_KIND = "history"
 SPAN_SCOPE = "span"
+SESSION_SCOPE = "session"
 ADAPTER_VERSION = "history-chunks-1"
 
 SYSTEM_TEXT = "\n".join(
@@ -135,6 +137,9 @@ class DistilledConfig(BaseModel):
     # asking the model leaves a slow local model only the digests above the leaves to write.
     extract_leaves: bool = False
     fallback_summaries: bool = True
+    # A dated conversation (every older group starts with its session's date) gets one digest
+    # per session instead of spans of span_groups groups (see session_scopes).
+    sessions: bool = True
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> DistilledConfig:
@@ -189,6 +194,16 @@ class _Leaf:
     def label(self) -> str:
         part = f", part {self.part}/{self.parts}" if self.parts > 1 else ""
         return f"older group {self.ordinal}{part}"
+
+
+def session_scopes(older: Sequence[HistoryUnit]) -> list[str] | None:
+    """Each older group's session as a scope value (``"003 2026-03-02"``: number, then the
+    date its records carry), when every group belongs to a dated session and there are at
+    least two; None otherwise (the tree then groups by spans)."""
+    runs = sessions_of(older)
+    if len(runs) < 2 or any(not tag for tag, _ in runs):
+        return None
+    return [f"{n:03d} {tag}" for n, (tag, units) in enumerate(runs, start=1) for _ in units]
 
 
 def group_text(records: Sequence[Record]) -> str:
@@ -468,6 +483,7 @@ class DistilledPolicy:
                     adapter_versions=(
                         f"{ADAPTER_VERSION}:{self.config.leaf_words}:"
                         f"{self.config.leaf_summary_words}:{self.config.span_groups}:"
+                        f"{'sessions' if self.config.sessions else 'spans'}:"
                         f"{'extract' if self.config.extract_leaves else 'model'}",
                     ),
                 )
@@ -617,12 +633,20 @@ class DistilledPolicy:
         )
 
     def _units(self, older: Sequence[HistoryUnit]) -> tuple[list[Unit], dict[str, _Leaf]]:
+        """One leaf per chunk of an older group. Groups are scoped by session when the
+        history is a dated conversation (every older group starts with its session's date):
+        the tree then has one digest per session, dated by its scope; otherwise by spans of
+        ``span_groups`` groups."""
         cfg = self.config
         units: list[Unit] = []
         leaves: dict[str, _Leaf] = {}
+        scopes = session_scopes(older) if cfg.sessions else None
         for ordinal, group in enumerate(older, start=1):
-            first_span = ((ordinal - 1) // cfg.span_groups) * cfg.span_groups + 1
-            span = f"{first_span:04d}-{first_span + cfg.span_groups - 1:04d}"
+            if scopes is not None:
+                scope = (SESSION_SCOPE, scopes[ordinal - 1])
+            else:
+                first_span = ((ordinal - 1) // cfg.span_groups) * cfg.span_groups + 1
+                scope = (SPAN_SCOPE, f"{first_span:04d}-{first_span + cfg.span_groups - 1:04d}")
             chunks = chunk_text(group_text(group), cfg.leaf_words)
             for part, chunk in enumerate(chunks, start=1):
                 unit_id = group[0].id if len(chunks) == 1 else f"{group[0].id}/{part}"
@@ -630,7 +654,7 @@ class DistilledPolicy:
                     source_kind=SOURCE_KIND,
                     unit_id=unit_id,
                     text=chunk,
-                    scopes=((SPAN_SCOPE, span),),
+                    scopes=(scope,),
                     budget=cfg.leaf_summary_words,
                     title=_extract(chunk, 10),
                 )
@@ -670,7 +694,7 @@ class DistilledPolicy:
             key=lambda n: n.scope_id,
             reverse=True,
         )
-        lines += [self._map_line(tools, nodes, n, f"span of groups {n.scope_id}") for n in spans]
+        lines += [self._map_line(tools, nodes, n, _scope_label(n)) for n in spans]
         clusters = sorted(
             (
                 n
@@ -733,6 +757,12 @@ SPEC = PolicySpec(
         "digest/resolve/recall (recall returns older records verbatim)."
     ),
 )
+
+
+def _scope_label(node: DigestNode) -> str:
+    if node.scope_name == SESSION_SCOPE:
+        return f"session {node.scope_id}"
+    return f"span of groups {node.scope_id}"
 
 
 def _map(record_id: str, text: str) -> Record:

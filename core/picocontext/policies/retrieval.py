@@ -5,17 +5,32 @@ sliding window cuts it (protected records, the latest user request, a verbatim t
 ``tail_share`` of the window), and every older unit (a record, or a tool group as one unit)
 is indexed with BM25. The latest user request is the query. Units are then **packed by score
 until the prompt room is full** -- a fixed number of hits would leave most of a window empty --
-and a hit's neighbours (the unit just before and just after it in the history) compete for the
-same room at ``neighbour_weight`` of the hit's score, because an answer often sits in the reply
-to the turn that matched. ``top_k`` optionally caps the number of hits. The model reads what
-was packed in the original (chronological) order, so a newer statement of a fact still comes
-after an older one, and every record keeps its own body: a conversation turn carries its
-session date there (``[2026-03-02] Maya: ...``), so dates travel with the turns. The working
-context is not changed.
+and a hit's neighbours (the units up to ``neighbour_span`` before and after it) compete for
+the same room at ``neighbour_weight`` (per step) of the hit's score, because an answer often
+sits in the reply to the turn that matched. ``top_k`` optionally caps the number of hits. The
+working context is not changed.
 
-Packing prices each unit once (what it adds to the rendered prompt, memoized per unit), fills
-greedily, then checks the exact prompt once and drops the lowest-scored units while it does not
-fit, so a turn costs one exact rendering instead of one per candidate.
+Two general rankers help BM25 where a question and its answer share few words:
+
+* **the session** (``session_weight``): a unit's score (over the best) plus that share of its
+  session's score (over the best session), a session being the run of units whose bodies
+  start with the same bracketed tag -- a conversation turn's date (``[2026-03-02] Maya:
+  ...``). A turn of the session the question is about outranks an equal turn elsewhere, and
+  its unmatched turns come along as candidates;
+* **pseudo-relevance feedback** (``expand``): the terms that weigh most in the best hits are
+  a second query, added at ``expand_weight``.
+
+The model reads what was packed in history order, so a newer statement of a fact still comes
+after an older one. By default (``shown_as="block"``) the packed turns are one protected
+runtime record where the archive ends (before the tail): each turn on its own line after its
+speaker, a session's date written once above the run of its turns, and ``...`` where turns
+that were apart in the history meet -- one record instead of one per turn, and one date per
+session instead of one per turn, so more turns fit in the same window. ``"records"`` shows
+each turn as its own record, its date in its body.
+
+Packing prices each unit once, fills greedily, then checks the exact prompt and drops the
+lowest-scored units while it does not fit, so a turn costs one exact rendering instead of one
+per candidate.
 
 BM25 is `bm25s <https://github.com/xhluo/bm25s>`_ (numpy only, maintained), with English
 stop words and a small suffix-stripping stemmer of ours so ``moved`` matches ``move``. An
@@ -31,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,20 +56,28 @@ from picocontext.budget import RunBudget
 from picocontext.cancel import CancelToken
 from picocontext.distill.embedder import Embedder, HiddenStateModel, ModelEmbedder
 from picocontext.errors import InvalidContext
-from picocontext.policies.history import Unit, split_history
-from picocontext.policies.navigated import leaf_text
+from picocontext.manifest.tokens import TextCounter
+from picocontext.policies.history import Unit, split_history, text_meter_for
+from picocontext.policies.navigated import leaf_text, speaker_line, split_tag, with_index
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.policies.sliding_window import completion_tokens, latest_request, prompt_room
-from picocontext.records import Snapshot
+from picocontext.records import Record, Role, Snapshot
 from picocontext.report import RunMode, RunReport
-from picocontext.session import ContextSession
+from picocontext.session import ContextSession, FreshIds, reserved_ids
 from picocontext.working import WorkingContext
 
 NAME = "retrieval"
 RRF_K = 60
 DEFAULT_NEIGHBOUR_WEIGHT = 0.5
+DEFAULT_SESSION_WEIGHT = 0.3
+DEFAULT_EXPAND = 10
+DEFAULT_EXPAND_WEIGHT = 0.3
 MAX_TOP_K = 100_000
 _SUFFIXES = ("ies", "ing", "ed", "es", "s")
+Presentation = Literal["block", "records"]
+BLOCK_ID = "runtime-retrieved"
+BLOCK_HEADER = "EARLIER IN THIS CONVERSATION - retrieved for the latest request, oldest first:"
+GAP = "..."
 
 
 def stem(word: str) -> str:
@@ -77,18 +101,60 @@ def _tokens(texts: Sequence[str]) -> list[list[str]]:
     return [list(t) for t in tokenized]
 
 
-def bm25_scores(documents: Sequence[str], query: str, k1: float, b: float) -> list[float]:
-    """BM25 score of every document for ``query`` (0.0 where no query term occurs)."""
+def bm25_scores(
+    documents: Sequence[str],
+    query: str,
+    k1: float,
+    b: float,
+    expand: int = 0,
+    expand_weight: float = 0.0,
+) -> list[float]:
+    """BM25 score of every document for ``query`` (0.0 where no query term occurs).
+
+    ``expand`` > 0 adds pseudo-relevance feedback: the ``expand`` terms that weigh most (term
+    frequency times inverse document frequency) in the :data:`FEEDBACK_DOCS` best documents
+    and are not in the query are scored as a second query, added at ``expand_weight``, so a
+    turn that says what the best hits say in other words than the question still ranks."""
     import bm25s
 
     if not documents:
         return []
+    tokens = _tokens(documents)
     retriever = bm25s.BM25(k1=k1, b=b)
-    retriever.index(_tokens(documents), show_progress=False)
+    retriever.index(tokens, show_progress=False)
     terms = [t for t in _tokens([query])[0] if t in retriever.vocab_dict]
     if not terms:
         return [0.0] * len(documents)
-    return [float(s) for s in retriever.get_scores(terms)]
+    scores = [float(s) for s in retriever.get_scores(terms)]
+    if expand <= 0 or expand_weight <= 0:
+        return scores
+    extra = feedback_terms(tokens, scores, set(terms), expand)
+    if not extra:
+        return scores
+    more = retriever.get_scores(extra)
+    return [s + expand_weight * float(m) for s, m in zip(scores, more, strict=True)]
+
+
+FEEDBACK_DOCS = 5
+
+
+def feedback_terms(
+    tokens: Sequence[Sequence[str]], scores: Sequence[float], known: set[str], count: int
+) -> list[str]:
+    """The ``count`` terms of the best-scoring documents that weigh most there (frequency in
+    them times log inverse document frequency over all), leaving out ``known`` terms."""
+    best = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: -scores[i])
+    frequency: dict[str, int] = {}
+    for doc in tokens:
+        for term in set(doc):
+            frequency[term] = frequency.get(term, 0) + 1
+    weight: dict[str, float] = {}
+    total = len(tokens)
+    for i in best[:FEEDBACK_DOCS]:
+        for term in tokens[i]:
+            if term not in known:
+                weight[term] = weight.get(term, 0.0) + math.log(total / frequency[term])
+    return sorted(weight, key=lambda t: (-weight[t], t))[:count]
 
 
 def unit_text(unit: Unit) -> str:
@@ -96,22 +162,53 @@ def unit_text(unit: Unit) -> str:
     return "\n".join(leaf_text(r) for r in unit)
 
 
+def block_text(records: Sequence[Record], positions: dict[str, int]) -> str:
+    """Retrieved records as one text, in history order: a tag (a session's date) written once
+    for the run of records that share it, and :data:`GAP` where records that were next to
+    each other in the history are not. One record instead of one per turn, and one date per
+    session instead of one per turn, leave room for more turns in the same window."""
+    lines = [BLOCK_HEADER]
+    tag: str | None = None
+    last: int | None = None
+    for record in records:
+        own, line = speaker_line(record)
+        at = positions[record.id]
+        if last is not None and at != last + 1:
+            lines.append(GAP)
+        if own and own != tag:
+            lines.append(f"[{own}]")
+        tag, last = own, at
+        lines.append(line)
+    return "\n".join(lines)
+
+
 class RetrievalSettings(BaseModel):
     """``tail_share``: newest history always shown, as a share of the window; ``top_k``: an
     optional cap on the number of hits (``None``: pack until the window is full);
     ``neighbour_weight``: a hit's neighbouring units rank at this share of its score (0 turns
     neighbours off); ``k1``/``b``: BM25 parameters; ``embeddings``: add the dense ranking of
-    the session's own model."""
+    the session's own model; ``shown_as``: how the packed turns are shown (see
+    :func:`block_text`); ``neighbour_span``: how far neighbours reach; ``session_weight``,
+    ``expand``, ``expand_weight``: the session and feedback rankers (module docs)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tail_share: float = Field(default=0.25, ge=0.0, lt=1.0)
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
     neighbour_weight: float = Field(default=DEFAULT_NEIGHBOUR_WEIGHT, ge=0.0, le=1.0)
+    neighbour_span: int = Field(default=1, ge=1, le=8)
+    # Chosen on two LoCoMo conversations (26, 44) and checked on the other eight
+    # (docs/conversations.md); 0 turns either ranker off.
+    session_weight: float = Field(default=DEFAULT_SESSION_WEIGHT, ge=0.0, le=10.0)
+    expand: int = Field(default=DEFAULT_EXPAND, ge=0, le=64)
+    expand_weight: float = Field(default=DEFAULT_EXPAND_WEIGHT, ge=0.0, le=1.0)
     k1: float = Field(default=1.5, gt=0.0, le=10.0)
     b: float = Field(default=0.75, ge=0.0, le=1.0)
     # Also rank by the session model's mean-pooled hidden states (needs a backend that has
     # them, as the MLX models do); fused with BM25 by reciprocal rank.
     embeddings: bool = False
+    # "block": the packed older turns as one runtime record where the archive ends, a session
+    # date once per run of turns that share it; "records": each turn as its own record.
+    shown_as: Presentation = "block"
 
 
 @dataclass(frozen=True)
@@ -127,22 +224,50 @@ class Retrieval:
     tail_ids: tuple[str, ...]
     scores: dict[str, float] = field(default_factory=dict)
     neighbour_ids: tuple[str, ...] = ()
+    # The runtime record that holds the packed turns (``shown_as="block"``; None otherwise or
+    # when nothing was packed).
+    block: Record | None = None
 
 
 def with_neighbours(
-    ranked: Sequence[tuple[int, float]], count: int, weight: float
+    ranked: Sequence[tuple[int, float]], count: int, weight: float, span: int = 1
 ) -> list[tuple[int, float, bool]]:
     """``(unit index, score, is_neighbour)`` best first: every hit, and each hit's
-    neighbours (index ± 1 within ``count`` units) at ``weight`` of its score unless they rank
-    higher on their own."""
+    neighbours (index ± d for d up to ``span``, within ``count`` units) at ``weight ** d`` of
+    its score unless they rank higher on their own."""
     best: dict[int, tuple[float, bool]] = {i: (score, False) for i, score in ranked}
     if weight > 0:
         for i, score in ranked:
-            for j in (i - 1, i + 1):
-                if 0 <= j < count and best.get(j, (0.0, True))[0] < score * weight:
-                    best[j] = (score * weight, True)
+            for d in range(1, span + 1):
+                near = score * weight**d
+                for j in (i - d, i + d):
+                    if 0 <= j < count and best.get(j, (0.0, True))[0] < near:
+                        best[j] = (near, True)
     order = sorted(best, key=lambda i: (-best[i][0], best[i][1], -i))
     return [(i, best[i][0], best[i][1]) for i in order]
+
+
+def session_scores(units: Sequence[Unit], query: str, k1: float, b: float) -> list[float]:
+    """Each unit's session's BM25 score for ``query`` over the max (0..1): a session is the
+    run of units whose first record carries the same tag (a conversation's session date),
+    scored as one document, so a turn of the session the question is about ranks above an
+    equal turn elsewhere. All 0 when no unit is tagged."""
+    tags = [split_tag(leaf_text(u[0]))[0] if u else "" for u in units]
+    if not any(tags):
+        return [0.0] * len(units)
+    runs: list[list[int]] = []
+    for i, tag in enumerate(tags):
+        if not runs or tag != tags[runs[-1][0]]:
+            runs.append([])
+        runs[-1].append(i)
+    texts = ["\n".join(unit_text(units[i]) for i in run) for run in runs]
+    scores = bm25_scores(texts, query, k1, b)
+    top = max(scores, default=0.0)
+    out = [0.0] * len(units)
+    for run, score in zip(runs, scores, strict=True):
+        for i in run:
+            out[i] = score / top if top > 0 else 0.0
+    return out
 
 
 class RetrievalPolicy:
@@ -162,6 +287,7 @@ class RetrievalPolicy:
         # What each unit adds to the prompt, priced by one counter (reset when it changes).
         self._costs: dict[Unit, int] = {}
         self._costs_counter: TokenCounter | None = None
+        self._meter: TextCounter | None = None
 
     def _dense(self, texts: Sequence[str], query: str) -> list[float]:
         assert self.embedder is not None
@@ -177,7 +303,15 @@ class RetrievalPolicy:
         """(unit index, score), best first; only units with a positive lexical score, or
         any unit when an embedder ranks them (scores are then fused reciprocal ranks)."""
         texts = [unit_text(u) for u in units]
-        lexical = bm25_scores(texts, query, self.settings.k1, self.settings.b)
+        cfg = self.settings
+        lexical = bm25_scores(texts, query, cfg.k1, cfg.b, cfg.expand, cfg.expand_weight)
+        if self.settings.session_weight > 0 and units:
+            top = max(lexical, default=0.0)
+            boost = session_scores(units, query, self.settings.k1, self.settings.b)
+            lexical = [
+                (s / top if top > 0 else 0.0) + self.settings.session_weight * boost[i]
+                for i, s in enumerate(lexical)
+            ]
         ranked = sorted(
             (i for i, s in enumerate(lexical) if s > 0), key=lambda i: (-lexical[i], -i)
         )
@@ -193,11 +327,19 @@ class RetrievalPolicy:
         order = sorted(range(len(units)), key=lambda i: (-fused[i], -i))
         return [(i, fused[i]) for i in order if not math.isclose(fused[i], 0.0)]
 
-    def select(self, snapshot: Snapshot, counter: TokenCounter, budget: RunBudget) -> Retrieval:
-        """What this policy shows for ``snapshot`` under ``budget``."""
+    def select(
+        self,
+        snapshot: Snapshot,
+        counter: TokenCounter,
+        budget: RunBudget,
+        reserved: set[str] | None = None,
+    ) -> Retrieval:
+        """What this policy shows for ``snapshot`` under ``budget``; ``reserved`` are ids the
+        block record must not take (deleted history, say) besides the snapshot's own."""
         if counter is not self._costs_counter:
             self._costs.clear()
             self._costs_counter = counter
+            self._meter = text_meter_for(counter)
         measure = completion_tokens(counter)
         split = split_history(
             snapshot, measure, int(self.settings.tail_share * budget.context_window)
@@ -205,20 +347,30 @@ class RetrievalPolicy:
         archive = list(split.archive)
         query = latest_request(snapshot)
         ranked = self.rank(archive, query)[: self.settings.top_k]
-        candidates = with_neighbours(ranked, len(archive), self.settings.neighbour_weight)
-        chosen = self._pack(snapshot, split.view, archive, candidates, measure, prompt_room(budget))
-        shown = {r.id for r in split.view.records} | {
-            r.id for i, _, _ in chosen for r in archive[i]
-        }
+        candidates = with_neighbours(
+            ranked, len(archive), self.settings.neighbour_weight, self.settings.neighbour_span
+        )
+        room = prompt_room(budget)
+        block: Record | None = None
+        if self.settings.shown_as == "block":
+            ids = FreshIds(reserved_ids(snapshot.records) | (reserved or set()))(BLOCK_ID)
+            chosen, view, block = self._pack_block(
+                snapshot, split.view, archive, candidates, measure, room, ids
+            )
+        else:
+            chosen = self._pack(snapshot, split.view, archive, candidates, measure, room)
+            view = _view(snapshot, {r.id for r in split.view.records} | _ids(archive, chosen))
+        packed = _ids(archive, chosen)
         retrieved = tuple(r.id for i in sorted(i for i, _, _ in chosen) for r in archive[i])
         return Retrieval(
-            view=_view(snapshot, shown),
+            view=view,
             query=query,
             retrieved_ids=retrieved,
-            skipped_ids=tuple(r.id for u in archive for r in u if r.id not in shown),
+            skipped_ids=tuple(r.id for u in archive for r in u if r.id not in packed),
             tail_ids=split.tail_ids,
             scores={archive[i][0].id: score for i, score, _ in chosen},
             neighbour_ids=tuple(r.id for i, _, near in chosen if near for r in archive[i]),
+            block=block,
         )
 
     def _pack(
@@ -234,25 +386,89 @@ class RetrievalPolicy:
         exact prompt, the lowest-scored dropped until it fits."""
         base_ids = {r.id for r in base.records}
         base_tokens = measure(base)
-        used = base_tokens
-        chosen: list[tuple[int, float, bool]] = []
-        for candidate in candidates:
-            unit = archive[candidate[0]]
+
+        def price(unit: Unit) -> int:
             cost = self._costs.get(unit)
             if cost is None:
                 cost = max(
                     0, measure(_view(snapshot, base_ids | {r.id for r in unit})) - base_tokens
                 )
                 self._costs[unit] = cost
+            return cost
+
+        def exact(items: Sequence[tuple[int, float, bool]]) -> int:
+            return measure(_view(snapshot, base_ids | _ids(archive, items)))
+
+        return self._fill(archive, candidates, base_tokens, room, price, exact)
+
+    def _pack_block(
+        self,
+        snapshot: Snapshot,
+        base: Snapshot,
+        archive: Sequence[Unit],
+        candidates: Sequence[tuple[int, float, bool]],
+        measure: Callable[[Snapshot], int],
+        room: int,
+        block_id: str,
+    ) -> tuple[list[tuple[int, float, bool]], Snapshot, Record | None]:
+        """Like :meth:`_pack`, the chosen units shown as one block record: a unit costs its
+        lines, one gap mark and, for the first unit of its tag, the tag's line."""
+        positions = {r.id: i for i, r in enumerate(snapshot.records)}
+        archived = [r.id for u in archive for r in u]
+        meter = self._meter
+        assert meter is not None
+        tags: set[str] = set()
+
+        def block(items: Sequence[tuple[int, float, bool]]) -> tuple[Snapshot, Record]:
+            records = [r for i in sorted(i for i, _, _ in items) for r in archive[i]]
+            body = block_text(records, positions)
+            record = Record(id=block_id, role=Role.USER, protected=True, body=body)
+            return with_index(base, record, archived, positions), record
+
+        empty = measure(block(())[0])
+        gap = meter.count(GAP) + 1
+
+        def price(unit: Unit) -> int:
+            cost = self._costs.get(unit)
+            if cost is None:
+                cost = sum(meter.count(speaker_line(r)[1]) + 1 for r in unit)
+                self._costs[unit] = cost
+            fresh = {speaker_line(r)[0] for r in unit} - tags - {""}
+            return cost + gap + sum(meter.count(f"[{t}]") + 1 for t in fresh)
+
+        def chosen_one(unit: Unit) -> None:
+            tags.update(speaker_line(r)[0] for r in unit)
+
+        def exact(items: Sequence[tuple[int, float, bool]]) -> int:
+            return measure(block(items)[0])
+
+        chosen = self._fill(archive, candidates, empty, room, price, exact, chosen_one)
+        if not chosen:
+            return [], base, None
+        view, record = block(chosen)
+        return chosen, view, record
+
+    def _fill(
+        self,
+        archive: Sequence[Unit],
+        candidates: Sequence[tuple[int, float, bool]],
+        used: int,
+        room: int,
+        price: Callable[[Unit], int],
+        exact: Callable[[Sequence[tuple[int, float, bool]]], int],
+        taken: Callable[[Unit], None] | None = None,
+    ) -> list[tuple[int, float, bool]]:
+        """Greedy by score while the priced cost fits (``taken`` hears of each unit packed),
+        then the lowest-scored dropped while the exact prompt does not fit."""
+        chosen: list[tuple[int, float, bool]] = []
+        for candidate in candidates:
+            unit = archive[candidate[0]]
+            cost = price(unit)
             if used + cost <= room:
                 chosen.append(candidate)
                 used += cost
-
-        def exact(items: Sequence[tuple[int, float, bool]]) -> int:
-            return measure(
-                _view(snapshot, base_ids | {r.id for i, _, _ in items for r in archive[i]})
-            )
-
+                if taken is not None:
+                    taken(unit)
         while chosen and exact(chosen) > room:
             chosen.pop()
         return chosen
@@ -271,7 +487,8 @@ class RetrievalPolicy:
     ) -> RunReport:
         def build(state: WorkingContext) -> Snapshot:
             self._embedder_for(session.backend)
-            self.last = self.select(state.snapshot, session.counter, budget)
+            reserved = reserved_ids(state.original.records)
+            self.last = self.select(state.snapshot, session.counter, budget, reserved)
             return self.last.view
 
         return session.run_view(build, budget, self.name, cancel)
@@ -279,6 +496,10 @@ class RetrievalPolicy:
     def close(self) -> None:
         self._vectors.clear()
         self._costs.clear()
+
+
+def _ids(archive: Sequence[Unit], items: Sequence[tuple[int, float, bool]]) -> set[str]:
+    return {r.id for i, _, _ in items for r in archive[i]}
 
 
 def _view(snapshot: Snapshot, ids: set[str]) -> Snapshot:

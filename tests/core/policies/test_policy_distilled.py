@@ -40,6 +40,7 @@ from picocontext.policies.distilled import (
     DistilledConfig,
     chunk_text,
     group_text,
+    session_scopes,
 )
 from picocontext.policies.history import history_units
 
@@ -732,3 +733,39 @@ def test_the_distiller_keeps_one_summarizer_for_its_whole_life(tmp_path: Path) -
     assert seen and all(s is before for s in seen)
     assert distiller.summarizer is before and policy.turns(SCOPE)[-1].summarizer_calls > 0
     policy.close()
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+def dated_history(sessions: int, turns: int) -> Snapshot:
+    """``sessions`` sessions of ``turns`` dated chat turns each (a conversation as
+    ``picocontext eval --conversation`` writes it), then the question."""
+    records = [Record(id="task", role=Role.USER, protected=True, body="Chat.")]
+    for s in range(sessions):
+        for t in range(turns):
+            role = Role.USER if t % 2 == 0 else Role.ASSISTANT
+            body = f"[2026-0{s + 1}-03] {'Ann' if t % 2 == 0 else 'Bo'}: Turn {t} of day {s}."
+            records.append(Record(id=f"s{s}t{t}", role=role, body=body))
+    records.append(Record(id="q", role=Role.USER, protected=True, body="What was on day 1?"))
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+def test_a_dated_conversation_gets_one_dated_digest_per_session(tmp_path: Path) -> None:
+    older = history_units(dated_history(3, 4).records[1:-1])
+    assert session_scopes(older) == [
+        f"00{s + 1} 2026-0{s + 1}-03" for s in range(3) for _ in "1234"
+    ]
+    undated = [(Record(id=f"u{i}", role=Role.USER, body="No date."),) for i in range(3)]
+    assert session_scopes(undated) is None
+    assert session_scopes(older[:4]) is None  # one session: nothing to tell apart
+    policy = policy_at(tmp_path, DistilledConfig(tail_share=0.05, map_share=0.3))
+    report = policy.turn(session_for(script(), dated_history(3, 4)), BUDGET)
+    (digest_map,) = report.calls[0].input.control_records
+    lines = digest_map.body.split("\n")
+    listed = [line.split(" digest:")[0] for line in lines if line.startswith("- session")]
+    # newest first, each dated; the newest session is partly in the verbatim tail
+    assert listed[-2:] == ["- session 002 2026-02-03", "- session 001 2026-01-03"]
+    spans = policy_at(tmp_path / "spans", DistilledConfig(tail_share=0.05, sessions=False))
+    report = spans.turn(session_for(script(), dated_history(3, 4)), BUDGET)
+    assert "- span of groups" in report.calls[0].input.control_records[0].body

@@ -48,8 +48,10 @@ from picocontext.policies.navigated import (
     NavigatedTurn,
     NavPlan,
     archive_tree,
+    key_words,
     leaf_text,
     parse_arguments,
+    session_tree,
     tail_ladder,
     with_index,
 )
@@ -1026,3 +1028,47 @@ def test_the_index_stands_where_the_archive_ends() -> None:
         "question",
     ]
     validate_snapshot(placed)
+
+
+# -- sessions (opt-in) -------------------------------------------------------------------------
+
+
+def dated_units(sessions: int, turns: int) -> list[tuple[Record, ...]]:
+    records = []
+    for d in range(sessions):
+        for t in range(turns):
+            role = Role.USER if t % 2 == 0 else Role.ASSISTANT
+            who = "Ann" if t % 2 == 0 else "Bo"
+            text = f"Turn {t} of day {d}." + (" The kettle broke." if (d, t) == (1, 2) else "")
+            records.append(
+                Record(id=f"d{d}t{t}", role=role, body=f"[2026-0{d + 1}-03] {who}: {text}")
+            )
+    return [(r,) for r in records]
+
+
+def test_a_dated_archive_is_indexed_by_session_with_verbatim_passages() -> None:
+    units = dated_units(3, 5)
+    positions = {u[0].id: i for i, u in enumerate(units, start=3)}
+    built = session_tree(units, positions, passage_records=2)
+    assert built is not None
+    tree, order = built
+    sessions = tree.root.children
+    assert [s.title for s in sessions] == [
+        "Session 1 [2026-01-03] #3-#7",
+        "Session 2 [2026-02-03] #8-#12",
+        "Session 3 [2026-03-03] #13-#17",
+    ]
+    passages = sessions[1].children
+    assert [len(p.content.split("\n")) for p in passages] == [2, 2, 1]
+    # the date is on the session's line, every turn verbatim after its speaker
+    assert passages[1].content == "Ann: Turn 2 of day 1. The kettle broke.\nBo: Turn 3 of day 1."
+    assert passages[1].title.startswith("#10-#11 ") and "kettle" in passages[1].title
+    assert order[passages[1].id] == 11
+    assert session_tree(units[:5], positions) is None  # one session
+    undated = [(Record(id=f"u{i}", role=Role.USER, body="No date."),) for i in range(4)]
+    assert session_tree(undated, {f"u{i}": i for i in range(4)}) is None
+
+
+def test_key_words_are_the_words_a_text_does_not_share() -> None:
+    texts = ["the kettle kettle again", "the weather again", "the weather was fine again"]
+    assert key_words(texts, 1) == [["kettle"], ["weather"], ["fine"]]

@@ -11,7 +11,13 @@ from picocontext import ContextSession, Record, Role, RunBudget, Scope, Snapshot
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, RetrievalSettings
 from picocontext.policies.history import split_history
-from picocontext.policies.retrieval import with_neighbours
+from picocontext.policies.retrieval import (
+    BLOCK_ID,
+    GAP,
+    feedback_terms,
+    session_scores,
+    with_neighbours,
+)
 from picocontext.policies.sliding_window import completion_tokens, latest_request, prompt_room
 from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
 
@@ -56,10 +62,13 @@ def histories(draw: st.DrawFn) -> Snapshot:
     return Snapshot(scope=SCOPE, records=tuple(records))
 
 
-def run(settings: RetrievalSettings, window: int) -> tuple[RetrievalPolicy, int, Snapshot]:
+def run(
+    settings: RetrievalSettings, window: int, snapshot: Snapshot | None = None
+) -> tuple[RetrievalPolicy, int, Snapshot]:
     budget = RunBudget(context_window=window, completion_output_tokens=200, edit_output_tokens=200)
     policy = RetrievalPolicy(settings)
-    session = ContextSession(history(), ByteCounter(), DeterministicConversationBackend())
+    backend = DeterministicConversationBackend()
+    session = ContextSession(snapshot or history(), ByteCounter(), backend)
     report = policy.turn(session, budget)
     assert report.failure is None, report.failure
     assert report.final_prompt is not None
@@ -87,14 +96,16 @@ def test_a_hit_brings_its_neighbours_where_room_allows() -> None:
     hits = [i for i in policy.last.retrieved_ids if i.startswith("m")]
     assert len(hits) == 2
     replies = {f"r{h[1:]}" for h in hits}
-    assert replies <= set(policy.last.neighbour_ids) and replies <= set(view.ids)
+    assert replies <= set(policy.last.neighbour_ids) and replies <= set(policy.last.retrieved_ids)
+    block = view.record(BLOCK_ID)
+    assert block is not None and all(f"Noted, number {h[1:]}." in block.body for h in hits)
     off, _, _ = run(RetrievalSettings(tail_share=0.0, top_k=2, neighbour_weight=0.0), 3_000)
     assert off.last is not None and not off.last.neighbour_ids
     assert not any(i.startswith("r") for i in off.last.retrieved_ids)
 
 
 def test_packed_turns_are_shown_in_history_order_with_their_dates() -> None:
-    policy, _, view = run(RetrievalSettings(tail_share=0.0), 1_500)
+    policy, _, view = run(RetrievalSettings(tail_share=0.0, shown_as="records"), 1_500)
     assert policy.last is not None
     order = list(history().ids)
     shown = [i for i in view.ids if i in policy.last.retrieved_ids]
@@ -121,7 +132,9 @@ def test_packing_fills_the_room(
     """Budget-filling: the prompt fits, and every ranked unit (or neighbour of one) left out
     would not have fitted beside what was packed."""
     budget = RunBudget(context_window=window, completion_output_tokens=64, edit_output_tokens=64)
-    settings_ = RetrievalSettings(tail_share=tail_share, neighbour_weight=0.5 * neighbours)
+    settings_ = RetrievalSettings(
+        tail_share=tail_share, neighbour_weight=0.5 * neighbours, shown_as="records"
+    )
     policy = RetrievalPolicy(settings_)
     counter = ByteCounter()
     choice = policy.select(snapshot, counter, budget)
@@ -141,3 +154,84 @@ def test_packing_fills_the_room(
             continue
         trial = tuple(r for r in snapshot.records if r.id in shown or r in unit)
         assert measure(Snapshot(scope=snapshot.scope, records=trial)) > room
+
+
+def dated(*sessions: tuple[str, list[str]]) -> Snapshot:
+    """One record per text, dated by its session, alternating speakers; the question last."""
+    records = [Record(id="task", role=Role.USER, body="Chat with me.", protected=True)]
+    for date, texts in sessions:
+        for text in texts:
+            n = len(records)
+            who = "Ann" if n % 2 else "Bo"
+            role = Role.USER if n % 2 else Role.ASSISTANT
+            records.append(Record(id=f"t{n}", role=role, body=f"[{date}] {who}: {text}"))
+    records.append(
+        Record(id="q", role=Role.USER, body="What colour is the garden shed?", protected=True)
+    )
+    return Snapshot(scope=SCOPE, records=tuple(records))
+
+
+FILL = ["We talked about the trains.", "The weather was fine.", "Lunch was late."]
+
+
+def test_the_block_writes_a_session_date_once_and_marks_gaps() -> None:
+    snapshot = dated(
+        ("2026-01-05", ["The garden shed is red.", *FILL, "The garden shed door is green."]),
+        ("2026-02-07", [*FILL, "I painted the garden shed blue.", "Bye.", "See you."]),
+    )
+    hits_only = RetrievalSettings(
+        tail_share=0.0, neighbour_weight=0.0, session_weight=0.0, expand=0
+    )
+    policy, _, view = run(hits_only, 3_000, snapshot)
+    assert policy.last is not None and policy.last.block is not None
+    body = policy.last.block.body
+    lines = body.split("\n")
+    assert lines.count("[2026-01-05]") == 1 and lines.count("[2026-02-07]") == 1
+    assert "Ann: The garden shed is red." in lines and "2026-01-05] Ann" not in body
+    # the two hits of the first session were not next to each other, the third is elsewhere
+    assert lines.count(GAP) == 2
+    assert body.index("shed is red") < body.index("door is green") < body.index("blue")
+    # where the archive ends: after the protected task, before the pinned latest request
+    ids = [r.id for r in view.records]
+    assert ids[:2] == ["task", BLOCK_ID] and ids[-1] == "q" and len(ids) > 3
+
+
+def test_the_block_fits_more_turns_than_one_record_per_turn() -> None:
+    block, _, _ = run(RetrievalSettings(tail_share=0.0), 1_500)
+    records, _, _ = run(RetrievalSettings(tail_share=0.0, shown_as="records"), 1_500)
+    assert block.last is not None and records.last is not None
+    assert len(block.last.retrieved_ids) > len(records.last.retrieved_ids)
+
+
+def test_the_block_never_takes_an_id_of_the_history() -> None:
+    base = history()
+    taken = Record(id=BLOCK_ID, role=Role.USER, body="[2026-01-01] An old turn.")
+    snapshot = base.model_copy(update={"records": (base.records[0], taken, *base.records[1:])})
+    policy, _, view = run(RetrievalSettings(tail_share=0.0), 1_500, snapshot)
+    assert policy.last is not None and policy.last.block is not None
+    assert policy.last.block.id == f"{BLOCK_ID}-1" and view.record(BLOCK_ID) is None
+
+
+def test_a_turn_of_the_session_the_question_is_about_ranks_first() -> None:
+    """Same own score; its session shares more of the question's words."""
+    snapshot = dated(
+        ("2026-01-05", ["The shed.", "We talked about the trains."]),
+        ("2026-02-07", ["The shed.", "The garden was lovely and the colour too."]),
+    )
+    archive = [(r,) for r in snapshot.records[1:-1]]
+    boost = session_scores(archive, "What colour is the garden shed?", 1.5, 0.75)
+    assert boost[2] == boost[3] == 1.0 and boost[0] == boost[1] < 1.0
+    policy = RetrievalPolicy(RetrievalSettings(session_weight=0.3))
+    ranked = policy.rank(archive, "What colour is the garden shed?")
+    assert ranked[0][0] == 3 and [i for i, _ in ranked].index(2) < [i for i, _ in ranked].index(0)
+    untagged = [(Record(id=f"u{i}", role=Role.USER, body="The shed."),) for i in range(3)]
+    assert session_scores(untagged, "shed", 1.5, 0.75) == [0.0, 0.0, 0.0]
+
+
+def test_feedback_terms_come_from_the_best_documents_and_skip_the_query() -> None:
+    tokens = [["shed", "red", "paint"], ["shed", "paint", "brush"], *[["rain"]] * 6]
+    scores = [2.0, 1.0, *[0.0] * 6]
+    terms = feedback_terms(tokens, scores, {"shed"}, 2)
+    assert "shed" not in terms and set(terms) <= {"red", "paint", "brush"}
+    assert terms[0] == "paint"  # in both best documents
+    assert feedback_terms(tokens, [0.0] * 8, set(), 3) == []

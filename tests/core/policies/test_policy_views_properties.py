@@ -57,7 +57,8 @@ def histories(draw: st.DrawFn) -> Snapshot:
 @given(histories(), st.integers(200, 3_000), st.booleans())
 def test_views_are_valid_whole_and_fit(snapshot: Snapshot, window: int, retrieve: bool) -> None:
     budget = RunBudget(context_window=window, completion_output_tokens=64, edit_output_tokens=64)
-    policy = RetrievalPolicy() if retrieve else SlidingWindowPolicy()
+    retrieval = RetrievalPolicy()
+    policy = retrieval if retrieve else SlidingWindowPolicy()
     session = ContextSession(snapshot, ByteCounter(), DeterministicConversationBackend())
     report = policy.turn(session, budget)
     assert session.context == snapshot
@@ -70,9 +71,19 @@ def test_views_are_valid_whole_and_fit(snapshot: Snapshot, window: int, retrieve
     assert report.final_prompt.token_count <= window - 64
     view = report.final_prompt.input.context
     validate_snapshot(view)
-    order = [snapshot.ids.index(i) for i in view.ids]
+    # Retrieval's packed turns are one runtime record (the block), standing where they were.
+    last = retrieval.last if retrieve else None
+    block = last.block.id if last is not None and last.block is not None else None
+    ids = [i for i in view.ids if i != block]
+    order = [snapshot.ids.index(i) for i in ids]
     assert order == sorted(order)
-    shown = set(view.ids)
-    assert {r.id for r in snapshot.records if r.protected} <= shown
+    packed = set(last.retrieved_ids) if last is not None and block is not None else set()
+    shown = set(ids) | packed
+    if block is not None:
+        # where the archive ends: every record after it, and every unprotected record, is newer
+        newest = max(snapshot.ids.index(i) for i in packed)
+        after = view.ids[view.ids.index(block) + 1 :]
+        unprotected = [r.id for r in view.records if not r.protected]
+        assert all(snapshot.ids.index(i) > newest for i in [*after, *unprotected])
     for unit in history_units(snapshot.records):
         assert len({r.id in shown for r in unit}) == 1
