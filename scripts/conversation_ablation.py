@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=4_096, help="tokens")
     parser.add_argument("--variant", type=variant, action="append", required=True)
     parser.add_argument("--embed-with", type=Path, metavar="DIR")
+    parser.add_argument("--questions", type=int, metavar="N", help="only the first N questions")
     parser.add_argument("files", type=Path, nargs="+")
     args = parser.parse_args(argv)
     create = embedding_factory(args.embed_with) if args.embed_with else create_policy_object
@@ -67,7 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         conversation = load_conversation(path)
         runner = ConversationRunner(ByteCounter(), DeterministicConversationBackend(), create)
         report = runner.run(
-            conversation, args.variant, budget, bytes_per_token=DEFAULT_BYTES_PER_TOKEN
+            conversation,
+            args.variant,
+            budget,
+            questions=args.questions,
+            bytes_per_token=DEFAULT_BYTES_PER_TOKEN,
         )
         scores = [*report.summary, *([report.reference] if report.reference else [])]
         recall = ", ".join(f"{s.policy} {s.overall.evidence_recall.mean:.3f}" for s in scores)

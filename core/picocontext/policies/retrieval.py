@@ -44,6 +44,7 @@ older turn is embedded once.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -73,6 +74,7 @@ DEFAULT_SESSION_WEIGHT = 0.3
 DEFAULT_EXPAND = 10
 DEFAULT_EXPAND_WEIGHT = 0.3
 MAX_TOP_K = 100_000
+TOKEN_CACHE = 50_000
 _SUFFIXES = ("ies", "ing", "ed", "es", "s")
 Presentation = Literal["block", "records"]
 BLOCK_ID = "runtime-retrieved"
@@ -92,13 +94,30 @@ def _stem_all(words: list[str]) -> list[str]:
     return [stem(w) for w in words]
 
 
+_TOKEN_CACHE: dict[str, tuple[str, ...]] = {}
+_TOKEN_LOCK = threading.Lock()
+
+
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
+    """Each text's stemmed terms. Memoized per text (up to :data:`TOKEN_CACHE` texts): every
+    question over the same history indexes the same turns again, and tokenizing them was
+    most of a question's cost."""
     import bm25s
 
-    tokenized = bm25s.tokenize(
-        list(texts), stopwords="en", stemmer=_stem_all, show_progress=False, return_ids=False
-    )
-    return [list(t) for t in tokenized]
+    with _TOKEN_LOCK:
+        found = {t: _TOKEN_CACHE[t] for t in texts if t in _TOKEN_CACHE}
+    missing = [t for t in dict.fromkeys(texts) if t not in found]
+    if missing:
+        tokenized = bm25s.tokenize(
+            missing, stopwords="en", stemmer=_stem_all, show_progress=False, return_ids=False
+        )
+        new = dict(zip(missing, (tuple(t) for t in tokenized), strict=True))
+        found.update(new)
+        with _TOKEN_LOCK:
+            if len(_TOKEN_CACHE) + len(new) > TOKEN_CACHE:
+                _TOKEN_CACHE.clear()
+            _TOKEN_CACHE.update(new)
+    return [list(found[t]) for t in texts]
 
 
 def bm25_scores(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import picocontext.policies.retrieval as retrieval_module
 from picocontext import ContextSession, Record, Role, RunBudget, Scope, Snapshot
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, RetrievalSettings
@@ -14,6 +15,7 @@ from picocontext.policies.history import split_history
 from picocontext.policies.retrieval import (
     BLOCK_ID,
     GAP,
+    bm25_scores,
     feedback_terms,
     session_scores,
     with_neighbours,
@@ -235,3 +237,12 @@ def test_feedback_terms_come_from_the_best_documents_and_skip_the_query() -> Non
     assert "shed" not in terms and set(terms) <= {"red", "paint", "brush"}
     assert terms[0] == "paint"  # in both best documents
     assert feedback_terms(tokens, [0.0] * 8, set(), 3) == []
+
+
+def test_scores_are_the_same_from_a_cold_and_a_warm_token_cache() -> None:
+    """Tokens are memoized per text; a cleared cache must not change a score."""
+    documents = ["The garden shed moved.", "Trains and rain.", "", "Moving the shed again!"]
+    warm = bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3)
+    retrieval_module._TOKEN_CACHE.clear()
+    cold = bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3)
+    assert warm == cold and warm[0] > 0 and warm[1] == 0.0
