@@ -598,7 +598,8 @@ class NavigatedPolicy:
         self.text_counter = text_counter
         self.name = name
         self._lock = threading.Lock()
-        self._compiled: OrderedDict[str, _Compiled] = OrderedDict()
+        # Per scope, its last BUDGETS_PER_SCOPE compiles by key, newest last.
+        self._compiled: OrderedDict[str, OrderedDict[str, _Compiled]] = OrderedDict()
         # Archives the compiler refused at a budget (by key): the next turn tries a smaller
         # tail at once instead of repeating the failed shaping attempts.
         self._refused: OrderedDict[str, SelfCheckFailed] = OrderedDict()
@@ -855,11 +856,14 @@ class NavigatedPolicy:
         engine = self._engine()
         key = _archive_key(tree, nav_budget, counter.name, cfg, self.describer)
         with self._lock:
-            previous = self._compiled.get(scope)
-        if previous is not None and previous.key == key:
-            with self._lock:
+            kept = self._compiled.get(scope, OrderedDict())
+            found = kept.get(key)
+            previous = next(reversed(kept.values()), None) if kept else None
+            if found is not None:
+                kept.move_to_end(key)
                 self._compiled.move_to_end(scope)
-            return previous, "reused", 0.0
+        if found is not None:
+            return found, "reused", 0.0
         with self._lock:
             refused = self._refused.get(key)
         if refused is not None:
@@ -899,11 +903,20 @@ class NavigatedPolicy:
             key=key, result=result, budget=nav_budget, idf_leaves=idf_leaves, order=order
         )
         with self._lock:
-            self._compiled[scope] = entry
+            kept = self._compiled.setdefault(scope, OrderedDict())
+            kept[key] = entry
+            while len(kept) > BUDGETS_PER_SCOPE:
+                kept.popitem(last=False)
             self._compiled.move_to_end(scope)
             while len(self._compiled) > cfg.cached_scopes:
                 self._compiled.popitem(last=False)
         return entry, ("incremental" if incremental else "full"), seconds
+
+
+# Compiles kept per scope: questions over one history alternate between a few reading budgets
+# (their lengths cross a budget step, a tail rung yields), and with one kept each switch
+# recompiled (40 LoCoMo questions on locomo-47: 2 budgets, 18 recompiles).
+BUDGETS_PER_SCOPE = 4
 
 
 def _budget_step(tokens: int, window: int) -> int:

@@ -672,6 +672,16 @@ def test_unchanged_history_is_not_recompiled_and_growth_is_incremental() -> None
     assert separate is not None and separate.compiled == "full"
 
 
+def test_questions_that_alternate_between_reading_budgets_reuse_both_compiles() -> None:
+    policy = NavigatedPolicy()
+    session = session_for(ledger(), scripted([]))
+    wider = BUDGET.model_copy(update={"context_window": BUDGET.context_window + 2_048})
+    modes = [policy.plan(session.counter, session.state, b).info for b in (BUDGET, wider) * 2]
+    assert modes[0].nav_budget != modes[1].nav_budget
+    assert [m.compiled for m in modes] == ["full", "incremental", "reused", "reused"]
+    assert modes[2].manifest == modes[0].manifest and modes[3].manifest == modes[1].manifest
+
+
 class _Tokenizing(ByteCounter):
     """A byte counter that also counts text, like a model's tokenizer would."""
 
