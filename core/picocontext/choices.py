@@ -30,7 +30,7 @@ from typing import Literal
 
 from picocontext.edits import Delete, Edit
 from picocontext.headers import header_field
-from picocontext.manifest.text import terms
+from picocontext.manifest.text import STOPWORDS, stem, terms
 from picocontext.prompts import CHOICE_NONE, choice_question
 from picocontext.records import Role, Snapshot
 
@@ -57,6 +57,14 @@ ReplyForm = Literal["word", "json"]
 # reply is one of its words as plain text); engines without a local grammar drop ``x-`` keys
 # and get a JSON string, which :func:`read_reply` reads the same.
 BARE_WORDS_KEY = "x-bare-words"
+# How a question is judged: ``choice`` asks the model which earlier unit the new one replaces
+# (an option or none); ``question`` asks, for each earlier unit offered, the question it
+# answers and then that question over the two units, and replaces the earlier unit when the
+# answer repeats what only the new one says (docs/policies.md).
+Judge = Literal["choice", "question"]
+# Earlier units judged by question and answer per new unit at most (the newest offered): each
+# costs two short calls.
+MAX_JUDGED_PAIRS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,7 @@ class ChoiceRules:
     pick_overlap: float | None = None
     # Whether the model is asked at all (off: only the runtime's overlap pick decides).
     ask: bool = True
+    judge: Judge = "choice"
 
     @property
     def lexical(self) -> bool:
@@ -322,6 +331,72 @@ def plan(
         words=words,
         rules=rules,
     )
+
+
+def unit_text(snapshot: Snapshot, unit: Unit) -> str:
+    """What a unit says, as a question quotes it: its records' bodies (a tool group's results
+    carry its content)."""
+    bodies = {r.id: r.body for r in snapshot.records}
+    return " ".join(b for b in (bodies.get(i, "").strip() for i in unit.ids) if b)
+
+
+# A value stays one token: "20:00", "0.05", "3,000", "mol/l" are not split into pieces that
+# other values share.
+_VALUE = re.compile(r"[a-z0-9]+(?:[.,:/][a-z0-9]+)*")
+
+
+def value_words(text: str) -> frozenset[str]:
+    """The content words and values of ``text``: lower-cased, words stemmed, stop words and
+    one-letter words removed, values whole."""
+    out = set()
+    for token in _VALUE.findall(text.lower()):
+        if len(token) < 2 and not token.isdigit():
+            continue
+        if token.isalpha():
+            if token in STOPWORDS:
+                continue
+            token = stem(token)
+        out.add(token)
+    return frozenset(out)
+
+
+def read_question(text: str) -> str | None:
+    """The question in a reply: its first line up to the first question mark (a small model
+    often goes on after it), or ``None`` when the reply holds no question."""
+    line = next((s.strip() for s in text.strip().splitlines() if s.strip()), "")
+    line = line.strip(_EDGE.replace("?", ""))
+    if "?" not in line:
+        return None
+    question = line[: line.index("?") + 1].strip()
+    return question if len(question) > 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerVerdict:
+    """What an answer over two units says about the older one: ``stale`` when the answer
+    repeats words that only the newer unit has (``new``) and none that only the older has
+    (``old``); words of the question itself are not counted (a model restates them)."""
+
+    stale: bool
+    new: tuple[str, ...]
+    old: tuple[str, ...]
+
+    def explain(self) -> str:
+        if self.stale:
+            return f"the answer repeats what only the new record says ({', '.join(self.new)})"
+        if self.old:
+            return f"the answer repeats what only the earlier record says ({', '.join(self.old)})"
+        return "the answer repeats nothing only the new record says"
+
+
+def judge_answer(answer: str, question: str, earlier: str, later: str) -> AnswerVerdict:
+    """Whether ``answer`` (to ``question``, asked over ``earlier`` then ``later``) takes its
+    value from the later unit only: then the earlier one is out of date."""
+    said = value_words(answer) - value_words(question)
+    old_words, new_words = value_words(earlier), value_words(later)
+    new = sorted(said & (new_words - old_words))
+    old = sorted(said & (old_words - new_words))
+    return AnswerVerdict(stale=bool(new) and not old, new=tuple(new), old=tuple(old))
 
 
 def replacement_edit(snapshot: Snapshot, chosen: Sequence[Unit]) -> Edit | None:

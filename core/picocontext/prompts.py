@@ -243,3 +243,44 @@ def choice_question(new_ids: list[str], options: list[tuple[str, str]]) -> str:
             f"Reply with one of: {listed}, or {CHOICE_NONE} if it replaces nothing.",
         ]
     )
+
+
+# The question-and-answer judgement of the incremental decision (``judge: "question"``): a
+# small model cannot say whether a note is out of date, but it can write the question a note
+# answers and answer it from two notes (docs/policies.md). Both are trailing messages after
+# the shared prefix; the runtime compares the answer's words with the two notes.
+QUESTION_OUTPUT_TOKENS = 24
+ANSWER_OUTPUT_TOKENS = 16
+# A quoted note longer than this is cut (a telemetry table would cost its whole length again
+# in every question about it).
+QUOTE_CHARS = 400
+
+
+def _quote(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= QUOTE_CHARS else flat[: QUOTE_CHARS - 1] + "…"
+
+
+def restate_question(record_id: str, text: str) -> str:
+    """The trailing message that asks for the one question record ``record_id`` answers."""
+    return "\n".join(
+        [
+            f"Record {header_field(record_id)}: {_quote(text)}",
+            "Write the one question that this record answers. Reply with the question only.",
+        ]
+    )
+
+
+def answer_question(question: str, earlier: tuple[str, str], later: tuple[str, str]) -> str:
+    """The trailing message that asks the question over two records, the older first
+    (``(id, text)`` pairs), for what is true now."""
+    return "\n".join(
+        [
+            "Records, in the order they were written:",
+            f"1. {_quote(earlier[1])}",
+            f"2. {_quote(later[1])}",
+            "",
+            f"Question: {question}",
+            "Answer in a few words with what is true now.",
+        ]
+    )

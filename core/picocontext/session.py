@@ -31,13 +31,17 @@ from picocontext.cancel import CancelToken, check
 from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
+    MAX_JUDGED_PAIRS,
     ChoiceRules,
     Plan,
     Question,
     Unit,
+    judge_answer,
     none_schema,
     plan,
+    read_question,
     replacement_edit,
+    unit_text,
 )
 from picocontext.edits import (
     EDIT_TOOL,
@@ -60,7 +64,15 @@ from picocontext.errors import (
     StorageError,
 )
 from picocontext.persistence import ContextStore
-from picocontext.prompts import accepted_detail, kept_detail, retry_feedback
+from picocontext.prompts import (
+    ANSWER_OUTPUT_TOKENS,
+    QUESTION_OUTPUT_TOKENS,
+    accepted_detail,
+    answer_question,
+    kept_detail,
+    restate_question,
+    retry_feedback,
+)
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
 from picocontext.report import Choice, EditAttempt, Outcome, RunMode, RunReport, ToolStep
 from picocontext.working import WorkingContext, validate_snapshot
@@ -242,6 +254,9 @@ class ContextSession:
         # Units the incremental decision chose but has not deleted yet, waiting for the window
         # to need the room (in memory, like ``_judged``), by key.
         self._pending: dict[str, Unit] = {}
+        # The question each earlier unit answers (``judge: "question"``), asked once per
+        # unit and text, by unit key (in memory, like ``_judged``).
+        self._questions: dict[tuple[str, str], str | None] = {}
         if store is not None and store.load(state.snapshot.scope) is None:
             try:
                 store.save(state)
@@ -716,6 +731,14 @@ class _Run:
                 if steps.words is not None and steps.earlier(unit, removed):
                     self.choices.append(unshared(unit))
                 continue
+            if self.rules.judge == "question":
+                try:
+                    chosen.extend(self.judge_by_answers(snapshot, question, cap))
+                except BudgetExceeded as exc:
+                    self.not_asked(steps.asked[position:], exc)
+                    break
+                self.s._judged.update(unit.ids)
+                continue
             prompt = self.prepare(
                 snapshot,
                 Phase.CHOICE,
@@ -732,16 +755,7 @@ class _Run:
                     cancel=self.cancel,
                 )
             except BudgetExceeded as exc:
-                for later in steps.asked[position:]:
-                    self.choices.append(
-                        Choice(
-                            records=later.ids,
-                            options=(),
-                            handles=(),
-                            asked=False,
-                            detail=f"not asked: {exc.message}",
-                        )
-                    )
+                self.not_asked(steps.asked[position:], exc)
                 break
             response = self.dispatch(prompt, cap)
             self.s._judged.update(unit.ids)
@@ -753,6 +767,96 @@ class _Run:
             picked = self.choices[-1].chosen
             if picked is not None:
                 chosen.extend(o.unit for o in question.options if o.unit.key == picked)
+        return chosen
+
+    def not_asked(self, units: Sequence[Unit], why: BudgetExceeded) -> None:
+        """Report ``units`` as not asked: the budget could not afford their questions."""
+        for later in units:
+            self.choices.append(
+                Choice(
+                    records=later.ids,
+                    options=(),
+                    handles=(),
+                    asked=False,
+                    detail=f"not asked: {why.message}",
+                )
+            )
+
+    def aside(self, snapshot: Snapshot, guidance: str, cap: int) -> tuple[str, int, int, int]:
+        """One free-text trailing question after the shared prefix; returns the reply, its
+        prompt, prefill and generated tokens. Raises BudgetExceeded when it cannot be
+        afforded (keeping the answer's allowance)."""
+        prompt = self.prepare(snapshot, Phase.CHOICE, guidance=guidance)
+        cap = min(cap, self.budget.edit_output_tokens)
+        # Keep room for the answer itself, its prompt as well as its allowance: several
+        # questions a step could otherwise spend what the answer needs.
+        answer = self.prepare(snapshot, Phase.COMPLETION).token_count
+        check_prompt(
+            self.budget,
+            self.usage,
+            prompt.token_count,
+            cap,
+            reserve=answer + self.budget.completion_output_tokens,
+            cancel=self.cancel,
+        )
+        response = self.dispatch(prompt, cap)
+        prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
+        return response.text, prompt.token_count, prefill, response.generated_tokens
+
+    def judge_by_answers(self, snapshot: Snapshot, question: Question, cap: int) -> list[Unit]:
+        """``judge: "question"``: for each earlier unit offered (the newest
+        :data:`MAX_JUDGED_PAIRS`), the question it answers (asked once per unit) and that
+        question over the two units; the earlier unit is chosen when the answer takes its value
+        from the new unit only. One :class:`Choice` per pair says why."""
+        new = question.new
+        later = unit_text(snapshot, new)
+        chosen: list[Unit] = []
+        for option in question.options[-MAX_JUDGED_PAIRS:]:
+            check(self.cancel)
+            earlier = unit_text(snapshot, option.unit)
+            tokens = [0, 0, 0]
+            key = (option.unit.key, earlier)
+            if key not in self.s._questions:
+                reply, *spent = self.aside(
+                    snapshot, restate_question(option.unit.key, earlier), QUESTION_OUTPUT_TOKENS
+                )
+                tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
+                self.s._questions[key] = read_question(reply)
+            asked = self.s._questions[key]
+            if asked is None:
+                self.choices.append(
+                    Choice(
+                        records=new.ids,
+                        options=(option.unit.key,),
+                        handles=(option.handle,),
+                        valid=False,
+                        detail=f"no question came back for {option.unit.key}; kept",
+                        prompt_tokens=tokens[0],
+                        prefill_tokens=tokens[1],
+                        generated_tokens=tokens[2],
+                    )
+                )
+                continue
+            guidance = answer_question(asked, (option.unit.key, earlier), (new.key, later))
+            answer, *spent = self.aside(snapshot, guidance, ANSWER_OUTPUT_TOKENS)
+            tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
+            verdict = judge_answer(answer, asked, earlier, later)
+            outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
+            self.choices.append(
+                Choice(
+                    records=new.ids,
+                    options=(option.unit.key,),
+                    handles=(option.handle,),
+                    reply=answer,
+                    chosen=option.unit.key if verdict.stale else None,
+                    detail=f"asked {asked!r} of {option.unit.key}: {verdict.explain()}; {outcome}",
+                    prompt_tokens=tokens[0],
+                    prefill_tokens=tokens[1],
+                    generated_tokens=tokens[2],
+                )
+            )
+            if verdict.stale:
+                chosen.append(option.unit)
         return chosen
 
     def weigh_none(

@@ -7,9 +7,12 @@ import json
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kettle import SCOPE, TEST_BUDGET, answer_from, kettle_snapshot
 from picocontext import (
+    AppendTransaction,
     ContextSession,
     EditStyle,
     ModelInput,
@@ -32,11 +35,14 @@ from picocontext.choices import (
     MAX_CHOICES_PER_STEP,
     ChoiceRules,
     content_words,
+    judge_answer,
     plan,
     question_for,
+    read_question,
     read_reply,
     replacement_edit,
     units,
+    value_words,
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import policy_registry
@@ -541,3 +547,155 @@ def test_the_runtime_picks_the_record_whose_words_the_new_one_repeats_without_a_
     assert price.chosen == "n1" and not price.asked and "75%" in price.detail
     assert session.context.ids == ["task", "n2", "n3"]
     assert [a.outcome for a in report.attempts] == [Outcome.EDITED]
+
+
+# -- judge: "question" ------------------------------------------------------------------
+
+
+def asker(questions: dict[str, str], answers: dict[str, str]) -> ScriptedBackend:
+    """Choice prompts are the two short questions of the question judge: a restatement
+    (answered from ``questions`` by a word the quoted record holds) and an answer (from
+    ``answers`` by a word of the question)."""
+
+    def reply(prompt: PreparedPrompt) -> str:
+        guidance = prompt.input.guidance or ""
+        assert prompt.input.answer_schema_json is None  # free text, capped
+        table = questions if guidance.startswith("Record ") else answers
+        probe = guidance.split("\n")[0] if table is questions else guidance
+        return next((text for word, text in table.items() if word in probe), "no idea")
+
+    return chooser(reply)
+
+
+QUESTION_RULES = ChoiceRules(candidates="shared-word", reply="word", judge="question")
+
+
+def test_the_question_judge_replaces_an_earlier_record_when_the_answer_takes_the_new_value() -> (
+    None
+):
+    backend = asker(
+        {"30 EUR": "What does the lamp cost?", "two metres": "How long is the lamp cord?"},
+        {"cost": "It costs 35 EUR now.", "cord": "The cord is two metres."},
+    )
+    session, report = run_with(
+        notes("Lamp price 30 EUR.", "Lamp cord is two metres.", "Lamp price now 35 EUR."),
+        backend,
+        QUESTION_RULES,
+    )
+    assert report.failure is None
+    # n2 (the cord) is judged against n1 first; n3 against both, the newest first in order.
+    judged = [(c.records, c.options, c.chosen) for c in report.choices]
+    assert judged == [
+        (("n2",), ("n1",), None),
+        (("n3",), ("n1",), "n1"),
+        (("n3",), ("n2",), None),
+    ]
+    assert "35" in report.choices[1].detail and "replaces n1" in report.choices[1].detail
+    assert session.context.ids == ["task", "n2", "n3"]
+    assert [a.outcome for a in report.attempts] == [Outcome.EDITED]
+    # Every question of the step reads the same history (the shared prefix) and trails
+    # after it: two restatements (n1, n2) and three answers, n1's restatement asked once.
+    choice_calls = [p for p in backend.prompts if p.input.phase is Phase.CHOICE]
+    assert len(choice_calls) == 5
+    assert {p.input.context for p in choice_calls} == {session.original_context}
+
+
+def test_the_question_judge_keeps_a_record_whose_value_the_answer_repeats() -> None:
+    backend = asker(
+        {"500 g": "How much flour does the bread dough need?"},
+        {"flour": "500 g, as the first record says."},
+    )
+    session, report = run_with(
+        notes("The bread dough needs 500 g of flour.", "The pizza dough needs 500 g as well."),
+        backend,
+        QUESTION_RULES,
+    )
+    assert report.failure is None and report.choices[0].chosen is None
+    assert "repeats nothing only the new record says" in report.choices[0].detail
+    assert session.context == notes(
+        "The bread dough needs 500 g of flour.", "The pizza dough needs 500 g as well."
+    )
+
+
+def test_each_earlier_record_is_restated_once_across_steps() -> None:
+    backend = asker({"30 EUR": "What does the lamp cost?"}, {"cost": "30 EUR."})
+    session = ContextSession(
+        notes("Lamp price 30 EUR.", "Lamp colour is red."), ByteCounter(), backend
+    )
+    session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, choice_rules=QUESTION_RULES)
+    new = Record(id="n3", role=Role.USER, body="The lamp price stays as it was.")
+    session.append(
+        AppendTransaction(scope=SCOPE, base_revision=session.context.revision, records=(new,))
+    )
+    session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, choice_rules=QUESTION_RULES)
+    restated = [
+        p.input.guidance
+        for p in backend.prompts
+        if (p.input.guidance or "").startswith("Record n1")
+    ]
+    assert len(restated) == 1
+
+
+def test_a_reply_without_a_question_keeps_the_record_and_says_so() -> None:
+    backend = asker({"30 EUR": "The lamp."}, {})
+    _session, report = run_with(
+        notes("Lamp price 30 EUR.", "Lamp price now 35 EUR."), backend, QUESTION_RULES
+    )
+    (choice,) = report.choices
+    assert choice.chosen is None and not choice.valid and "no question" in choice.detail
+
+
+def test_the_question_judge_stops_asking_when_the_budget_cannot_afford_it() -> None:
+    backend = asker({"30 EUR": "What does the lamp cost?"}, {"cost": "35 EUR."})
+    snapshot = notes("Lamp price 30 EUR.", "Lamp price now 35 EUR.")
+    answer_prompt = ByteCounter().prepare(ModelInput(context=snapshot, phase=Phase.COMPLETION))
+    budget = RunBudget(
+        context_window=32_000,
+        total_tokens=answer_prompt.token_count + 512 + 100,
+        completion_output_tokens=512,
+    )
+    session = ContextSession(snapshot, ByteCounter(), backend)
+    report = session.run(
+        RunMode.EDITABLE, budget, EditStyle.INCREMENTAL, choice_rules=QUESTION_RULES
+    )
+    (choice,) = report.choices
+    assert not choice.asked and "not asked" in choice.detail
+    assert "n2" not in session.judged_ids and session.context.revision == 0
+
+
+def test_the_policy_config_carries_the_judge_and_refuses_an_unknown_one() -> None:
+    spec = policy_registry().get("editable")
+    assert spec.parse_config({}).choice_rules().judge == "choice"
+    assert spec.parse_config({"judge": "question"}).choice_rules().judge == "question"
+    with pytest.raises(PolicyError):
+        spec.parse_config({"judge": "vote"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=120))
+def test_a_read_question_is_a_one_line_piece_of_the_reply_ending_in_a_question_mark(
+    text: str,
+) -> None:
+    question = read_question(text)
+    if question is not None:
+        assert question.endswith("?") and "\n" not in question and question in text
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    head = lines[0].split("?")[0] if lines and "?" in lines[0] else ""
+    if any(ch.isalnum() for ch in head):
+        assert question is not None  # a worded question on the first line is always read
+
+
+def test_values_stay_whole_and_question_words_do_not_count() -> None:
+    assert {"20:00", "0.05", "3,000", "mol/l"} <= value_words(
+        "At 20:00 it is 0.05 mol/L for 3,000 EUR."
+    )
+    assert "the" not in value_words("The tablet")
+    verdict = judge_answer(
+        "Grandpa takes his tablet at 20:00.",
+        "At what time does Grandpa take his tablet?",
+        "Grandpa takes his blood pressure tablet at 8:00.",
+        "The doctor moved the blood pressure tablet to the evening, 20:00.",
+    )
+    assert verdict.stale and verdict.new == ("20:00",) and verdict.old == ()
+    kept = judge_answer("At 8:00.", "When?", "Tablet at 8:00.", "Tablet again at 8:00 or 9:00.")
+    assert not kept.stale

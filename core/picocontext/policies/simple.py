@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.backend import EditStyle
-from picocontext.choices import Candidates, ChoiceRules, ReplyForm
+from picocontext.choices import Candidates, ChoiceRules, Judge, ReplyForm
 from picocontext.policies.base import AppendOnlyPolicy, EditablePolicy
 from picocontext.policies.registry import NoConfig, PolicyContext, PolicySpec
 from picocontext.report import RunMode
@@ -33,6 +33,7 @@ DEFAULT_CANDIDATES: Candidates = "shared-word"
 DEFAULT_CHOICE_REPLY: ReplyForm = "word"
 DEFAULT_PICK_OVERLAP: float | None = None
 DEFAULT_ASK_MODEL = True
+DEFAULT_JUDGE: Judge = "choice"
 # Wrappers (progress, recording, cancellation) keep the model they wrap under one of these.
 _WRAPPED = ("backend", "inner", "_backend", "_inner", "wrapped")
 
@@ -85,6 +86,11 @@ class EditableConfig(BaseModel):
     # None: never. ``ask_model`` false leaves the decision to that pick alone.
     pick_overlap: float | None = Field(default=DEFAULT_PICK_OVERLAP, ge=0.0, le=1.0)
     ask_model: bool = DEFAULT_ASK_MODEL
+    # Incremental choices: ``choice`` asks which earlier record the new one replaces;
+    # ``question`` asks the question each offered earlier record answers, then that question
+    # over the two records, and replaces the earlier one when the answer repeats what only the
+    # new one says.
+    judge: Judge = DEFAULT_JUDGE
 
     def choice_rules(self) -> ChoiceRules:
         """The incremental decision's rules for asking."""
@@ -94,6 +100,7 @@ class EditableConfig(BaseModel):
             offer_overlap=self.offer_overlap,
             pick_overlap=self.pick_overlap,
             ask=self.ask_model,
+            judge=self.judge,
         )
 
     def style(self, backend: object = None) -> EditStyle:
