@@ -243,8 +243,8 @@ class NavigatedConfig(BaseModel):
     # True: a dated conversation (every archived turn's body starts with its session's date,
     # as ``picocontext eval --conversation`` writes them) is indexed by session, one dated line
     # per session with passages of ``passage_records`` turns under it (see session_tree).
-    # Off by default: on LoCoMo it opened less evidence than groups of turns (0.30-0.42
-    # against 0.49 on 80 questions, docs/conversations.md), since the compiler regroups the
+    # Off by default: on LoCoMo it opened less evidence than groups of turns (0.33-0.46
+    # against 0.47 on 80 questions, docs/conversations.md), since the compiler regroups the
     # session lines to fit its reveal budget and a passage's descriptor shows one line of it.
     sessions: bool = False
     passage_records: int = Field(default=4, ge=1, le=64)
