@@ -416,10 +416,12 @@ KEY_WORDS = 4  # words in a passage's title
 
 
 def speaker_line(record: Record) -> tuple[str, str]:
-    """A record as one line of a passage: its tag apart, then its text, after its role unless
-    the text already names its speaker."""
+    """A record as an entry of a passage or a block: its tag apart, then its text -- as is
+    when it names its speaker (``Maya: ...``), else after a line with its role (``tool:``),
+    so every line of the record stays whole and starts where it started (a reader that looks
+    for lines like ``FACT k=v`` still finds them)."""
     tag, rest = split_tag(leaf_text(record))
-    return tag, rest if _SPEAKER.match(rest) else f"{record.role.value}: {rest}"
+    return tag, rest if _SPEAKER.match(rest) else f"{record.role.value}:\n{rest}"
 
 
 def session_tree(

@@ -246,3 +246,22 @@ def test_scores_are_the_same_from_a_cold_and_a_warm_token_cache() -> None:
     retrieval_module._TOKEN_CACHE.clear()
     cold = bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3)
     assert warm == cold and warm[0] > 0 and warm[1] == 0.0
+
+
+def test_a_record_without_a_speaker_keeps_every_line_whole_in_the_block() -> None:
+    """Its role goes on a line of its own, so a reader that looks for whole lines (``FACT
+    k=v``) finds them in the block as in the record."""
+    records = [Record(id="task", role=Role.USER, body="Track the facts.", protected=True)]
+    for i in range(6):
+        records.append(
+            Record(id=f"n{i}", role=Role.ASSISTANT, body=f"FACT shed{i}=red\nFACT door{i}=green")
+        )
+        records.append(Record(id=f"f{i}", role=Role.USER, body=FILLER))
+    records.append(Record(id="q", role=Role.USER, body="What colour is shed2?", protected=True))
+    policy, _, _ = run(
+        RetrievalSettings(tail_share=0.0), 1_500, Snapshot(scope=SCOPE, records=tuple(records))
+    )
+    assert policy.last is not None and policy.last.block is not None
+    lines = policy.last.block.body.split("\n")
+    assert "FACT shed2=red" in lines and "FACT door2=green" in lines
+    assert lines[lines.index("FACT shed2=red") - 1] == "assistant:"
