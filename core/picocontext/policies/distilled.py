@@ -5,9 +5,11 @@ results that answer it). The recent tail that fits ``tail_share`` of the window 
 together with every protected record; everything older and unprotected is distilled into the
 digest tree of :mod:`picocontext.distill` — *incrementally*: the tree is a corpus on disk per
 session scope, and a reconcile only summarises the leaves that are new since the last turn
-(plus the digests above them). The model sees the visible records, a compact map of the tree as
-a protected runtime record, and may call ``digest``, ``resolve`` and ``recall``; ``recall`` at
-entity altitude returns older records word for word.
+(plus the digests above them). Leaves are scoped by spans of groups, or, when the history is a
+dated conversation (every older group starts with its session's date), by session: one digest
+per session, listed in the map with its date. The model sees the visible records, a compact
+map of the tree as a protected runtime record, and may call ``digest``, ``resolve`` and
+``recall``; ``recall`` at entity altitude returns older records word for word.
 
 The runtime stays the authority: the map is fitted to ``map_share`` of the window, every tool
 result is fitted to what is left of the window (a recall budget is reduced, digest children are
