@@ -75,6 +75,7 @@ DEFAULT_EXPAND = 10
 DEFAULT_EXPAND_WEIGHT = 0.3
 MAX_TOP_K = 100_000
 TOKEN_CACHE = 50_000
+FEEDBACK_DOCS = 5
 _SUFFIXES = ("ies", "ing", "ed", "es", "s")
 Presentation = Literal["block", "records"]
 BLOCK_ID = "runtime-retrieved"
@@ -127,11 +128,12 @@ def bm25_scores(
     b: float,
     expand: int = 0,
     expand_weight: float = 0.0,
+    feedback_docs: int = FEEDBACK_DOCS,
 ) -> list[float]:
     """BM25 score of every document for ``query`` (0.0 where no query term occurs).
 
     ``expand`` > 0 adds pseudo-relevance feedback: the ``expand`` terms that weigh most (term
-    frequency times inverse document frequency) in the :data:`FEEDBACK_DOCS` best documents
+    frequency times inverse document frequency) in the ``feedback_docs`` best documents
     and are not in the query are scored as a second query, added at ``expand_weight``, so a
     turn that says what the best hits say in other words than the question still ranks."""
     import bm25s
@@ -147,18 +149,19 @@ def bm25_scores(
     scores = [float(s) for s in retriever.get_scores(terms)]
     if expand <= 0 or expand_weight <= 0:
         return scores
-    extra = feedback_terms(tokens, scores, set(terms), expand)
+    extra = feedback_terms(tokens, scores, set(terms), expand, feedback_docs)
     if not extra:
         return scores
     more = retriever.get_scores(extra)
     return [s + expand_weight * float(m) for s, m in zip(scores, more, strict=True)]
 
 
-FEEDBACK_DOCS = 5
-
-
 def feedback_terms(
-    tokens: Sequence[Sequence[str]], scores: Sequence[float], known: set[str], count: int
+    tokens: Sequence[Sequence[str]],
+    scores: Sequence[float],
+    known: set[str],
+    count: int,
+    docs: int = FEEDBACK_DOCS,
 ) -> list[str]:
     """The ``count`` terms of the best-scoring documents that weigh most there (frequency in
     them times log inverse document frequency over all), leaving out ``known`` terms."""
@@ -169,7 +172,7 @@ def feedback_terms(
             frequency[term] = frequency.get(term, 0) + 1
     weight: dict[str, float] = {}
     total = len(tokens)
-    for i in best[:FEEDBACK_DOCS]:
+    for i in best[:docs]:
         for term in tokens[i]:
             if term not in known:
                 weight[term] = weight.get(term, 0.0) + math.log(total / frequency[term])
@@ -208,7 +211,8 @@ class RetrievalSettings(BaseModel):
     neighbours off); ``k1``/``b``: BM25 parameters; ``embeddings``: add the dense ranking of
     the session's own model; ``shown_as``: how the packed turns are shown (see
     :func:`block_text`); ``neighbour_span``: how far neighbours reach; ``session_weight``,
-    ``expand``, ``expand_weight``: the session and feedback rankers (module docs)."""
+    ``expand``, ``expand_weight``, ``feedback_docs``: the session and feedback rankers
+    (module docs; the feedback's terms come from the ``feedback_docs`` best hits)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tail_share: float = Field(default=0.25, ge=0.0, lt=1.0)
@@ -220,6 +224,7 @@ class RetrievalSettings(BaseModel):
     session_weight: float = Field(default=DEFAULT_SESSION_WEIGHT, ge=0.0, le=10.0)
     expand: int = Field(default=DEFAULT_EXPAND, ge=0, le=64)
     expand_weight: float = Field(default=DEFAULT_EXPAND_WEIGHT, ge=0.0, le=1.0)
+    feedback_docs: int = Field(default=FEEDBACK_DOCS, ge=1, le=100)
     k1: float = Field(default=1.5, gt=0.0, le=10.0)
     b: float = Field(default=0.75, ge=0.0, le=1.0)
     # Also rank by the session model's mean-pooled hidden states (needs a backend that has
@@ -323,7 +328,9 @@ class RetrievalPolicy:
         any unit when an embedder ranks them (scores are then fused reciprocal ranks)."""
         texts = [unit_text(u) for u in units]
         cfg = self.settings
-        lexical = bm25_scores(texts, query, cfg.k1, cfg.b, cfg.expand, cfg.expand_weight)
+        lexical = bm25_scores(
+            texts, query, cfg.k1, cfg.b, cfg.expand, cfg.expand_weight, cfg.feedback_docs
+        )
         if self.settings.session_weight > 0 and units:
             top = max(lexical, default=0.0)
             boost = session_scores(units, query, self.settings.k1, self.settings.b)
