@@ -62,9 +62,9 @@ BARE_WORDS_KEY = "x-bare-words"
 # answers and then that question over the two units, and replaces the earlier unit when the
 # answer repeats what only the new one says (docs/policies.md).
 Judge = Literal["choice", "question"]
-# Earlier units judged by question and answer per new unit at most (the newest offered): each
-# costs two short calls.
-MAX_JUDGED_PAIRS = 3
+# Earlier units judged by question and answer per new unit at most (those that share the most
+# of their content words with it): each costs a short call, and its first one a second.
+MAX_JUDGED_PAIRS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,8 @@ class ChoiceRules:
     # Whether the model is asked at all (off: only the runtime's overlap pick decides).
     ask: bool = True
     judge: Judge = "choice"
+    # The question judge: which of the two records the answer prompt lists first.
+    newer_first: bool = False
 
     @property
     def lexical(self) -> bool:
@@ -291,6 +293,23 @@ class Plan:
             new, self.earlier(new, removed), words, rules.reply, rules.offer_overlap
         )
 
+    def most_alike(self, question: Question, limit: int = MAX_JUDGED_PAIRS) -> list[Option]:
+        """The ``limit`` options whose content words the new unit repeats most (the newer on
+        a tie), in record order; the newest ``limit`` without content words. A record that a
+        new one updates repeats its item and most of its wording; one about something else
+        shares less."""
+        options = list(question.options)
+        words = self.words
+        if words is None or len(options) <= limit:
+            return options[-limit:]
+        mine = words.get(question.new.key, frozenset())
+        ranked = sorted(
+            range(len(options)),
+            key=lambda i: (overlap(mine, words.get(options[i].unit.key, frozenset())), i),
+            reverse=True,
+        )
+        return [options[i] for i in sorted(ranked[:limit])]
+
     def runtime_pick(self, new: Unit, removed: Iterable[str]) -> tuple[Unit, float] | None:
         """The earlier unit the runtime picks without asking: the one with the largest share
         of its content words repeated in ``new`` (the older on a tie), when that share
@@ -373,9 +392,11 @@ def read_question(text: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class AnswerVerdict:
-    """What an answer over two units says about the older one: ``stale`` when the answer
-    repeats words that only the newer unit has (``new``) and none that only the older has
-    (``old``); words of the question itself are not counted (a model restates them)."""
+    """What an answer over two units says about the older one. Values (words with a digit:
+    times, amounts, ids) decide when the answer repeats any that only one unit has: ``stale``
+    when it repeats a value only the newer unit has (``new``) and none only the older has
+    (``old``); otherwise the other words decide the same way. Words of the question itself
+    are not counted (a model restates them)."""
 
     stale: bool
     new: tuple[str, ...]
@@ -389,6 +410,10 @@ class AnswerVerdict:
         return "the answer repeats nothing only the new record says"
 
 
+def _is_value(word: str) -> bool:
+    return any(ch.isdigit() for ch in word)
+
+
 def judge_answer(answer: str, question: str, earlier: str, later: str) -> AnswerVerdict:
     """Whether ``answer`` (to ``question``, asked over ``earlier`` then ``later``) takes its
     value from the later unit only: then the earlier one is out of date."""
@@ -396,6 +421,11 @@ def judge_answer(answer: str, question: str, earlier: str, later: str) -> Answer
     old_words, new_words = value_words(earlier), value_words(later)
     new = sorted(said & (new_words - old_words))
     old = sorted(said & (old_words - new_words))
+    new_values = [w for w in new if _is_value(w)]
+    old_values = [w for w in old if _is_value(w)]
+    if new_values or old_values:
+        # "Thursday at 14:00" against "Thursday at 15:00" / "14:00, same day": the time decides
+        new, old = new_values, old_values
     return AnswerVerdict(stale=bool(new) and not old, new=tuple(new), old=tuple(old))
 
 

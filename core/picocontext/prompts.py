@@ -250,7 +250,7 @@ def choice_question(new_ids: list[str], options: list[tuple[str, str]]) -> str:
 # answers and answer it from two notes (docs/policies.md). Both are trailing messages after
 # the shared prefix; the runtime compares the answer's words with the two notes.
 QUESTION_OUTPUT_TOKENS = 24
-ANSWER_OUTPUT_TOKENS = 16
+ANSWER_OUTPUT_TOKENS = 24
 # A quoted note longer than this is cut (a telemetry table would cost its whole length again
 # in every question about it).
 QUOTE_CHARS = 400
@@ -271,14 +271,21 @@ def restate_question(record_id: str, text: str) -> str:
     )
 
 
-def answer_question(question: str, earlier: tuple[str, str], later: tuple[str, str]) -> str:
-    """The trailing message that asks the question over two records, the older first
-    (``(id, text)`` pairs), for what is true now."""
+def answer_question(
+    question: str,
+    earlier: tuple[str, str],
+    later: tuple[str, str],
+    newer_first: bool = False,
+) -> str:
+    """The trailing message that asks the question over two records (``(id, text)`` pairs),
+    the older first unless ``newer_first``, for what is true now."""
+    pair = [later, earlier] if newer_first else [earlier, later]
+    order = "newest first" if newer_first else "in the order they were written"
     return "\n".join(
         [
-            "Records, in the order they were written:",
-            f"1. {_quote(earlier[1])}",
-            f"2. {_quote(later[1])}",
+            f"Records, {order}:",
+            f"1. {_quote(pair[0][1])}",
+            f"2. {_quote(pair[1][1])}",
             "",
             f"Question: {question}",
             "Answer in a few words with what is true now.",

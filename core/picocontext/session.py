@@ -31,8 +31,8 @@ from picocontext.cancel import CancelToken, check
 from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
-    MAX_JUDGED_PAIRS,
     ChoiceRules,
+    Option,
     Plan,
     Question,
     Unit,
@@ -733,7 +733,8 @@ class _Run:
                 continue
             if self.rules.judge == "question":
                 try:
-                    chosen.extend(self.judge_by_answers(snapshot, question, cap))
+                    pairs = steps.most_alike(question)
+                    chosen.extend(self.judge_by_answers(snapshot, question, pairs))
                 except BudgetExceeded as exc:
                     self.not_asked(steps.asked[position:], exc)
                     break
@@ -803,15 +804,17 @@ class _Run:
         prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
         return response.text, prompt.token_count, prefill, response.generated_tokens
 
-    def judge_by_answers(self, snapshot: Snapshot, question: Question, cap: int) -> list[Unit]:
-        """``judge: "question"``: for each earlier unit offered (the newest
-        :data:`MAX_JUDGED_PAIRS`), the question it answers (asked once per unit) and that
-        question over the two units; the earlier unit is chosen when the answer takes its value
-        from the new unit only. One :class:`Choice` per pair says why."""
+    def judge_by_answers(
+        self, snapshot: Snapshot, question: Question, pairs: Sequence[Option]
+    ) -> list[Unit]:
+        """``judge: "question"``: for each earlier unit in ``pairs`` (the offered ones most
+        alike the new unit), the question it answers (asked once per unit) and that question
+        over the two units; the earlier unit is chosen when the answer takes its value from the
+        new unit only. One :class:`Choice` per pair says why."""
         new = question.new
         later = unit_text(snapshot, new)
         chosen: list[Unit] = []
-        for option in question.options[-MAX_JUDGED_PAIRS:]:
+        for option in pairs:
             check(self.cancel)
             earlier = unit_text(snapshot, option.unit)
             tokens = [0, 0, 0]
@@ -837,7 +840,9 @@ class _Run:
                     )
                 )
                 continue
-            guidance = answer_question(asked, (option.unit.key, earlier), (new.key, later))
+            guidance = answer_question(
+                asked, (option.unit.key, earlier), (new.key, later), self.rules.newer_first
+            )
             answer, *spent = self.aside(snapshot, guidance, ANSWER_OUTPUT_TOKENS)
             tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
             verdict = judge_answer(answer, asked, earlier, later)

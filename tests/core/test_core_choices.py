@@ -301,9 +301,10 @@ def test_a_group_with_a_protected_record_is_never_offered() -> None:
 
 def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
     picking = {"decision": "incremental", "apply_at": 0, "pick_overlap": 0.4, "ask_model": False}
-    # By default the model chooses (a choice call, then the answer); the runtime's pick by
-    # repeated words is one setting away (no choice call: only the answer call).
-    for config, calls in (({"decision": "incremental", "apply_at": 0}, 2), (picking, 1)):
+    choosing = {"decision": "incremental", "apply_at": 0, "judge": "choice"}
+    # The model's choice is a choice call, then the answer; the runtime's pick by repeated
+    # words is one setting away (no choice call: only the answer call).
+    for config, calls in ((choosing, 2), (picking, 1)):
         backend = chooser("old-result")
         policy = policy_registry().create("editable", backend, config)
         session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
@@ -509,12 +510,12 @@ def test_bare_word_replies_mark_the_schema_and_are_read_like_json_ones() -> None
 def test_the_policy_config_carries_the_rules_for_asking() -> None:
     spec = policy_registry().get("editable")
     default = spec.parse_config({}).choice_rules()
-    assert default == ChoiceRules(candidates="shared-word", reply="word")
+    assert default == ChoiceRules(candidates="shared-word", reply="word", judge="question")
     assert default.ask and default.pick_overlap is None  # the model decides, by default
     config = spec.parse_config(
         {"candidates": "all", "choice_reply": "json", "pick_overlap": 0.4, "ask_model": False}
     )
-    assert config.choice_rules() == ChoiceRules(pick_overlap=0.4, ask=False)
+    assert config.choice_rules() == ChoiceRules(pick_overlap=0.4, ask=False, judge="question")
     with pytest.raises(PolicyError):
         spec.parse_config({"candidates": "some"})
     with pytest.raises(PolicyError):
@@ -665,8 +666,8 @@ def test_the_question_judge_stops_asking_when_the_budget_cannot_afford_it() -> N
 
 def test_the_policy_config_carries_the_judge_and_refuses_an_unknown_one() -> None:
     spec = policy_registry().get("editable")
-    assert spec.parse_config({}).choice_rules().judge == "choice"
-    assert spec.parse_config({"judge": "question"}).choice_rules().judge == "question"
+    assert spec.parse_config({}).choice_rules().judge == "question"
+    assert spec.parse_config({"judge": "choice"}).choice_rules().judge == "choice"
     with pytest.raises(PolicyError):
         spec.parse_config({"judge": "vote"})
 
@@ -699,3 +700,47 @@ def test_values_stay_whole_and_question_words_do_not_count() -> None:
     assert verdict.stale and verdict.new == ("20:00",) and verdict.old == ()
     kept = judge_answer("At 8:00.", "When?", "Tablet at 8:00.", "Tablet again at 8:00 or 9:00.")
     assert not kept.stale
+
+
+def test_values_decide_over_words_when_the_answer_repeats_one() -> None:
+    # "same day": the old record's Thursday is not repeated by the new one, but the time is
+    # what changed, and the answer repeats the new time.
+    verdict = judge_answer(
+        "The demo is on Thursday at 14:00.",
+        "When is the demo?",
+        "The demo is on Thursday at 15:00.",
+        "The demo now starts at 14:00, same day.",
+    )
+    assert verdict.stale and verdict.new == ("14:00",)
+    both = judge_answer("14:00 or 15:00", "When?", "Demo at 15:00.", "Demo at 14:00.")
+    assert not both.stale and both.old == ("15:00",)
+    words = judge_answer(
+        "It was cancelled.", "Where is lunch?", "Lunch at the Thai place.", "Lunch is cancelled."
+    )
+    assert words.stale and len(words.new) == 1 and not words.old
+
+
+def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> None:
+    backend = asker(
+        {
+            "Lamp": "What does the lamp cost?",
+            "Desk": "What does the desk cost?",
+            "Chair": "What does the chair cost?",
+        },
+        {"lamp cost": "35 EUR.", "cost": "It did not change."},
+    )
+    session, report = run_with(
+        notes(
+            "Lamp price 30 EUR in the shop.",
+            "Desk price 90 EUR.",
+            "Chair price 40 EUR.",
+            "Lamp price now 35 EUR in the shop.",
+        ),
+        backend,
+        QUESTION_RULES,
+    )
+    last = [c for c in report.choices if c.records == ("n4",)]
+    # Three earlier notes share a word with n4; the two it repeats most are asked about, in
+    # record order: n1 (the lamp, most words) and the newer of the two equal ones.
+    assert [c.options for c in last] == [("n1",), ("n3",)]
+    assert last[0].chosen == "n1" and "n1" not in session.context.ids

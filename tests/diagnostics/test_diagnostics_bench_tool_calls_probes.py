@@ -359,8 +359,13 @@ def test_judging_does_not_depend_on_the_protocol() -> None:
         # The question about n3 offers n1 and n2: n3 replaces n1.
         return ModelResponse(text='"n1"' if "n2" in options else '"none"', generated_tokens=2)
 
-    # The model's choice (the default incremental decision is the runtime's overlap pick).
-    incremental = {"decision": "incremental", "pick_overlap": None, "ask_model": True}
+    # The model's choice among the offered records (judge "choice").
+    incremental = {
+        "decision": "incremental",
+        "pick_overlap": None,
+        "ask_model": True,
+        "judge": "choice",
+    }
     row = run_decision_probe(loaded(probe()), ByteCounter(), ScriptedBackend(choose), incremental)
     assert row["exact"] and row["deleted"] == ["n1"] and row["decision_calls"] == 2
     keep = ScriptedBackend(lambda p, c: ModelResponse(text='"none"', generated_tokens=2))

@@ -33,7 +33,7 @@ DEFAULT_CANDIDATES: Candidates = "shared-word"
 DEFAULT_CHOICE_REPLY: ReplyForm = "word"
 DEFAULT_PICK_OVERLAP: float | None = None
 DEFAULT_ASK_MODEL = True
-DEFAULT_JUDGE: Judge = "choice"
+DEFAULT_JUDGE: Judge = "question"
 # Wrappers (progress, recording, cancellation) keep the model they wrap under one of these.
 _WRAPPED = ("backend", "inner", "_backend", "_inner", "wrapped")
 
@@ -91,6 +91,8 @@ class EditableConfig(BaseModel):
     # over the two records, and replaces the earlier one when the answer repeats what only the
     # new one says.
     judge: Judge = DEFAULT_JUDGE
+    # The question judge: the answer prompt lists the new record before the earlier one.
+    newer_first: bool = False
 
     def choice_rules(self) -> ChoiceRules:
         """The incremental decision's rules for asking."""
@@ -101,6 +103,7 @@ class EditableConfig(BaseModel):
             pick_overlap=self.pick_overlap,
             ask=self.ask_model,
             judge=self.judge,
+            newer_first=self.newer_first,
         )
 
     def style(self, backend: object = None) -> EditStyle:
