@@ -253,7 +253,7 @@ QUESTION_OUTPUT_TOKENS = 24
 ANSWER_OUTPUT_TOKENS = 24
 # A quoted note longer than this is cut (a telemetry table would cost its whole length again
 # in every question about it).
-QUOTE_CHARS = 400
+QUOTE_CHARS = 200
 
 
 def _quote(text: str) -> str:

@@ -134,18 +134,21 @@ def _sentence(
         return f"No policy passed every check. {reasons}."
     t = winner.totals
     passing = [r for r in rows if r.passed]
-    text = (
-        f"{t.label} won: it passed all {t.checks_total} checks with the least model work "
-        f"({t.model_work:,} {unit} prefilled and generated"
+    # "the least model work" only where another policy also passed: a sole passer may cost
+    # more than the policies that failed, and the sentence says so.
+    how = (
+        "it was the only policy to pass every check"
+        if len(passing) == 1 and len(rows) > 1
+        else "it passed every check with the least model work"
     )
+    text = f"{t.label} won: {how} ({t.checks_total} of {t.checks_total}; {t.model_work:,} {unit} "
+    text += "prefilled and generated"
     if base is not None and base is not t and winner.work_change is not None:
         text += f", {winner.work_change_text} against {base.label}"
         if not base.passed:
             text += ", which did not pass"
     text += ")"
-    if len(passing) == 1 and len(rows) > 1:
-        text += "; it was the only policy to pass every check"
-    elif len(passing) > 1:
+    if len(passing) > 1:
         runner_up = passing[1].totals
         text += f"; {runner_up.label} also passed, at {runner_up.model_work:,}"
     failed = [r for r in rows if not r.passed]

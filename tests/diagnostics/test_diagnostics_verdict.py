@@ -33,7 +33,9 @@ def test_the_cheapest_passing_policy_wins_and_changes_are_against_append_only() 
     assert editable.input_change == -0.5
     assert editable.input_change_text == "−50 %"
     assert verdict.rows[1].input_change is None  # the baseline has no change against itself
-    assert verdict.sentence.startswith("Editable won: it passed all 4 checks")
+    assert verdict.sentence.startswith(
+        "Editable won: it passed every check with the least model work (4 of 4;"
+    )
     assert "−50 % against Append-only" in verdict.sentence
     assert "Append-only also passed, at 2,200" in verdict.sentence
 
@@ -41,7 +43,9 @@ def test_the_cheapest_passing_policy_wins_and_changes_are_against_append_only() 
 def test_a_cheaper_policy_that_failed_a_check_does_not_win() -> None:
     verdict = decide([totals("append-only", work=2000), totals("navigated", passed=3, work=10)])
     assert verdict.winner == "append-only"
-    assert "only policy to pass every check" in verdict.sentence
+    # The sole passer is not called the cheapest: it did more work than the one that failed.
+    assert verdict.sentence.startswith("Append-only won: it was the only policy to pass every")
+    assert "least model work" not in verdict.sentence
     assert "Navigated: 3/4 checks passed" in verdict.sentence
 
 
