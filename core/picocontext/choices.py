@@ -9,11 +9,12 @@ turns the chosen replacements into one atomic :class:`~picocontext.edits.Edit` t
 validator judges like any other. A reply that is no option (free decoding) is recorded as
 invalid and never applied.
 
-A question needs a model that can tell a new value from an added detail; on the default
-1.5B model none of the formats measured could (docs/policies.md), while the share of an
-earlier record's content words that a new record repeats found most stale records at no cost.
-So :class:`ChoiceRules` also let the runtime pick by that share (the editable policy's
-default) and narrow the options a question offers to records sharing a content word.
+A choice needs a model that can tell a new value from an added detail; on the default
+1.5B model none of the choice formats measured could (docs/policies.md). What it can do is
+write the question a record answers and answer it from two records, so the question judge
+(``judge: "question"``, the editable policy's default) asks that and reads the answer's words
+against the two records (:func:`judge_answer`). :class:`ChoiceRules` also let the runtime pick
+by repeated content words and narrow the options to records sharing a content word.
 
 This module is pure: it plans questions, builds the answer schema (the one grammar source both
 engines consume, through ``ModelInput.answer_schema_json``), reads replies and builds the edit.
