@@ -21,13 +21,15 @@ from picocontext import ModelBackend
 from picocontext.models import ByteCounter
 from picocontext.policies import ContextPolicy, RetrievalPolicy, RetrievalSettings
 from picocontext_diagnostics.backends import DEFAULT_BYTES_PER_TOKEN
-from picocontext_diagnostics.conversations import load_conversation
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
-from picocontext_diagnostics.conversations_eval import (
+from picocontext_diagnostics.conversations.conversation_runner import (
     ConversationRunner,
     PolicyFactory,
     conversation_budget,
 )
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
+from picocontext_diagnostics.conversations.format import load_conversation
 from picocontext_diagnostics.policies import Policy, create_policy_object
 
 

@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from picocontext_diagnostics.conversations import load_conversation
+from picocontext_diagnostics.conversations.format import load_conversation
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,9 @@ from typing import Any, cast
 
 import picocontext
 from picocontext.models import BYTE_UNIT, ModelHandle, handle_for
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
 from picocontext_diagnostics.errors import BackendSetupError
 from picocontext_diagnostics.evaluation import Provenance
 from picocontext_diagnostics.notebook import MODEL_ID, MODEL_REVISION

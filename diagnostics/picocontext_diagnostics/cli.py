@@ -350,7 +350,7 @@ def _check_remote(out: dict[str, str]) -> None:
 
 def conversation_options(out: dict[str, str]) -> None:
     """``--conversation`` replaces the episode configuration; its own flags need it."""
-    from picocontext_diagnostics import conversations_cli
+    from picocontext_diagnostics.conversations import command as conversations_cli
 
     try:
         conversations_cli.check_options(out)
@@ -361,7 +361,7 @@ def conversation_options(out: dict[str, str]) -> None:
 def policy_choices(out: dict[str, str]) -> dict[str, Policy] | None:
     if "conversation" not in out:
         return None
-    from picocontext_diagnostics import conversations_cli
+    from picocontext_diagnostics.conversations import command as conversations_cli
 
     return conversations_cli.registry()
 
@@ -543,7 +543,7 @@ def execute(
     except PicoContextError as exc:
         return _fail(exc, err, prog)
     if "conversation" in args:
-        from picocontext_diagnostics import conversations_cli
+        from picocontext_diagnostics.conversations import command as conversations_cli
 
         return conversations_cli.execute(args, out, err, cancel, prog)
     try:

@@ -9,8 +9,8 @@ sending, the failure in the tooltip). Selecting a cell shows the
 question, the reference, the answer and each evidence turn's fate.
 
 The widget shows state; the diagnostics compute it. It renders a
-:class:`~picocontext_diagnostics.conversations_eval.ConversationReport`; "Compare" runs the
-:class:`~picocontext_diagnostics.conversations_eval.ConversationRunner` on the deterministic
+:class:`~picocontext_diagnostics.conversations.ConversationReport`; "Compare" runs the
+:class:`~picocontext_diagnostics.conversations.ConversationRunner` on the deterministic
 backend in a ``QThread`` (a second or two, no model) and renders what comes back.
 ``python -m picocontext_playground.conversation_tab --conversation FILE --screenshot PNG``
 renders the tab headless and grabs it.
@@ -43,14 +43,14 @@ from PySide6.QtWidgets import (
 )
 
 from picocontext import PicoContextError
-from picocontext_diagnostics.conversations import Conversation, load_conversation
-from picocontext_diagnostics.conversations_eval import (
+from picocontext_diagnostics.conversations.conversation_runner import (
     ORACLE,
     ConversationReport,
     ConversationRunner,
     QuestionResult,
     conversation_budget,
 )
+from picocontext_diagnostics.conversations.format import Conversation, load_conversation
 from picocontext_diagnostics.policies import BUILTIN_POLICIES, Policy
 
 POLICIES = (

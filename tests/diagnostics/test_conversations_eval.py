@@ -15,20 +15,8 @@ import pytest
 from picocontext.models import ByteCounter
 from picocontext_diagnostics import cli as eval_cli
 from picocontext_diagnostics.cli import run
-from picocontext_diagnostics.conversations import (
-    FORMAT,
-    MAX_BYTES,
-    Conversation,
-    load_conversation,
-    parse_conversation,
-)
-from picocontext_diagnostics.conversations_backend import (
-    UNKNOWN,
-    DeterministicConversationBackend,
-    best_sentence,
-)
-from picocontext_diagnostics.conversations_cli import EXIT_FAILED, bytes_per_token
-from picocontext_diagnostics.conversations_eval import (
+from picocontext_diagnostics.conversations.command import EXIT_FAILED, bytes_per_token
+from picocontext_diagnostics.conversations.conversation_runner import (
     ORACLE,
     ConversationReport,
     ConversationRunner,
@@ -37,6 +25,18 @@ from picocontext_diagnostics.conversations_eval import (
     exact_match,
     normalize_answer,
     token_f1,
+)
+from picocontext_diagnostics.conversations.extractive_backend import (
+    UNKNOWN,
+    DeterministicConversationBackend,
+    best_sentence,
+)
+from picocontext_diagnostics.conversations.format import (
+    FORMAT,
+    MAX_BYTES,
+    Conversation,
+    load_conversation,
+    parse_conversation,
 )
 from picocontext_diagnostics.policies import BUILTIN_POLICIES
 

@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from picocontext import ContextSession, Record, Role, Scope, Snapshot, ToolCall
 from picocontext.models import ByteCounter
-from picocontext_diagnostics.conversations import (
+from picocontext_diagnostics.conversations.conversation_runner import (
+    initial_snapshot,
+    session_records,
+)
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
+from picocontext_diagnostics.conversations.format import (
     FORMAT,
     MAX_BYTES,
     SCHEMA_FILENAME,
@@ -30,8 +37,6 @@ from picocontext_diagnostics.conversations import (
     parse_conversation,
     parse_date,
 )
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
-from picocontext_diagnostics.conversations_eval import initial_snapshot, session_records
 
 jsonschema: Any = importlib.import_module("jsonschema")
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"

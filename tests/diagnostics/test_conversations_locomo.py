@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from picocontext_diagnostics.conversations import ConversationError, load_conversation
-from picocontext_diagnostics.conversations_locomo import (
+from picocontext_diagnostics.conversations.format import ConversationError, load_conversation
+from picocontext_diagnostics.conversations.locomo import (
     LocomoStats,
     convert_file,
     locomo_date,

@@ -61,8 +61,8 @@ from picocontext import (
     WorkingContext,
 )
 from picocontext.policies import Compaction, ContextPolicy
-from picocontext_diagnostics.conversations import ROLE_SPEAKERS, Conversation, Question
-from picocontext_diagnostics.conversations import Session as ChatSession
+from picocontext_diagnostics.conversations.format import ROLE_SPEAKERS, Conversation, Question
+from picocontext_diagnostics.conversations.format import Session as ChatSession
 from picocontext_diagnostics.evaluation import Provenance, Rate
 from picocontext_diagnostics.policies import Policy, create_policy_object
 

@@ -21,7 +21,7 @@ The rules, all of them visible in the output:
   turn is dropped, and a question left without evidence is skipped. Every drop is counted in
   the :class:`LocomoStats` the converter returns.
 
-``python -m picocontext_diagnostics.conversations_locomo FILE... --out DIR`` writes one
+``python -m picocontext_diagnostics.conversations.locomo FILE... --out DIR`` writes one
 conversation per LoCoMo conversation and prints what it dropped.
 """
 
@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from picocontext_diagnostics.conversations import (
+from picocontext_diagnostics.conversations.format import (
     FORMAT,
     Conversation,
     ConversationError,
@@ -175,7 +175,7 @@ def convert_file(path: Path | str, stats: LocomoStats) -> list[Conversation]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m picocontext_diagnostics.conversations_locomo",
+        prog="python -m picocontext_diagnostics.conversations.locomo",
         description="Convert LoCoMo files to picocontext.conversation/1 (one file each).",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")

@@ -12,7 +12,9 @@ import numpy.typing as npt
 from picocontext import ContextSession, Record, Role, RunBudget, Scope, Snapshot
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, RetrievalSettings
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 BUDGET = RunBudget(context_window=1_500, completion_output_tokens=100, edit_output_tokens=100)

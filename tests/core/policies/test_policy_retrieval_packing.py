@@ -21,7 +21,9 @@ from picocontext.policies.retrieval import (
     with_neighbours,
 )
 from picocontext.policies.sliding_window import completion_tokens, latest_request, prompt_room
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 FILLER = "We talked about the weather and the trains for a while."

@@ -21,7 +21,9 @@ from picocontext import (
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, SlidingWindowPolicy
 from picocontext.policies.history import history_units
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 WORDS = st.sampled_from(["locker", "code", "train", "rain", "cat", "4471", "moved", "Braga"])

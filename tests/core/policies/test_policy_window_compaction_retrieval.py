@@ -25,7 +25,9 @@ from picocontext.policies import (
 from picocontext.policies.compaction import SUMMARY_MARK, CompactionSettings
 from picocontext.policies.history import history_units
 from picocontext.policies.retrieval import stem
-from picocontext_diagnostics.conversations_backend import DeterministicConversationBackend
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
 from picocontext_diagnostics.episodes import generated_episode
 from picocontext_diagnostics.fixtures import Scenario
 from picocontext_diagnostics.policies import BUILTIN_POLICIES

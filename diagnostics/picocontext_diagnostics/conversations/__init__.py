@@ -1,0 +1,45 @@
+"""Conversations: compare context policies on sessions of turns with known answers.
+
+* :mod:`.format` — the file format ``picocontext.conversation/1``, its importers and exporter;
+* :mod:`.locomo` — the converter from LoCoMo
+  (``python -m picocontext_diagnostics.conversations.locomo``);
+* :mod:`.extractive_backend` — the deterministic backend that answers by an extractive rule;
+* :mod:`.conversation_runner` — conversation episodes, per-question scores and the report;
+* :mod:`.command` — ``picocontext eval --conversation FILE``.
+"""
+
+from picocontext_diagnostics.conversations.conversation_runner import (
+    ConversationReport,
+    ConversationRunner,
+    conversation_budget,
+)
+from picocontext_diagnostics.conversations.extractive_backend import (
+    DeterministicConversationBackend,
+)
+from picocontext_diagnostics.conversations.format import (
+    Conversation,
+    ConversationError,
+    Question,
+    Session,
+    Turn,
+    export_messages,
+    import_jsonl,
+    import_messages,
+    load_conversation,
+)
+
+__all__ = [
+    "Conversation",
+    "ConversationError",
+    "ConversationReport",
+    "ConversationRunner",
+    "DeterministicConversationBackend",
+    "Question",
+    "Session",
+    "Turn",
+    "conversation_budget",
+    "export_messages",
+    "import_jsonl",
+    "import_messages",
+    "load_conversation",
+]
