@@ -3,19 +3,22 @@
 A :class:`PreparedPrompt` carries the exact token ids a backend consumes and the text those ids
 decode to; budgets are charged on those ids, never on an estimate. Everything here is data and
 protocols: the phase defaults a :class:`ModelInput` falls back on (system text, tools,
-guidance) are the texts of :mod:`picocontext.prompts`, which depends only on records and edits.
+guidance) are the texts of :mod:`picocontext.prompts`, which takes a phase, an edit style and a
+snapshot, never a :class:`ModelInput`, so the dependency runs one way. :class:`Phase` and
+:class:`EditStyle` live in the leaf :mod:`picocontext.phases`, which both import.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.cancel import CancelToken
+from picocontext.phases import EditStyle as EditStyle
+from picocontext.phases import Phase as Phase
 from picocontext.prompts import (
     CHOICE_GUIDANCE,
     COMPLETION_GUIDANCE,
@@ -27,30 +30,6 @@ from picocontext.prompts import (
 from picocontext.records import Record, Snapshot
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-
-class Phase(StrEnum):
-    """``edit``: the tool-call context decision (edit/keep tools); ``choice``: one short
-    question of the incremental decision, answered by one option of ``answer_schema_json``;
-    ``completion``: the answer (tool calls refused); ``tools``: a policy's own tool step
-    (navigation or digest verbs, given in ``tools_json``)."""
-
-    EDIT = "edit"
-    CHOICE = "choice"
-    COMPLETION = "completion"
-    TOOLS = "tools"
-
-
-class EditStyle(StrEnum):
-    """How an editable run decides. ``incremental``: for each new record, one constrained
-    choice "which earlier record does it replace, or none" (designed by measurement for
-    0.5–1.5B models, see docs/policies.md). ``targeted`` and ``summarize`` are the tool-call
-    protocol (one ``edit_context``/``keep_context`` call with operations), kept for
-    comparison."""
-
-    TARGETED = "targeted"
-    SUMMARIZE = "summarize"
-    INCREMENTAL = "incremental"
 
 
 class ModelInput(BaseModel):
@@ -93,7 +72,7 @@ class ModelInput(BaseModel):
             return self.system_text
         if self.tool_call_step:
             return tool_call_instructions(self.edit_style)
-        return system_instructions(self)
+        return system_instructions(self.phase, self.edit_style)
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:
@@ -112,7 +91,7 @@ class ModelInput(BaseModel):
         if self.guidance is not None:
             return self.guidance
         if self.phase is Phase.EDIT:
-            return decision_guidance(self)
+            return decision_guidance(self.context, self.edit_style)
         if self.phase is Phase.CHOICE:
             return CHOICE_GUIDANCE
         return COMPLETION_GUIDANCE

@@ -6,15 +6,13 @@ accepted/kept receipt details and the retry feedback (which never quotes model o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL, MAX_EDIT_OPERATIONS
 from picocontext.headers import header_field
 from picocontext.headers import record_header as record_header
+from picocontext.phases import EditStyle, Phase
 from picocontext.records import Snapshot
-
-if TYPE_CHECKING:
-    from picocontext.backend import EditStyle, ModelInput
 
 DECISION_INSTRUCTIONS = "\n".join(
     [
@@ -61,21 +59,17 @@ COMPLETION_GUIDANCE = "\n".join(
 )
 
 
-def system_instructions(model_input: ModelInput) -> str:
-    """The default system text of an input. Nothing in it depends on the revision (the
-    revision trails after the history, in the guidance), so an edit re-prefills from its
-    first changed record, not from the system message."""
-    from picocontext.backend import Phase
-
-    if model_input.phase is Phase.EDIT:
-        return tool_call_instructions(model_input.edit_style)
+def system_instructions(phase: Phase, style: EditStyle) -> str:
+    """The default system text of an input in ``phase``. Nothing in it depends on the
+    revision (the revision trails after the history, in the guidance), so an edit re-prefills
+    from its first changed record, not from the system message."""
+    if phase is Phase.EDIT:
+        return tool_call_instructions(style)
     return COMPLETION_INSTRUCTIONS
 
 
 def tool_call_instructions(style: EditStyle) -> str:
     """The system text of every call of a tool-call decision step (decision and answer)."""
-    from picocontext.backend import EditStyle
-
     parts = [DECISION_INSTRUCTIONS]
     if style is EditStyle.SUMMARIZE:
         parts.append(SUMMARIZE_INSTRUCTIONS)
@@ -92,18 +86,15 @@ def destination_id(snapshot: Snapshot) -> str:
     return unprotected[-1].id if unprotected else "none"
 
 
-def decision_guidance(model_input: ModelInput) -> str:
-    """Trailing user message of the decision phase."""
-    from picocontext.backend import EditStyle
-
-    snapshot = model_input.context
+def decision_guidance(snapshot: Snapshot, style: EditStyle) -> str:
+    """Trailing user message of the decision phase on ``snapshot``."""
     # ids are written as in record headers, so an id cannot print a header of its own
     editable = ", ".join(header_field(i) for i in snapshot.unprotected_ids) or "none"
     destination = header_field(destination_id(snapshot)) if snapshot.unprotected_ids else "none"
     lines = [
         "This turn is only for the context decision: call exactly one tool, then stop.",
     ]
-    if model_input.edit_style is EditStyle.SUMMARIZE:
+    if style is EditStyle.SUMMARIZE:
         lines += [
             "Fold all task-relevant unprotected history into the complete current state.",
             f"Suggested existing destination: {destination}.",
