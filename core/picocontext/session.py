@@ -666,7 +666,7 @@ class _Run:
             del pending[key]
         chosen = self.ask_choices(snapshot, steps, list(pending.values()))
         pending.update((u.key, u) for u in chosen)
-        replies = "; ".join(f"{','.join(c.records)}: {c.reply.strip()}" for c in self.choices)
+        replies = "; ".join(reply_line(c, self.rules.judge == "question") for c in self.choices)
         said = ModelResponse(text=replies)
         edit = replacement_edit(snapshot, list(pending.values())) if self.room_needed() else None
         if edit is not None:
@@ -1085,6 +1085,13 @@ def unshared(unit: Unit) -> Choice:
         detail="no earlier record shares a content word with it (or enough of them): "
         "replaces nothing (no call)",
     )
+
+
+def reply_line(choice: Choice, judged_pairs: bool) -> str:
+    """One choice in the decision's model output: the new record and the reply, and for the
+    question judge the earlier record the answer was about."""
+    about = f" about {choice.options[0]}" if judged_pairs and len(choice.options) == 1 else ""
+    return f"{','.join(choice.records)}{about}: {choice.reply.strip()}"
 
 
 def runtime_choice(unit: Unit, picked: Unit, share: float) -> Choice:

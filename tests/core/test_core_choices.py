@@ -744,3 +744,11 @@ def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> N
     # record order: n1 (the lamp, most words) and the newer of the two equal ones.
     assert [c.options for c in last] == [("n1",), ("n3",)]
     assert last[0].chosen == "n1" and "n1" not in session.context.ids
+
+
+def test_the_question_judges_model_output_names_the_pair_each_answer_was_about() -> None:
+    backend = asker({"30 EUR": "What does the lamp cost?"}, {"cost": "35 EUR now."})
+    _session, report = run_with(
+        notes("Lamp price 30 EUR.", "Lamp price now 35 EUR."), backend, QUESTION_RULES
+    )
+    assert report.attempts[0].model_text == "n2 about n1: 35 EUR now."
