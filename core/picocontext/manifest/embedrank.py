@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from picocontext.manifest.errors import NavigatorError
 from picocontext.manifest.model import Manifest, Node
-from picocontext.manifest.routing import SubtreeNavigator
+from picocontext.manifest.subtree import SubtreeNavigator
 
 RRF_K = 60
 Vectors = npt.NDArray[np.float32]

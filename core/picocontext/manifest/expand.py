@@ -6,7 +6,7 @@ the field -- that free disk space is ``df``, that a temporary test directory is 
 -- without having read any page of the manifest. :class:`QueryExpander` asks it once per
 query for a line of likely names and technical synonyms; the navigator then matches both the
 query and those words against the descriptors (see
-:class:`picocontext.manifest.routing.SubtreeNavigator`).
+:class:`picocontext.manifest.subtree.SubtreeNavigator`).
 
 What the model sees: the query and a one-line hint about the collection (the manifest root's
 own ``what`` line), never a leaf payload or any other descriptor, so the expansion adds no

@@ -7,7 +7,7 @@ opened -- and gives every node a *subtree score*: the best leaf score below it p
 the node's own line. A branch whose own line says little ("coreutils") but which holds the
 page that answers the query then ranks where it belongs.
 
-It serves two readers: the subtree navigators (:mod:`picocontext.manifest.routing`) and the
+It serves two readers: the subtree navigators (:mod:`picocontext.manifest.subtree`) and the
 runtime's built-in ``search`` (:class:`DescriptorSearch`), so a search ranks a leaf by its
 own line *and* the branch lines above it, the way the tree routes.
 """
