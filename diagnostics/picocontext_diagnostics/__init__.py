@@ -1,24 +1,52 @@
 """picocontext_diagnostics — fixtures, graders, runners and benchmarks over the public core API.
 
-* :mod:`.fixtures` — JSON fixtures (order lookup, notebook episodes, pressure profile).
-* :mod:`.episodes` — fixed and seeded generated notebook episodes with their oracle.
-* :mod:`.grading` — the notebook fold, exact-value framing and the strict answer parser.
-* :mod:`.order_task` — the order lookup as a one-step episode, and a deterministic model
-  that plays it by rule.
-* :mod:`.notebook` — a deterministic notebook backend (an "ideal model" for tests and demos;
-  in the tools phase of navigated/distilled policies a reader of what it is shown).
+* :mod:`.episodes` — notebook episodes and the order lookup: fixtures, the episode streams,
+  graders, deterministic backends and the episode runner.
+* :mod:`.conversations` — conversations: the file format, the LoCoMo converter, the extractive
+  backend, the conversation runner and ``picocontext eval --conversation``.
+* :mod:`.evaluation` — batches of episodes, statistics, JSON reports.
 * :mod:`.policies` — policies as data; append-only, editable, summarize, navigated, distilled.
-* :mod:`.runner` — the episode runner; :mod:`.evaluation` — batches, statistics, JSON reports.
-* :mod:`.cli` — ``picocontext-eval``.
+* :mod:`.backends` — the backends an evaluation runs on, and their provenance.
+* :mod:`.decision_probes` — bring-your-own decision probes, judged by outcome.
+* :mod:`.verdict` — who won a side-by-side run; :mod:`.parallel` — episodes on a worker pool.
+* :mod:`.cli` — ``picocontext eval``; :mod:`.tables` — ``picocontext tables``;
+  :mod:`.bench` — ``scripts/bench.sh`` benchmarks.
 """
 
-from picocontext_diagnostics.episodes import (
+from picocontext_diagnostics.episodes.episode import (
     Episode,
     SplitMix64,
     Step,
     check_oracle,
     fixture_episode,
     generated_episode,
+)
+from picocontext_diagnostics.episodes.episode_runner import (
+    DEFAULT_EPISODE_TOKENS,
+    EpisodeReport,
+    EpisodeRunner,
+    StepReport,
+    sequential_budget,
+)
+from picocontext_diagnostics.episodes.fixtures import (
+    OrderLookup,
+    Scenario,
+    order_lookup,
+    pressure_profile,
+)
+from picocontext_diagnostics.episodes.grading import (
+    ContextCheck,
+    answer_matches,
+    exact_values,
+    notebook_state,
+    parse_facts_answer,
+    retained_facts,
+    value_is_framed,
+)
+from picocontext_diagnostics.episodes.notebook_backend import DeterministicNotebookBackend
+from picocontext_diagnostics.episodes.order_task import (
+    DeterministicOrderBackend,
+    order_lookup_episode,
 )
 from picocontext_diagnostics.errors import (
     AnswerFormatError,
@@ -36,23 +64,6 @@ from picocontext_diagnostics.evaluation import (
     EvaluationRunner,
     Provenance,
 )
-from picocontext_diagnostics.fixtures import (
-    OrderLookup,
-    Scenario,
-    order_lookup,
-    pressure_profile,
-)
-from picocontext_diagnostics.grading import (
-    ContextCheck,
-    answer_matches,
-    exact_values,
-    notebook_state,
-    parse_facts_answer,
-    retained_facts,
-    value_is_framed,
-)
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
-from picocontext_diagnostics.order_task import DeterministicOrderBackend, order_lookup_episode
 from picocontext_diagnostics.policies import (
     APPEND_ONLY,
     BUILTIN_POLICIES,
@@ -66,13 +77,6 @@ from picocontext_diagnostics.policies import (
     TurnRunner,
     create_policy_object,
     run_turn,
-)
-from picocontext_diagnostics.runner import (
-    DEFAULT_EPISODE_TOKENS,
-    EpisodeReport,
-    EpisodeRunner,
-    StepReport,
-    sequential_budget,
 )
 
 __all__ = [

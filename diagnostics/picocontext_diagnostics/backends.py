@@ -22,9 +22,9 @@ from picocontext.models import BYTE_UNIT, ModelHandle, handle_for
 from picocontext_diagnostics.conversations.extractive_backend import (
     DeterministicConversationBackend,
 )
+from picocontext_diagnostics.episodes.notebook_backend import MODEL_ID, MODEL_REVISION
 from picocontext_diagnostics.errors import BackendSetupError
 from picocontext_diagnostics.evaluation import Provenance
-from picocontext_diagnostics.notebook import MODEL_ID, MODEL_REVISION
 
 SOURCE_REVISION_ENV = "PICOCONTEXT_SOURCE_REVISION"
 BACKENDS = ("deterministic", "mlx", "llamacpp", "openai")

@@ -25,6 +25,8 @@ from picocontext.cli import UsageError as CLIUsageError
 from picocontext.cli import error_line, run_command, standalone_parser, usage_line
 from picocontext.models import MLX_SINGLE_WORKER, ModelHandle
 from picocontext_diagnostics.backends import DEFAULT_BYTES_PER_TOKEN
+from picocontext_diagnostics.episodes.episode_runner import StepReport
+from picocontext_diagnostics.episodes.fixtures import fixtures_dir
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -36,9 +38,7 @@ from picocontext_diagnostics.evaluation import (
     load_config,
 )
 from picocontext_diagnostics.evaluation.journal import journal_header, result_journal
-from picocontext_diagnostics.fixtures import fixtures_dir
 from picocontext_diagnostics.policies import BUILTIN_POLICIES, Policy, parse_policy_list
-from picocontext_diagnostics.runner import StepReport
 
 PROG = "picocontext-eval"
 PROFILES = ("retention", "state", "pressure", "long-history", "retention-four", "state-four")

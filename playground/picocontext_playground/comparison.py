@@ -44,8 +44,8 @@ from picocontext_diagnostics import (
     order_lookup_episode,
     sequential_budget,
 )
+from picocontext_diagnostics.episodes.episode_runner import cold_cache
 from picocontext_diagnostics.evaluation.journal import Journal
-from picocontext_diagnostics.runner import cold_cache
 from picocontext_playground.model_loader import LoadedModel
 from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView, policy_label
 from picocontext_playground.sections import (

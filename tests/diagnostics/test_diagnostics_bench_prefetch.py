@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from picocontext_diagnostics.bench import prefetch
-from picocontext_diagnostics.fixtures import fixtures_dir
+from picocontext_diagnostics.episodes.fixtures import fixtures_dir
 
 STATE = str(fixtures_dir() / "evaluation" / "state.json")
 

@@ -18,9 +18,9 @@ from picocontext import CancelToken, ModelInput, ModelResponse, PreparedPrompt
 from picocontext.models import ByteCounter
 from picocontext_diagnostics import backends, cli
 from picocontext_diagnostics.backends import resolve_backend
+from picocontext_diagnostics.episodes.notebook_backend import DeterministicNotebookBackend
 from picocontext_diagnostics.errors import BackendSetupError
 from picocontext_diagnostics.evaluation import EvaluationReport
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 

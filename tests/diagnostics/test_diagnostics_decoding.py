@@ -22,13 +22,17 @@ from picocontext import (
 )
 from picocontext.models import ByteCounter
 from picocontext_diagnostics import cli
-from picocontext_diagnostics.episodes import fixture_episode, generated_episode, request_shape
+from picocontext_diagnostics.episodes.episode import (
+    fixture_episode,
+    generated_episode,
+    request_shape,
+)
+from picocontext_diagnostics.episodes.episode_runner import EpisodeRunner
+from picocontext_diagnostics.episodes.fixtures import Scenario, notebook_texts
+from picocontext_diagnostics.episodes.grading import facts_answer_schema, parse_facts_answer
+from picocontext_diagnostics.episodes.notebook_backend import DeterministicNotebookBackend
 from picocontext_diagnostics.evaluation import EvaluationReport
-from picocontext_diagnostics.fixtures import Scenario, notebook_texts
-from picocontext_diagnostics.grading import facts_answer_schema, parse_facts_answer
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
 from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE
-from picocontext_diagnostics.runner import EpisodeRunner
 
 jsonschema = pytest.importorskip("jsonschema")
 

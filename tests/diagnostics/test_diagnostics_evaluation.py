@@ -21,6 +21,8 @@ from picocontext import (
 )
 from picocontext.models import ByteCounter
 from picocontext_diagnostics.backends import deterministic_backend, provenance
+from picocontext_diagnostics.episodes.fixtures import Scenario, fixtures_dir, pressure_profile
+from picocontext_diagnostics.episodes.notebook_backend import DeterministicNotebookBackend
 from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -31,8 +33,11 @@ from picocontext_diagnostics.evaluation import (
     rotation,
     summarize,
 )
-from picocontext_diagnostics.fixtures import Scenario, fixtures_dir, pressure_profile
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
+from picocontext_diagnostics.evaluation.proportions import (
+    mcnemar_exact_p,
+    paired_difference_interval,
+    wilson_interval,
+)
 from picocontext_diagnostics.policies import (
     APPEND_ONLY,
     BUILTIN_POLICIES,
@@ -40,11 +45,6 @@ from picocontext_diagnostics.policies import (
     SUMMARIZE,
     Policy,
     resolve_policies,
-)
-from picocontext_diagnostics.stats import (
-    mcnemar_exact_p,
-    paired_difference_interval,
-    wilson_interval,
 )
 
 WIDE = EvaluationLimits(context_window=32_768, turn_tokens=500_000, episode_tokens=2_000_000)

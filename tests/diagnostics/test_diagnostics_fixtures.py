@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from picocontext import Role, Scope, validate_snapshot
-from picocontext_diagnostics.episodes import fixture_episode
-from picocontext_diagnostics.errors import FixtureError, InvalidEpisode
-from picocontext_diagnostics.fixtures import (
+from picocontext_diagnostics.episodes.episode import fixture_episode
+from picocontext_diagnostics.episodes.fixtures import (
     FIXTURES_ENV,
     Scenario,
     fixtures_dir,
@@ -20,7 +19,8 @@ from picocontext_diagnostics.fixtures import (
     order_lookup,
     pressure_profile,
 )
-from picocontext_diagnostics.grading import ContextCheck, notebook_state
+from picocontext_diagnostics.episodes.grading import ContextCheck, notebook_state
+from picocontext_diagnostics.errors import FixtureError, InvalidEpisode
 
 
 @pytest.fixture

@@ -39,7 +39,14 @@ from picocontext.policies import (
 )
 from picocontext_diagnostics import cli, policies
 from picocontext_diagnostics.backends import deterministic_backend, provenance
-from picocontext_diagnostics.episodes import Episode, generated_episode
+from picocontext_diagnostics.episodes.episode import Episode, generated_episode
+from picocontext_diagnostics.episodes.episode_runner import EpisodeRunner
+from picocontext_diagnostics.episodes.fixtures import Scenario, fixtures_dir
+from picocontext_diagnostics.episodes.notebook_backend import (
+    DeterministicNotebookBackend,
+    ShownOnlyReader,
+    history_chunks,
+)
 from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
@@ -47,12 +54,6 @@ from picocontext_diagnostics.evaluation import (
     EvaluationReport,
     EvaluationRunner,
     load_config,
-)
-from picocontext_diagnostics.fixtures import Scenario, fixtures_dir
-from picocontext_diagnostics.notebook import (
-    DeterministicNotebookBackend,
-    ShownOnlyReader,
-    history_chunks,
 )
 from picocontext_diagnostics.policies import (
     BUILTIN_POLICIES,
@@ -64,7 +65,6 @@ from picocontext_diagnostics.policies import (
     create_policy_object,
     parse_policy_list,
 )
-from picocontext_diagnostics.runner import EpisodeRunner
 
 SCOPE = Scope(user_id="u", conversation_id="four", branch_id="main")
 WIDE = RunBudget(
@@ -392,7 +392,7 @@ def test_reader_answers_when_the_budget_is_spent_and_nothing_is_open() -> None:
 def test_navigated_reader_keeps_every_answer_under_retention_pressure() -> None:
     """The playground's four-column pressure smoke: 48 noise lines per update push older
     answers into the archive, where the reader finds them (its newest answer first)."""
-    from picocontext_diagnostics.episodes import fixture_episode
+    from picocontext_diagnostics.episodes.episode import fixture_episode
 
     episode = fixture_episode(Scenario.RETENTION, noise_lines=48)
     budget = RunBudget(

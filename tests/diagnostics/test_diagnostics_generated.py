@@ -21,7 +21,7 @@ from picocontext import (
     ToolCall,
 )
 from picocontext.models import ByteCounter
-from picocontext_diagnostics.episodes import (
+from picocontext_diagnostics.episodes.episode import (
     Episode,
     SplitMix64,
     Step,
@@ -29,10 +29,10 @@ from picocontext_diagnostics.episodes import (
     generated_episode,
     generated_operations,
 )
+from picocontext_diagnostics.episodes.fixtures import Scenario
+from picocontext_diagnostics.episodes.grading import ContextCheck, notebook_state
+from picocontext_diagnostics.episodes.notebook_backend import DeterministicNotebookBackend
 from picocontext_diagnostics.errors import InvalidEpisode
-from picocontext_diagnostics.fixtures import Scenario
-from picocontext_diagnostics.grading import ContextCheck, notebook_state
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 

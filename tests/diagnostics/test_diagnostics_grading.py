@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picocontext import Record, Role, Scope, Snapshot
-from picocontext_diagnostics.errors import AnswerFormatError
-from picocontext_diagnostics.grading import (
+from picocontext_diagnostics.episodes.grading import (
     ContextCheck,
     answer_matches,
     exact_values,
@@ -20,6 +19,7 @@ from picocontext_diagnostics.grading import (
     retained_facts,
     value_is_framed,
 )
+from picocontext_diagnostics.errors import AnswerFormatError
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 

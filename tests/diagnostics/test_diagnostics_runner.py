@@ -26,19 +26,19 @@ from picocontext import (
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy
-from picocontext_diagnostics.episodes import Episode, fixture_episode
-from picocontext_diagnostics.errors import InvalidEpisode
-from picocontext_diagnostics.fixtures import Scenario, dumps_sorted
-from picocontext_diagnostics.grading import notebook_state
-from picocontext_diagnostics.notebook import DeterministicNotebookBackend
-from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, SUMMARIZE, Policy, run_turn
-from picocontext_diagnostics.runner import (
+from picocontext_diagnostics.episodes.episode import Episode, fixture_episode
+from picocontext_diagnostics.episodes.episode_runner import (
     DEFAULT_EPISODE_TOKENS,
     EPISODE_EXHAUSTED,
     EpisodeRunner,
     StepReport,
     sequential_budget,
 )
+from picocontext_diagnostics.episodes.fixtures import Scenario, dumps_sorted
+from picocontext_diagnostics.episodes.grading import notebook_state
+from picocontext_diagnostics.episodes.notebook_backend import DeterministicNotebookBackend
+from picocontext_diagnostics.errors import InvalidEpisode
+from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, SUMMARIZE, Policy, run_turn
 
 BUDGET = RunBudget(context_window=32_000, total_tokens=120_000, max_edit_attempts=4)
 POLICIES = [APPEND_ONLY, EDITABLE, SUMMARIZE]

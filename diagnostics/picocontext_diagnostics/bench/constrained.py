@@ -38,8 +38,8 @@ from picocontext import (
 )
 from picocontext.models import decision_lark, decision_schema
 from picocontext_diagnostics.bench.generate import environment, load
-from picocontext_diagnostics.episodes import generated_episode
-from picocontext_diagnostics.fixtures import Scenario
+from picocontext_diagnostics.episodes.episode import generated_episode
+from picocontext_diagnostics.episodes.fixtures import Scenario
 
 
 def decision_snapshots(count: int) -> list[Snapshot]:

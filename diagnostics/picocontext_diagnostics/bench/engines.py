@@ -179,8 +179,8 @@ def timed_call(model: Any, prompt: Any, max_tokens: int) -> dict[str, Any]:
 def answer_valid(prompt: Any, text: str) -> bool:
     """The reply has the strict facts shape (the graders' parser) with exactly the keys of
     its answer schema."""
+    from picocontext_diagnostics.episodes.grading import parse_facts_answer
     from picocontext_diagnostics.errors import AnswerFormatError
-    from picocontext_diagnostics.grading import parse_facts_answer
 
     schema = prompt.input.answer_schema or {}
     wanted = schema.get("properties", {}).get("facts", {}).get("required", [])

@@ -14,13 +14,13 @@ from typing import Any
 
 from picocontext import __version__
 from picocontext_diagnostics.backends import deterministic_backend, provenance
+from picocontext_diagnostics.episodes.fixtures import Scenario
 from picocontext_diagnostics.evaluation import (
     EvaluationConfig,
     EvaluationLimits,
     EvaluationReport,
     EvaluationRunner,
 )
-from picocontext_diagnostics.fixtures import Scenario
 
 
 def measure(scenario: Scenario, noise_lines: int, repeat: int) -> dict[str, Any]:

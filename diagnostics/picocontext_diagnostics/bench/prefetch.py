@@ -27,12 +27,12 @@ from picocontext import PicoContextError, TokenCounter
 from picocontext.manifest import NAVIGATORS
 from picocontext.models import ByteCounter
 from picocontext.policies import NavigatedConfig
-from picocontext_diagnostics.episodes import generated_episode
+from picocontext_diagnostics.episodes.episode import generated_episode
+from picocontext_diagnostics.episodes.episode_runner import EpisodeRunner
+from picocontext_diagnostics.episodes.fixtures import fixtures_dir
+from picocontext_diagnostics.episodes.notebook_backend import ShownOnlyReader
 from picocontext_diagnostics.evaluation import load_config
-from picocontext_diagnostics.fixtures import fixtures_dir
-from picocontext_diagnostics.notebook import ShownOnlyReader
 from picocontext_diagnostics.policies import Policy
-from picocontext_diagnostics.runner import EpisodeRunner
 
 DEFAULT_CONFIG = "long-history.json"
 DEFAULT_TOKENIZER = "qwen2.5-coder-0.5b"

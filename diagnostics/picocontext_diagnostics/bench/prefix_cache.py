@@ -20,8 +20,8 @@ from typing import Any
 
 from picocontext import ContextSession, Record, Role, RunBudget
 from picocontext_diagnostics.bench.generate import environment, load
-from picocontext_diagnostics.episodes import generated_episode
-from picocontext_diagnostics.fixtures import Scenario, fixtures_dir
+from picocontext_diagnostics.episodes.episode import generated_episode
+from picocontext_diagnostics.episodes.fixtures import Scenario, fixtures_dir
 from picocontext_diagnostics.policies import APPEND_ONLY, EDITABLE, Policy, PolicyRun
 
 

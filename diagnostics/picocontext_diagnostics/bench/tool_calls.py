@@ -64,8 +64,8 @@ from picocontext_diagnostics.decision_probes import (
     run_decision_probe,
     summarize_decisions,
 )
+from picocontext_diagnostics.episodes.fixtures import load_fixture
 from picocontext_diagnostics.errors import DiagnosticsError
-from picocontext_diagnostics.fixtures import load_fixture
 
 PROBES_FILE = "tool_call_probes.json"
 SCOPE = Scope(user_id="bench", conversation_id="tool-calls", branch_id="main")

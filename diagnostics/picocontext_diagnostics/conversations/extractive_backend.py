@@ -1,7 +1,7 @@
 """The deterministic backend, taught to answer conversations by an extractive rule.
 
 Notebook prompts (a request with a ``{"facts": ...}`` answer shape) go to
-:class:`~picocontext_diagnostics.notebook.DeterministicNotebookBackend` unchanged. A prompt
+:class:`~picocontext_diagnostics.episodes.DeterministicNotebookBackend` unchanged. A prompt
 whose latest request has no such shape is a conversation question, answered like this:
 
 * **answer** (completion, or a tools step with nothing left to look up): the sentence of the
@@ -38,9 +38,13 @@ from picocontext import (
     Role,
 )
 from picocontext.policies import SUMMARY_GUIDANCE, SUMMARY_MARK
-from picocontext_diagnostics.fixtures import dumps_sorted
-from picocontext_diagnostics.grading import FACT_PREFIX, REMOVE_PREFIX, notebook_state
-from picocontext_diagnostics.notebook import _INDEX_LINE, DeterministicNotebookBackend, _clip
+from picocontext_diagnostics.episodes.fixtures import dumps_sorted
+from picocontext_diagnostics.episodes.grading import FACT_PREFIX, REMOVE_PREFIX, notebook_state
+from picocontext_diagnostics.episodes.notebook_backend import (
+    INDEX_LINE,
+    DeterministicNotebookBackend,
+    clip_utf8,
+)
 
 MAX_OPENS = 4
 RECALL_WORDS = 400
@@ -271,7 +275,7 @@ class DeterministicConversationBackend(DeterministicNotebookBackend):
         lines: dict[str, tuple[int, bool, int]] = {}
         # the navigated policy's index is in the history; a recall's results are control records
         for record in (*prompt.input.context.records, *prompt.input.control_records):
-            for node_id, kind, text in _INDEX_LINE.findall(record.body):
+            for node_id, kind, text in INDEX_LINE.findall(record.body):
                 if node_id != "r" and node_id not in opened:
                     score = len(wanted & content_words(text))
                     lines[node_id] = (score, kind == "leaf", len(lines))
@@ -285,12 +289,12 @@ class DeterministicConversationBackend(DeterministicNotebookBackend):
 
     @staticmethod
     def _call(call: ModelToolCall, max_tokens: int) -> ModelResponse:
-        text, used, clipped = _clip(call.arguments, max_tokens)
+        text, used, clipped = clip_utf8(call.arguments, max_tokens)
         if clipped:
             return ModelResponse(text=text, generated_tokens=used, reached_token_limit=True)
         return ModelResponse(tool_calls=(call,), generated_tokens=used)
 
     @staticmethod
     def _text(text: str, max_tokens: int) -> ModelResponse:
-        clipped, used, hit = _clip(text, max_tokens)
+        clipped, used, hit = clip_utf8(text, max_tokens)
         return ModelResponse(text=clipped, generated_tokens=used, reached_token_limit=hit)

@@ -2,6 +2,8 @@
 
 * :mod:`.config` — what to run (:class:`EvaluationConfig`, :class:`EvaluationLimits`);
 * :mod:`.report` — the versioned report schema and its JSON writer;
+* :mod:`.proportions` — the interval and test arithmetic for pass rates (Wilson, Newcombe,
+  exact McNemar);
 * :mod:`.stats` — pass rates, intervals and paired comparisons (:func:`summarize`);
 * :mod:`.runner` — :class:`EvaluationRunner`, which runs a configuration.
 """

@@ -8,14 +8,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from picocontext import RunBudget, scale_tokens
-from picocontext_diagnostics.episodes import MAX_STEPS
-from picocontext_diagnostics.errors import InvalidConfiguration
-from picocontext_diagnostics.fixtures import (
+from picocontext_diagnostics.episodes.episode import MAX_STEPS
+from picocontext_diagnostics.episodes.fixtures import (
     MAX_NOISE_LINES,
     Scenario,
     describe_validation_error,
     load_json_model,
 )
+from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.policies import (
     BUILTIN_POLICIES,
     DEFAULT_POLICIES,

@@ -21,15 +21,15 @@ from picocontext import (
     Snapshot,
     ToolStep,
 )
-from picocontext_diagnostics.evaluation.config import EvaluationConfig
-from picocontext_diagnostics.policies import (
-    Policy,
-)
-from picocontext_diagnostics.runner import (
+from picocontext_diagnostics.episodes.episode_runner import (
     StepReport,
 )
-from picocontext_diagnostics.stats import (
+from picocontext_diagnostics.evaluation.config import EvaluationConfig
+from picocontext_diagnostics.evaluation.proportions import (
     wilson_interval,
+)
+from picocontext_diagnostics.policies import (
+    Policy,
 )
 
 SCHEMA: Literal["picocontext-evaluation"] = "picocontext-evaluation"

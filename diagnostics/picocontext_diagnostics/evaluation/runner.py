@@ -24,7 +24,17 @@ from picocontext import (
     Scope,
     TokenCounter,
 )
-from picocontext_diagnostics.episodes import Episode, generated_episode
+from picocontext_diagnostics.episodes.episode import Episode, generated_episode
+from picocontext_diagnostics.episodes.episode_runner import (
+    EpisodeReport,
+    EpisodeRunner,
+    StepCallback,
+    StepReport,
+    cold_cache,
+)
+from picocontext_diagnostics.episodes.fixtures import (
+    Scenario,
+)
 from picocontext_diagnostics.errors import InvalidConfiguration
 from picocontext_diagnostics.evaluation.config import EvaluationConfig
 from picocontext_diagnostics.evaluation.report import (
@@ -34,9 +44,6 @@ from picocontext_diagnostics.evaluation.report import (
     Provenance,
 )
 from picocontext_diagnostics.evaluation.stats import summarize
-from picocontext_diagnostics.fixtures import (
-    Scenario,
-)
 from picocontext_diagnostics.parallel import run_ordered
 from picocontext_diagnostics.policies import (
     BUILTIN_POLICIES,
@@ -44,13 +51,6 @@ from picocontext_diagnostics.policies import (
     TurnRunner,
     resolve_policies,
     run_turn,
-)
-from picocontext_diagnostics.runner import (
-    EpisodeReport,
-    EpisodeRunner,
-    StepCallback,
-    StepReport,
-    cold_cache,
 )
 
 ResultCallback = Callable[[EvaluationResult], None]

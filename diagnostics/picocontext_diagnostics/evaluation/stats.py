@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import combinations
 
+from picocontext_diagnostics.evaluation.proportions import (
+    mcnemar_exact_p,
+    paired_difference_interval,
+)
 from picocontext_diagnostics.evaluation.report import (
     EvaluationResult,
     EvaluationSummary,
     PairedComparison,
     PolicySummary,
     Rate,
-)
-from picocontext_diagnostics.stats import (
-    mcnemar_exact_p,
-    paired_difference_interval,
 )
 
 

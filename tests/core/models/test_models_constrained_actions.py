@@ -252,7 +252,7 @@ def test_every_string_the_call_grammar_accepts_is_a_valid_call(
 def test_every_string_the_answer_grammar_accepts_is_a_valid_answer(
     grammar: DecisionGrammar, hf_tokenizer: Any, seed: int
 ) -> None:
-    from picocontext_diagnostics.grading import facts_answer_schema, parse_facts_answer
+    from picocontext_diagnostics.episodes.grading import facts_answer_schema, parse_facts_answer
 
     schema = facts_answer_schema(["cell0", "cell3"])
     text = hf_tokenizer.decode(random_walk(grammar, hf_tokenizer, answer_lark(schema), seed))

@@ -24,9 +24,9 @@ from picocontext.distill.testing import FakeSummarizer
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import AppendOnlyPolicy, DistilledPolicy
 from picocontext.policies.distilled import DistilledConfig
-from picocontext_diagnostics.episodes import Episode, generated_episode
-from picocontext_diagnostics.fixtures import Scenario, dumps_sorted
-from picocontext_diagnostics.grading import fold_lines, notebook_state
+from picocontext_diagnostics.episodes.episode import Episode, generated_episode
+from picocontext_diagnostics.episodes.fixtures import Scenario, dumps_sorted
+from picocontext_diagnostics.episodes.grading import fold_lines, notebook_state
 
 WINDOW = 24_000
 BUDGET = RunBudget(

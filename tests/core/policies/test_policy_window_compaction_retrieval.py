@@ -28,10 +28,10 @@ from picocontext.policies.retrieval import stem
 from picocontext_diagnostics.conversations.extractive_backend import (
     DeterministicConversationBackend,
 )
-from picocontext_diagnostics.episodes import generated_episode
-from picocontext_diagnostics.fixtures import Scenario
+from picocontext_diagnostics.episodes.episode import generated_episode
+from picocontext_diagnostics.episodes.episode_runner import EpisodeRunner
+from picocontext_diagnostics.episodes.fixtures import Scenario
 from picocontext_diagnostics.policies import BUILTIN_POLICIES
-from picocontext_diagnostics.runner import EpisodeRunner
 
 SCOPE = Scope(user_id="u", conversation_id="c", branch_id="b")
 FILLER = "We talked about the weather and the trains for a while. " * 3

@@ -32,15 +32,15 @@ from picocontext import (
     TokenCounter,
 )
 from picocontext.policies import ContextPolicy
-from picocontext_diagnostics.episodes import MAX_STEPS, Episode, Step
-from picocontext_diagnostics.errors import InvalidEpisode
-from picocontext_diagnostics.grading import (
+from picocontext_diagnostics.episodes.episode import MAX_STEPS, Episode, Step
+from picocontext_diagnostics.episodes.grading import (
     ContextCheck,
     answer_correct,
     answer_problem,
     context_problem,
     retained_facts,
 )
+from picocontext_diagnostics.errors import InvalidEpisode
 from picocontext_diagnostics.policies import Policy, PolicyRun, TurnRunner, run_turn
 
 DEFAULT_EPISODE_TOKENS = 80_000

@@ -31,8 +31,8 @@ from picocontext import (
     read_bounded,
     validate_snapshot,
 )
+from picocontext_diagnostics.episodes.grading import ContextCheck, fold_lines
 from picocontext_diagnostics.errors import FixtureError
-from picocontext_diagnostics.grading import ContextCheck, fold_lines
 
 FIXTURES_ENV = "PICOCONTEXT_FIXTURES"
 MAX_NOISE_LINES = 128
@@ -52,10 +52,10 @@ def fixtures_dir() -> Path:
         if not path.is_dir():
             raise FixtureError(f"{FIXTURES_ENV}={override} is not a directory")
         return path
-    here = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     # Package data (a wheel ships resources/ inside the package), else the checkout root
     # (diagnostics/picocontext_diagnostics → the repository).
-    for base in (here, here.parents[1]):
+    for base in (package, package.parents[1]):
         candidate = base / "resources" / "fixtures"
         if candidate.is_dir():
             return candidate

@@ -24,8 +24,7 @@ from picocontext import (
     ToolCall,
     validate_snapshot,
 )
-from picocontext_diagnostics.errors import InvalidEpisode
-from picocontext_diagnostics.fixtures import (
+from picocontext_diagnostics.episodes.fixtures import (
     MAX_NOISE_LINES,
     NotebookTexts,
     Scenario,
@@ -33,12 +32,13 @@ from picocontext_diagnostics.fixtures import (
     episode_fixture,
     notebook_texts,
 )
-from picocontext_diagnostics.grading import (
+from picocontext_diagnostics.episodes.grading import (
     ContextCheck,
     facts_answer_schema,
     fold_lines,
     notebook_state,
 )
+from picocontext_diagnostics.errors import InvalidEpisode
 
 MAX_STEPS = 32
 GENERATED_SLOTS = 8
@@ -161,7 +161,8 @@ def fixture_episode(
     scenario: Scenario, scope: Scope | None = None, noise_lines: int | None = None
 ) -> Episode:
     """The fixed four-step episode of ``scenario`` (``noise_lines`` default from the texts;
-    use :func:`picocontext_diagnostics.fixtures.pressure_profile` for the pressure amount)."""
+    use :func:`~picocontext_diagnostics.episodes.fixtures.pressure_profile` for the pressure
+    amount)."""
     texts = notebook_texts()
     spec = episode_fixture(scenario)
     if noise_lines is None:

@@ -48,19 +48,20 @@ from picocontext import (
     Snapshot,
 )
 from picocontext.policies import NAVIGATED_INDEX_HEADER
-from picocontext_diagnostics.errors import AnswerFormatError
-from picocontext_diagnostics.fixtures import dumps_sorted
-from picocontext_diagnostics.grading import (
+from picocontext_diagnostics.episodes.fixtures import dumps_sorted
+from picocontext_diagnostics.episodes.grading import (
     FACT_PREFIX,
     REMOVE_PREFIX,
     fold_lines,
     notebook_state,
     parse_facts_answer,
 )
+from picocontext_diagnostics.errors import AnswerFormatError
 
 MAX_OPERATIONS = 32
 RECALL_WORDS = 400
-_INDEX_LINE = re.compile(r"^(\S+) \[(leaf|branch:\d+)\] (.*)$", re.MULTILINE)
+# One line of a navigated index: node id, kind (``leaf`` or ``branch:N``), text.
+INDEX_LINE = re.compile(r"^(\S+) \[(leaf|branch:\d+)\] (.*)$", re.MULTILINE)
 _RECORD_NUMBER = re.compile(r"#(\d+)")
 _LEAF_PART = re.compile(r"\(part (\d+) of \d+\)\s*$")
 _OWN_ANSWER = re.compile(r"#(\d+) assistant(?! calls)\b")
@@ -72,7 +73,9 @@ MODEL_ID = "deterministic-notebook"
 MODEL_REVISION = "1"
 
 
-def _clip(text: str, max_bytes: int) -> tuple[str, int, bool]:
+def clip_utf8(text: str, max_bytes: int) -> tuple[str, int, bool]:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes on a character boundary: the text,
+    its length in bytes, and whether anything was cut."""
     raw = text.encode("utf-8")
     if len(raw) <= max_bytes:
         return text, len(raw), False
@@ -301,7 +304,7 @@ class DeterministicNotebookBackend:
         numbers: dict[str, int] = {}
         holds_answer: dict[str, int] = {}  # newest own answer a node is or lists
         for record in (*archive_index(prompt), *prompt.input.control_records):
-            for node_id, kind, text in _INDEX_LINE.findall(record.body):
+            for node_id, kind, text in INDEX_LINE.findall(record.body):
                 kinds[node_id] = kind
                 newest = max((int(n) for n in _RECORD_NUMBER.findall(text)), default=0)
                 numbers[node_id] = max(numbers.get(node_id, 0), newest)
@@ -368,24 +371,24 @@ class DeterministicNotebookBackend:
         if prompt.input.phase is Phase.TOOLS or prompt.input.system_text is not None:
             text, call = self.read(prompt)
             if call is not None:
-                clipped_args, used, clipped = _clip(call.arguments, max_tokens)
+                clipped_args, used, clipped = clip_utf8(call.arguments, max_tokens)
                 if clipped:
                     return ModelResponse(
                         text=clipped_args, generated_tokens=used, reached_token_limit=True
                     )
                 return ModelResponse(tool_calls=(call,), generated_tokens=used)
-            text, used, clipped = _clip(text, max_tokens)
+            text, used, clipped = clip_utf8(text, max_tokens)
             return ModelResponse(text=text, generated_tokens=used, reached_token_limit=clipped)
         if prompt.input.phase is Phase.EDIT:
             name, arguments = self.decide(prompt)
-            text, used, clipped = _clip(arguments, max_tokens)
+            text, used, clipped = clip_utf8(arguments, max_tokens)
             if clipped:
                 return ModelResponse(text=text, generated_tokens=used, reached_token_limit=True)
             return ModelResponse(
                 tool_calls=(ModelToolCall(name=name, arguments=arguments),),
                 generated_tokens=used,
             )
-        text, used, clipped = _clip(self.answer(prompt), max_tokens)
+        text, used, clipped = clip_utf8(self.answer(prompt), max_tokens)
         return ModelResponse(text=text, generated_tokens=used, reached_token_limit=clipped)
 
 

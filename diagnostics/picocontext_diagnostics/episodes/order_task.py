@@ -31,9 +31,9 @@ from picocontext import (
     edit_payload,
     keep_payload,
 )
-from picocontext_diagnostics.episodes import Episode, Step
-from picocontext_diagnostics.fixtures import OrderLookup, order_lookup
-from picocontext_diagnostics.grading import ContextCheck
+from picocontext_diagnostics.episodes.episode import Episode, Step
+from picocontext_diagnostics.episodes.fixtures import OrderLookup, order_lookup
+from picocontext_diagnostics.episodes.grading import ContextCheck
 
 ORDER_STEP_ID = "order-lookup"
 
