@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from picocontext.backend import ModelInput, Phase
 from picocontext.choices import BARE_WORDS_KEY
@@ -40,9 +40,8 @@ from picocontext.edits import EDIT_TOOL, KEEP_TOOL, MAX_EDIT_OPERATIONS
 from picocontext.errors import ModelError
 from picocontext.records import Snapshot
 
-if TYPE_CHECKING:
-    from picocontext.models.mlx_backend import LogitsProcessor, MLXModel
-
+# A logits processor as mlx_lm calls it: (tokens so far, logits) -> logits.
+LogitsProcessor = Callable[[Any, Any], Any]
 _JSON_STYLE = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
 MAX_CONSTRAINED_BODY_CHARS = 8_000
 
@@ -279,9 +278,10 @@ def mask_processor(
     return processor
 
 
-def input_processor(model: MLXModel, model_input: ModelInput) -> LogitsProcessor | None:
-    """The constraint for one generation of ``model`` answering ``model_input`` (None: free)."""
-    grammar = model.decision_grammar()
+def input_processor(grammar: DecisionGrammar, model_input: ModelInput) -> LogitsProcessor | None:
+    """The constraint for one generation answering ``model_input`` under a model's
+    ``grammar`` state (None: free). The state is passed, not the model, so this module needs
+    no model class."""
     lark = input_lark(model_input, grammar.special_tags)
     if lark is None:
         return None
@@ -294,13 +294,11 @@ def check_lark(grammar: DecisionGrammar, lark: str) -> None:
     grammar.matcher_for(lark)
 
 
-def lark_processor(model: MLXModel, lark: str) -> LogitsProcessor:
+def lark_processor(grammar: DecisionGrammar, lark: str) -> LogitsProcessor:
     """The constraint for one chat generation under a caller's grammar (``chat(grammar=)``)."""
-    grammar = model.decision_grammar()
     return mask_processor(grammar.matcher_for(lark), grammar.vocab_size, grammar.timings)
 
 
-def decision_processor(model: MLXModel, model_input: ModelInput) -> LogitsProcessor:
-    """The constraint for one decision generation of ``model``."""
-    grammar = model.decision_grammar()
+def decision_processor(grammar: DecisionGrammar, model_input: ModelInput) -> LogitsProcessor:
+    """The constraint for one decision generation under a model's ``grammar`` state."""
     return mask_processor(grammar.matcher(model_input.context), grammar.vocab_size, grammar.timings)

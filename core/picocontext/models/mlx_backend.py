@@ -40,6 +40,7 @@ from picocontext.cancel import CancelToken
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL
 from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
 from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
+from picocontext.models.constrained import LogitsProcessor as LogitsProcessor
 from picocontext.models.handle import ModelDescription
 from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
@@ -49,8 +50,6 @@ T = TypeVar("T")
 EMPTY_REQUEST = "empty prompt or output allowance"
 NO_ACCOUNTING = "MLX generation ended without token accounting"
 
-# A logits processor as mlx_lm calls it: (tokens so far, logits) -> logits.
-LogitsProcessor = Callable[[Any, Any], Any]
 ProcessorFactory = Callable[[], list[LogitsProcessor]]
 
 
@@ -603,13 +602,13 @@ class MLXModel(FormatBacked):
         if grammar_input is not None:
             from picocontext.models.constrained import input_processor
 
-            constraint = input_processor(self, grammar_input)
+            constraint = input_processor(self.decision_grammar(), grammar_input)
             if constraint is not None:
                 processors.append(constraint)
         if grammar is not None:
             from picocontext.models.constrained import lark_processor
 
-            processors.append(lark_processor(self, grammar))
+            processors.append(lark_processor(self.decision_grammar(), grammar))
         if self.extra_processors is not None:
             processors.extend(self.extra_processors())
 
