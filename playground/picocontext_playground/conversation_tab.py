@@ -45,12 +45,14 @@ from PySide6.QtWidgets import (
 from picocontext import PicoContextError
 from picocontext_diagnostics.conversations.conversation_runner import (
     ORACLE,
-    ConversationReport,
     ConversationRunner,
-    QuestionResult,
     conversation_budget,
 )
 from picocontext_diagnostics.conversations.format import Conversation, load_conversation
+from picocontext_diagnostics.conversations.scores import (
+    ConversationReport,
+    QuestionResult,
+)
 from picocontext_diagnostics.policies import BUILTIN_POLICIES, Policy
 
 POLICIES = (

@@ -18,13 +18,8 @@ from picocontext_diagnostics.cli import run
 from picocontext_diagnostics.conversations.command import EXIT_FAILED, bytes_per_token
 from picocontext_diagnostics.conversations.conversation_runner import (
     ORACLE,
-    ConversationReport,
     ConversationRunner,
-    bootstrap_interval,
     conversation_budget,
-    exact_match,
-    normalize_answer,
-    token_f1,
 )
 from picocontext_diagnostics.conversations.extractive_backend import (
     UNKNOWN,
@@ -37,6 +32,13 @@ from picocontext_diagnostics.conversations.format import (
     Conversation,
     load_conversation,
     parse_conversation,
+)
+from picocontext_diagnostics.conversations.scores import (
+    ConversationReport,
+    bootstrap_interval,
+    exact_match,
+    normalize_answer,
+    token_f1,
 )
 from picocontext_diagnostics.policies import BUILTIN_POLICIES
 

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from picocontext import ContextSession, Record, Role, Scope, Snapshot, ToolCall
 from picocontext.models import ByteCounter
-from picocontext_diagnostics.conversations.conversation_runner import (
-    initial_snapshot,
-    session_records,
-)
 from picocontext_diagnostics.conversations.extractive_backend import (
     DeterministicConversationBackend,
+)
+from picocontext_diagnostics.conversations.feed import (
+    initial_snapshot,
+    session_records,
 )
 from picocontext_diagnostics.conversations.format import (
     FORMAT,

@@ -4,12 +4,13 @@
 * :mod:`.locomo` — the converter from LoCoMo
   (``python -m picocontext_diagnostics.conversations.locomo``);
 * :mod:`.extractive_backend` — the deterministic backend that answers by an extractive rule;
-* :mod:`.conversation_runner` — conversation episodes, per-question scores and the report;
+* :mod:`.feed` — the records a conversation becomes, and how they are appended;
+* :mod:`.scores` — per-question metrics, their aggregates and the report;
+* :mod:`.conversation_runner` — every policy over a conversation, then every question;
 * :mod:`.command` — ``picocontext eval --conversation FILE``.
 """
 
 from picocontext_diagnostics.conversations.conversation_runner import (
-    ConversationReport,
     ConversationRunner,
     conversation_budget,
 )
@@ -27,6 +28,7 @@ from picocontext_diagnostics.conversations.format import (
     import_messages,
     load_conversation,
 )
+from picocontext_diagnostics.conversations.scores import ConversationReport
 
 __all__ = [
     "Conversation",

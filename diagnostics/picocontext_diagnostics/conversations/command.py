@@ -29,16 +29,18 @@ from picocontext.models import ByteCounter
 from picocontext_diagnostics.backends import DEFAULT_BYTES_PER_TOKEN
 from picocontext_diagnostics.conversations.conversation_runner import (
     ORACLE,
-    ConversationReport,
     ConversationRunner,
-    PolicyScores,
-    QuestionResult,
     conversation_budget,
 )
 from picocontext_diagnostics.conversations.format import (
     Conversation,
     ConversationError,
     load_conversation,
+)
+from picocontext_diagnostics.conversations.scores import (
+    ConversationReport,
+    PolicyScores,
+    QuestionResult,
 )
 from picocontext_diagnostics.errors import DiagnosticsError, InvalidConfiguration
 from picocontext_diagnostics.policies import (

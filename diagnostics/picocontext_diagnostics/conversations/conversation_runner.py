@@ -1,29 +1,16 @@
-"""Conversation episodes, per-question metrics and the report of ``picocontext-eval
---conversation``.
+"""The conversation runner: every policy over the same conversation, then every question.
 
-An episode starts from a protected system record and a protected task record that says who
-is talking. Sessions then arrive in order, each as one update step of incoming records (turns
-become records whose body is ``[date] speaker: text``; role speakers keep their role); a
-policy with a maintenance step (compaction's ``compact``) runs it after every update, and its
-calls are charged to that step. After the last session every question is asked on an
-isolated copy of the final state: a fresh session over the same working context with the
-question appended as a protected user record, so no question sees another's answer. Every
-policy gets the same counter, backend, budget and records.
+Sessions arrive in order as update steps (:mod:`.feed`); a policy with a maintenance step
+(compaction's ``compact``) runs it after every update, and its calls are charged to that step.
+After the last session every question is asked on an isolated copy of the final state: a
+fresh session over the same working context with the question appended as a protected user
+record, so no question sees another's answer. Every policy gets the same counter, backend,
+budget and records; each answer is scored by :mod:`.scores`.
 
-Per question: ``evidence_recall`` is the share of evidence turns whose text occurs verbatim in
-the exact prompt the answer was generated from (the rendered final prompt, tool results read
-in that step included); exact match and token F1 compare the answer with the reference after
-lower-casing and removing punctuation and articles. A miss says where the evidence went:
-folded into a summary or edited away (no longer in the working context), dropped by the
-window, not retrieved, not opened (navigated), not recalled (distilled). The ``oracle``
-policy shows only the evidence turns and the question, which bounds what any policy can reach
-with this model.
-
-Aggregates per policy and per category (the question's kind): mean recall and F1 with
-percentile bootstrap intervals (seeded, so a report is reproducible), exact-match rate with
-the Wilson interval, token totals, wall time and the facts lost (per question, the evidence
-turns its prompt lacked). The questions of one conversation are not independent draws, so
-the intervals describe this batch.
+A miss says where the evidence went: folded into a summary or edited away (no longer in the
+working context), dropped by the window, not retrieved, not opened (navigated), not recalled
+(distilled). The ``oracle`` policy shows only the evidence turns and the question, which
+bounds what any policy can reach with this model.
 
 Every report also scores the reference line, :class:`Bm25Packer` (plain BM25 over every turn,
 packed until the window is full), on the same budget, so a reader sees whether a policy beats
@@ -33,15 +20,10 @@ token budget for a byte counter.
 
 from __future__ import annotations
 
-import random
-import re
-import string
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext import (
     Cancelled,
@@ -55,26 +37,31 @@ from picocontext import (
     Role,
     RunBudget,
     RunReport,
-    Scope,
     Snapshot,
     TokenCounter,
     WorkingContext,
 )
 from picocontext.policies import Compaction, ContextPolicy
-from picocontext_diagnostics.conversations.format import ROLE_SPEAKERS, Conversation, Question
+from picocontext_diagnostics.conversations.feed import (
+    append_chunked,
+    initial_snapshot,
+    question_record,
+    session_records,
+)
+from picocontext_diagnostics.conversations.format import Conversation, Question
 from picocontext_diagnostics.conversations.format import Session as ChatSession
-from picocontext_diagnostics.evaluation import Provenance, Rate
+from picocontext_diagnostics.conversations.scores import (
+    ConversationReport,
+    EvidenceMiss,
+    PolicyScores,
+    QuestionResult,
+    Scores,
+    UpdateStep,
+    exact_match,
+    token_f1,
+)
+from picocontext_diagnostics.evaluation import Provenance
 from picocontext_diagnostics.policies import Policy, create_policy_object
-
-REPORT_KIND = "picocontext-conversation-evaluation"
-MAX_APPEND = 64
-MAX_APPEND_BYTES = 100_000
-MAX_BODY_CHARS = 60_000
-BOOTSTRAP_RESAMPLES = 2_000
-BOOTSTRAP_SEED = 20_250_917
-SYSTEM_ID = "conversation-system"
-TASK_ID = "conversation-task"
-SYSTEM_TEXT = "You answer questions about a conversation from what you are shown. Be brief."
 
 # Not a registered policy: it knows the evidence ids, which is fixture knowledge. Its kind is
 # append-only (the mode its reports carry); the runner replaces it by OraclePolicy.
@@ -83,10 +70,6 @@ ORACLE = Policy(
     kind="append-only",
     description="Only the evidence turns and the question (an upper bound, not a strategy).",
 )
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 # Not a registered policy either: the obvious baseline every report carries as its reference
 # line, so a reader sees at once whether a policy beats it. The runner uses Bm25Packer.
@@ -109,263 +92,6 @@ MISS_REASONS = {
     "oracle": "not shown",
     "bm25-packer": "not packed",
 }
-
-
-# -- episodes --------------------------------------------------------------------------------
-
-
-def conversation_scope(conversation: Conversation) -> Scope:
-    return Scope(user_id="conversation", conversation_id=conversation.id, branch_id="main")
-
-
-def speaker_role(conversation: Conversation, speaker: str) -> Role:
-    """Role speakers keep their role; otherwise the first speaker is the user, the rest
-    assistants (what a chat template can show)."""
-    if speaker in ROLE_SPEAKERS:
-        return Role(speaker)
-    return Role.USER if speaker == conversation.speakers[0] else Role.ASSISTANT
-
-
-def turn_body(session: ChatSession, speaker: str, text: str) -> str:
-    date = f"[{session.date}] " if session.date else ""
-    who = "" if speaker in ROLE_SPEAKERS else f"{speaker}: "
-    return f"{date}{who}{text}"[:MAX_BODY_CHARS]
-
-
-def session_records(conversation: Conversation, session: ChatSession) -> tuple[Record, ...]:
-    return tuple(
-        Record(
-            id=turn.id,
-            role=speaker_role(conversation, turn.speaker),
-            body=turn_body(session, turn.speaker, turn.text),
-        )
-        for turn in session.turns
-    )
-
-
-def initial_snapshot(conversation: Conversation) -> Snapshot:
-    names = ", ".join(conversation.speakers)
-    task = (
-        f"This is a conversation between {names} in {len(conversation.sessions)} sessions. "
-        "Later you will be asked questions about it; answer each with a short phrase."
-    )
-    return Snapshot(
-        scope=conversation_scope(conversation),
-        records=(
-            Record(id=SYSTEM_ID, role=Role.SYSTEM, body=SYSTEM_TEXT),
-            Record(id=TASK_ID, role=Role.USER, body=task, protected=True),
-        ),
-    )
-
-
-def question_record(question: Question) -> Record:
-    return Record(
-        id=f"question:{question.id}", role=Role.USER, body=question.question, protected=True
-    )
-
-
-def _wire_bytes(records: Sequence[Record]) -> int:
-    """An upper bound of the append payload: every record as its JSON."""
-    return sum(len(r.model_dump_json().encode()) + 64 for r in records)
-
-
-def append_chunked(session: ContextSession, records: Sequence[Record]) -> None:
-    """Append in transactions within the core limits (64 records, payload bytes)."""
-    chunk: list[Record] = []
-    for record in records:
-        trial = [*chunk, record]
-        if chunk and (len(trial) > MAX_APPEND or _wire_bytes(trial) > MAX_APPEND_BYTES):
-            session.append_records(chunk)
-            trial = [record]
-        chunk = trial
-    if chunk:
-        session.append_records(chunk)
-
-
-# -- metrics ---------------------------------------------------------------------------------
-
-
-def normalize_answer(text: str) -> str:
-    """Lower-cased, punctuation and articles removed, whitespace collapsed."""
-    lowered = text.lower().translate(_PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", lowered).split())
-
-
-def exact_match(prediction: str, reference: str) -> bool:
-    return normalize_answer(prediction) == normalize_answer(reference)
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """Harmonic mean of token precision and recall of the normalized texts."""
-    predicted = normalize_answer(prediction).split()
-    expected = normalize_answer(reference).split()
-    if not predicted or not expected:
-        return float(predicted == expected)
-    pool = list(expected)
-    common = 0
-    for token in predicted:
-        if token in pool:
-            pool.remove(token)
-            common += 1
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(predicted), common / len(expected)
-    return 2 * precision * recall / (precision + recall)
-
-
-def bootstrap_interval(values: Sequence[float]) -> tuple[float, float]:
-    """95% percentile bootstrap of the mean (seeded); ``(0, 1)`` with no values."""
-    if not values:
-        return 0.0, 1.0
-    rng = random.Random(BOOTSTRAP_SEED)
-    n = len(values)
-    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
-    return means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
-
-
-class Mean(BaseModel):
-    model_config = _FROZEN
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Mean:
-        low, high = bootstrap_interval(values)
-        mean = sum(values) / len(values) if values else 0.0
-        return cls(mean=mean, low=low, high=high, n=len(values))
-
-
-class EvidenceMiss(BaseModel):
-    model_config = _FROZEN
-    turn_id: str
-    reason: str
-
-
-class QuestionResult(BaseModel):
-    """One question under one policy: what the model read, what it said, how it scored."""
-
-    model_config = _FROZEN
-    policy: str
-    question_id: str
-    category: str | None
-    question: str
-    reference: str
-    answer: str
-    failure: str | None
-    # What the model wrote even when the turn failed (for example past the output limit);
-    # a failed turn is scored with an empty answer.
-    model_text: str = ""
-    evidence: tuple[str, ...]
-    evidence_present: tuple[str, ...]
-    evidence_recall: float
-    misses: tuple[EvidenceMiss, ...]
-    exact_match: bool
-    answer_f1: float
-    prompt_tokens: int
-    input_tokens: int
-    prefill_tokens: int
-    generated_tokens: int
-    tool_calls: int
-    elapsed_seconds: float
-    prompt: str
-
-
-class UpdateStep(BaseModel):
-    """One session arriving: records appended and any maintenance the policy ran."""
-
-    model_config = _FROZEN
-    session_id: str
-    records: int
-    working_records: int
-    maintenance_calls: int
-    input_tokens: int
-    prefill_tokens: int
-    generated_tokens: int
-    elapsed_seconds: float
-    failure: str | None = None
-
-
-class Scores(BaseModel):
-    """Aggregates over a set of question results."""
-
-    model_config = _FROZEN
-    questions: int
-    failures: int
-    evidence_recall: Mean
-    answer_f1: Mean
-    exact_match: Rate
-    input_tokens: int
-    prefill_tokens: int
-    generated_tokens: int
-    elapsed_seconds: float
-
-    @classmethod
-    def of(cls, results: Sequence[QuestionResult]) -> Scores:
-        hits = sum(r.exact_match for r in results)
-        return cls(
-            questions=len(results),
-            failures=sum(r.failure is not None for r in results),
-            evidence_recall=Mean.of([r.evidence_recall for r in results]),
-            answer_f1=Mean.of([r.answer_f1 for r in results]),
-            exact_match=Rate.of(hits, len(results)),
-            input_tokens=sum(r.input_tokens for r in results),
-            prefill_tokens=sum(r.prefill_tokens for r in results),
-            generated_tokens=sum(r.generated_tokens for r in results),
-            elapsed_seconds=sum(r.elapsed_seconds for r in results),
-        )
-
-
-class PolicyScores(BaseModel):
-    model_config = _FROZEN
-    policy: str
-    description: str
-    overall: Scores
-    by_category: dict[str, Scores]
-    update_input_tokens: int
-    update_generated_tokens: int
-    update_prefill_tokens: int
-    # The facts-lost view: question id -> the evidence turn ids its prompt lacked (only
-    # questions that lacked some).
-    facts_lost: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-
-
-class ConversationReport(BaseModel):
-    """The JSON report: configuration, provenance, every question result and the scores."""
-
-    model_config = _FROZEN
-    kind: str = REPORT_KIND
-    schema_version: int = 1
-    created_at: str
-    conversation_id: str
-    source: str
-    budget: RunBudget
-    policies: tuple[str, ...]
-    questions_asked: int
-    provenance: Provenance | None = None
-    updates: dict[str, tuple[UpdateStep, ...]]
-    results: tuple[QuestionResult, ...]
-    summary: tuple[PolicyScores, ...]
-    elapsed_seconds: float
-    notes: tuple[str, ...] = Field(default_factory=tuple)
-    # The plain budget-filling BM25 packer at the same budget (REFERENCE), scored alike.
-    reference: PolicyScores | None = None
-    reference_results: tuple[QuestionResult, ...] = ()
-    # --window in model tokens, and the bytes per token a byte counter was given (None when
-    # the counter counts model tokens, so the budget is already in tokens).
-    window_tokens: int | None = None
-    bytes_per_token: int | None = None
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> ConversationReport:
-        return cls.model_validate_json(text)
-
-
-# -- running ---------------------------------------------------------------------------------
 
 
 class OraclePolicy:
