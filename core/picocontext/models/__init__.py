@@ -36,12 +36,12 @@ if typing.TYPE_CHECKING:
     from picocontext.models.llamacpp_backend import INSTALL_HINT as LLAMACPP_INSTALL_HINT
     from picocontext.models.llamacpp_backend import LlamaCppModel
     from picocontext.models.llamacpp_backend import engine_available as llamacpp_available
+    from picocontext.models.local_tokenizer import load_tokenizer
     from picocontext.models.mlx_backend import MLXModel, forced_tokens
     from picocontext.models.openai_backend import (
         OpenAIBackend,
         RemoteAccounting,
         ServerKind,
-        load_tokenizer,
         resolve_tokenizer_dir,
     )
     from picocontext.models.registry import (
@@ -71,7 +71,7 @@ _LAZY = {
     "OpenAIBackend": "picocontext.models.openai_backend",
     "ServerKind": "picocontext.models.openai_backend",
     "RemoteAccounting": "picocontext.models.openai_backend",
-    "load_tokenizer": "picocontext.models.openai_backend",
+    "load_tokenizer": "picocontext.models.local_tokenizer",
     "resolve_tokenizer_dir": "picocontext.models.openai_backend",
     "write_tiny_model": "picocontext.models.tiny",
     "MODELS": "picocontext.models.registry",

@@ -228,7 +228,7 @@ class LlamaCppModel(FormatBacked):
         _arch, trained = check_gguf(gguf)
         # llama.cpp caps a context at what the model was trained for; budgets use the real one.
         context_tokens = min(context_tokens, trained) if trained else context_tokens
-        from picocontext.models.openai_backend import load_tokenizer
+        from picocontext.models.local_tokenizer import load_tokenizer
 
         tokenizer, stops = load_tokenizer(directory)
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))

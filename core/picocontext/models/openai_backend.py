@@ -50,6 +50,8 @@ from picocontext.cancel import CancelToken
 from picocontext.errors import InvalidContext, ModelError
 from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
 from picocontext.models.constrained import decision_schema, tool_call_schema
+from picocontext.models.local_tokenizer import load_tokenizer as load_tokenizer
+from picocontext.models.local_tokenizer import stop_token_ids as stop_token_ids
 from picocontext.models.remote_http import (
     ClientSettings,
     Endpoint,
@@ -120,43 +122,6 @@ def resolve_tokenizer_dir(model: str, tokenizer_dir: str | Path | None) -> Path:
         f"No local tokenizer for {model!r}: pass --tokenizer-dir DIR (the served model's own "
         "directory, or a picocontext model name) so prompts are rendered and counted locally"
     )
-
-
-def load_tokenizer(directory: Path) -> tuple[HFChatTokenizer, tuple[int, ...]]:
-    """The model's tokenizer (transformers, no weights) and its end-of-turn token ids.
-
-    Only the tokenizer is used, so transformers' advice that PyTorch is missing (printed on
-    every run otherwise) is silenced unless the user asked for it."""
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as exc:
-        raise ModelError(
-            "The openai backend renders prompts with the model's own tokenizer and needs "
-            f"transformers ({exc}); install picocontext[remote]"
-        ) from None
-    try:
-        raw = AutoTokenizer.from_pretrained(str(directory))
-    except Exception as exc:  # missing files, bad JSON, unknown tokenizer class
-        raise ModelError(f"Could not load the tokenizer in {directory}: {exc}") from None
-    chat = HFChatTokenizer(raw)
-    return chat, stop_token_ids(directory, raw, chat.template)
-
-
-def stop_token_ids(directory: Path, raw: Any, template: str) -> tuple[int, ...]:
-    """config.json's ``eos_token_id`` (int or list), the tokenizer's EOS, and for ChatML
-    templates ``<|im_end|>``/``<|endoftext|>`` (configs often name only one of them)."""
-    ids: list[int] = []
-    config = directory / "config.json"
-    if config.is_file():
-        value = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
-        ids += [value] if isinstance(value, int) else [v for v in value or [] if isinstance(v, int)]
-    if isinstance(getattr(raw, "eos_token_id", None), int):
-        ids.append(int(raw.eos_token_id))
-    if "<|im_start|>" in template:
-        added = raw.get_added_vocab()
-        ids += [added[t] for t in ("<|im_end|>", "<|endoftext|>") if t in added]
-    return tuple(dict.fromkeys(ids))
 
 
 # -- accounting -------------------------------------------------------------------------------
