@@ -260,6 +260,19 @@ def test_the_graph_covers_the_three_packages() -> None:
     assert any(source.startswith("picocontext_diagnostics.") for source, _ in pairs)
 
 
+def test_a_circle_is_found_and_named() -> None:
+    """A guard on the search: a three-module circle beside a one-way import is the one found,
+    named by its import sites."""
+    here = Path(__file__)
+    pairs = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]
+    graph = _graph([Edge(x, y, here, n) for n, (x, y) in enumerate(pairs, start=1)])
+    components = _components(graph)
+    assert components == [["a", "b", "c"]]
+    described = _describe(_shortest_cycle(graph, components[0]))
+    assert described.splitlines()[0] == "a -> b -> c -> a"
+    assert "c imports a at tests/test_import_graph.py:3" in described
+
+
 def test_no_import_circles() -> None:
     """Every dependency between our modules runs one way (allowed circles aside)."""
     edges = _edges()
