@@ -6,7 +6,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 if [ $# -lt 1 ]; then
     echo "usage: scripts/bench.sh NAME [ARGS...]; available:" >&2
-    ls diagnostics/picocontext_diagnostics/bench | sed -n 's/^\([a-z0-9_]*\)\.py$/  \1/p' | grep -v __init__ | tr _ - >&2
+    # the modules that run as a script; helpers (corpora, the navigation reference) are not listed
+    grep -l '^if __name__ == "__main__":' diagnostics/picocontext_diagnostics/bench/*.py |
+        sed 's|.*/\([a-z0-9_]*\)\.py$|  \1|' | tr _ - >&2
     exit 2
 fi
 picocontext_system_packages libopenblas0-pthread

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from picocontext.build import BuildOptions, OfflineEngine, compile_tree, load_source
-from picocontext_diagnostics.bench.navigation import ROOT, ensure_reference
+from picocontext_diagnostics.bench.navigation import ROOT
+from picocontext_diagnostics.bench.navigation_reference import ensure_reference
 from picocontext_diagnostics.bench.stdlib_docs import BUILD_EXTRA, NAV_MODULES, write_corpus
 
 CHANGED = "shutil/shutil.copytree.md"

@@ -34,8 +34,8 @@ target's name). In one run:
    ``full``, the same protocol text charged) on every manifest at 4k and 32k: navigation
    success, first-hop precision, oracle reachability and the flat-list baseline.
 
-The reference is installed with ``pip install --no-deps --target`` into the user cache the
-first time (it is a zero-dependency wheel). If it cannot be installed, its rows say why.
+The reference builder, its install and the mapping of case targets to each builder's node ids
+are :mod:`picocontext_diagnostics.bench.navigation_reference`.
 """
 
 from __future__ import annotations
@@ -45,10 +45,7 @@ import contextlib
 import io
 import json
 import math
-import os
 import platform
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,10 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import ValidationError
 
 from picocontext import ModelError
-from picocontext.build import path_id
 from picocontext.cli import run_command
 from picocontext.manifest import (
     NAVIGATORS,
@@ -79,96 +74,17 @@ from picocontext.manifest import (
     terms,
 )
 from picocontext_diagnostics.bench import manpages, pytest_docs
+from picocontext_diagnostics.bench.navigation_reference import (
+    cases_for,
+    ensure_reference,
+    load_lenient,
+    run_reference_build,
+)
 from picocontext_diagnostics.bench.stdlib_docs import NAV_MODULES, write_corpus
 
-REFERENCE = "askfaro-progressive-context==0.5.1"
 ROOT = Path(__file__).resolve().parents[3]
 CASES = ROOT / "resources" / "corpora" / "stdlib" / "cases.json"
 BUDGETS = (4096, 32768)
-
-
-def reference_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("picocontext")) / "reference" / "askfaro-0.5.1"
-
-
-def ensure_reference() -> tuple[Path | None, str]:
-    target = reference_dir()
-    if (target / "askfaro_progressive_context" / "cli.py").is_file():
-        return target, "cached"
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target"]
-    proc = subprocess.run(
-        [*cmd, str(target), REFERENCE], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        return None, f"could not install {REFERENCE}: {proc.stderr.strip()[-300:]}"
-    return target, "installed"
-
-
-def run_reference_build(corpus: Path, out: Path, ref: Path) -> tuple[float, str]:
-    env = {**os.environ, "PYTHONPATH": str(ref)}
-    code = "import sys; from askfaro_progressive_context.cli import main; sys.exit(main())"
-    args = ["build", str(corpus), "--kind", "docs", "--budgets", "4k,32k", "--fake"]
-    args += ["--out", str(out), "--source-id", "stdlib"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"reference build failed: {proc.stderr.strip()[-500:]}")
-    return time.perf_counter() - t0, proc.stdout
-
-
-def load_lenient(path: Path) -> tuple[Manifest, list[str]]:
-    """Load a manifest; when the reference wrote lines over the schema limit (its B2) or
-    duplicate child refs (its B1), clip/dedupe them so it can still be scored, and say so."""
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    notes: list[str] = []
-    try:
-        return Manifest.model_validate(data), notes
-    except ValidationError:
-        pass
-    for node in [data["root"], *data["nodes"].values()]:
-        for key in ("what", "when"):
-            if isinstance(node.get(key), str) and len(node[key]) > 160:
-                node[key] = node[key][:160]
-                notes.append(f"clipped an over-long {key}")
-        if isinstance(node.get("children"), list):
-            seen = list(dict.fromkeys(node["children"]))
-            if len(seen) != len(node["children"]):
-                notes.append("dropped duplicate child refs")
-            node["children"] = seen
-    return Manifest.model_validate(data), sorted(set(notes))
-
-
-def reference_slug(text: str) -> str:
-    """The reference's slugify: lowercase, runs of non-alphanumerics become one ``-``."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "node"
-
-
-def ours_target(qual: str, module: str) -> str:
-    return path_id([module, qual])
-
-
-def module_of(qual: str) -> str:
-    for name in sorted(NAV_MODULES, key=len, reverse=True):
-        if qual.startswith(name + "."):
-            return name
-    return qual.split(".")[0]
-
-
-def cases_for(manifest: Manifest, raw: list[NavCase], mapper: str) -> tuple[list[NavCase], int]:
-    out = []
-    missing = 0
-    for c in raw:
-        if mapper == "ours":
-            tid = ours_target(c.target, module_of(c.target))
-        else:
-            tid = reference_slug(c.target)
-        if tid in manifest.nodes:
-            out.append(NavCase(query=c.query, target=tid))
-        else:
-            missing += 1
-    return out, missing
 
 
 def score(
