@@ -461,6 +461,10 @@ class _Run:
         self.none_margin: float | None = None
         self.apply_at = 0.0
         self.rules = ChoiceRules()
+        # The unedited answer prompt's size for the snapshot it was rendered on: the room
+        # check and every question-judge call reserve it, and rendering the whole history
+        # again for each of them would tokenize it once a call.
+        self._answer_size: tuple[Snapshot, int] | None = None
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
@@ -702,9 +706,16 @@ class _Run:
         window (or not fit at all)."""
         if self.apply_at <= 0:
             return True
-        tokens = self.prepare(self.s._state.snapshot, Phase.COMPLETION).token_count
-        needed = tokens + self.budget.completion_output_tokens
+        needed = self.answer_tokens(self.s._state.snapshot) + self.budget.completion_output_tokens
         return needed > self.apply_at * self.budget.context_window
+
+    def answer_tokens(self, snapshot: Snapshot) -> int:
+        """The token count of the unedited answer prompt on ``snapshot`` (kept for the last
+        snapshot asked about)."""
+        if self._answer_size is None or self._answer_size[0] is not snapshot:
+            tokens = self.prepare(snapshot, Phase.COMPLETION).token_count
+            self._answer_size = (snapshot, tokens)
+        return self._answer_size[1]
 
     def ask_choices(
         self, snapshot: Snapshot, steps: Plan, pending: Sequence[Unit] = ()
@@ -791,13 +802,12 @@ class _Run:
         cap = min(cap, self.budget.edit_output_tokens)
         # Keep room for the answer itself, its prompt as well as its allowance: several
         # questions a step could otherwise spend what the answer needs.
-        answer = self.prepare(snapshot, Phase.COMPLETION).token_count
         check_prompt(
             self.budget,
             self.usage,
             prompt.token_count,
             cap,
-            reserve=answer + self.budget.completion_output_tokens,
+            reserve=self.answer_tokens(snapshot) + self.budget.completion_output_tokens,
             cancel=self.cancel,
         )
         response = self.dispatch(prompt, cap)
