@@ -584,7 +584,7 @@ def test_the_question_judge_replaces_an_earlier_record_when_the_answer_takes_the
         QUESTION_RULES,
     )
     assert report.failure is None
-    # n2 (the cord) is judged against n1 first; n3 against both, the newest first in order.
+    # n2 (the cord) is judged against n1 first; n3 against both, in record order.
     judged = [(c.records, c.options, c.chosen) for c in report.choices]
     assert judged == [
         (("n2",), ("n1",), None),
