@@ -87,6 +87,9 @@ class ChoiceRules:
     judge: Judge = "choice"
     # The question judge: which of the two records the answer prompt lists first.
     newer_first: bool = False
+    # The question judge: ask once more over the new record alone when the answer over both
+    # repeated a value only the earlier record has (see :func:`judge_recheck`).
+    recheck: bool = False
 
     @property
     def lexical(self) -> bool:
@@ -360,6 +363,19 @@ def unit_text(snapshot: Snapshot, unit: Unit) -> str:
     return " ".join(b for b in (bodies.get(i, "").strip() for i in unit.ids) if b)
 
 
+def relevant_lines(text: str, question: str) -> str:
+    """The lines of ``text`` that share a content word or value with ``question``, in order,
+    or its first line when none does. A one-line note is quoted whole; a long record (a feed
+    with a table of telemetry) is quoted by what the question is about, so the answer prompt
+    does not pay for the whole record again when the history already holds it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return text.strip()
+    asked = value_words(question)
+    shared = [line for line in lines if value_words(line) & asked]
+    return "\n".join(shared or lines[:1])
+
+
 # A value stays one token: "20:00", "0.05", "3,000", "mol/l" are not split into pieces that
 # other values share.
 _VALUE = re.compile(r"[a-z0-9]+(?:[.,:/][a-z0-9]+)*")
@@ -402,8 +418,15 @@ class AnswerVerdict:
     stale: bool
     new: tuple[str, ...]
     old: tuple[str, ...]
+    # Decided by the recheck over the new unit alone (:func:`judge_recheck`).
+    rechecked: bool = False
 
     def explain(self) -> str:
+        if self.stale and self.rechecked:
+            return (
+                "asked again over the new record alone, the answer repeats a value only it "
+                f"has ({', '.join(self.new)})"
+            )
         if self.stale:
             return f"the answer repeats what only the new record says ({', '.join(self.new)})"
         if self.old:
@@ -428,6 +451,30 @@ def judge_answer(answer: str, question: str, earlier: str, later: str) -> Answer
         # "Thursday at 14:00" against "Thursday at 15:00" / "14:00, same day": the time decides
         new, old = new_values, old_values
     return AnswerVerdict(stale=bool(new) and not old, new=tuple(new), old=tuple(old))
+
+
+# What the recheck prompt asks a record that does not answer the question to reply.
+NOT_SAID = "not said"
+
+
+def judge_recheck(answer: str, question: str, earlier: str, later: str) -> AnswerVerdict:
+    """The recheck over the new unit alone (asked after an answer over both repeated the
+    earlier unit's value): stale only when the answer repeats a *value* only the new unit has
+    and none only the earlier has. Plain words do not count here: without the earlier unit
+    beside it, a model readily answers a question about one item from a note about another,
+    while a changed amount, time or id is what the first answer missed."""
+    if NOT_SAID in " ".join(answer.lower().split()):
+        return AnswerVerdict(stale=False, new=(), old=())
+    verdict = judge_answer(answer, question, earlier, later)
+    values = tuple(w for w in verdict.new if _is_value(w))
+    stale = bool(values) and not verdict.old
+    return AnswerVerdict(stale=stale, new=values, old=verdict.old, rechecked=True)
+
+
+def asks_about(text: str, question: str) -> bool:
+    """Whether ``text`` shares a content word that is not a value with ``question``: a record
+    that names none of the question's words is not its answer, whatever values it holds."""
+    return any(not _is_value(w) for w in value_words(text) & value_words(question))
 
 
 def replacement_edit(snapshot: Snapshot, chosen: Sequence[Unit]) -> Edit | None:

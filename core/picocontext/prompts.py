@@ -282,3 +282,17 @@ def answer_question(
             "Answer in a few words with what is true now.",
         ]
     )
+
+
+def recheck_question(question: str, later: tuple[str, str]) -> str:
+    """The trailing message that asks ``question`` again over the newer record alone (an
+    ``(id, text)`` pair), allowing the reply "not said"."""
+    return "\n".join(
+        [
+            f"Record {header_field(later[0])}: {_quote(later[1])}",
+            "",
+            f"Question: {question}",
+            'Answer in a few words from this record alone, or reply "not said" if it does not '
+            "answer the question.",
+        ]
+    )

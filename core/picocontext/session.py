@@ -31,15 +31,19 @@ from picocontext.cancel import CancelToken, check
 from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
+    AnswerVerdict,
     ChoiceRules,
     Option,
     Plan,
     Question,
     Unit,
+    asks_about,
     judge_answer,
+    judge_recheck,
     none_schema,
     plan,
     read_question,
+    relevant_lines,
     replacement_edit,
     unit_text,
 )
@@ -70,6 +74,7 @@ from picocontext.prompts import (
     accepted_detail,
     answer_question,
     kept_detail,
+    recheck_question,
     restate_question,
     retry_feedback,
 )
@@ -850,12 +855,23 @@ class _Run:
                     )
                 )
                 continue
+            # Both records are quoted by the lines the question is about, and judged on them.
+            older, newer = relevant_lines(earlier, asked), relevant_lines(later, asked)
             guidance = answer_question(
-                asked, (option.unit.key, earlier), (new.key, later), self.rules.newer_first
+                asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
             )
             answer, *spent = self.aside(snapshot, guidance, ANSWER_OUTPUT_TOKENS)
             tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-            verdict = judge_answer(answer, asked, earlier, later)
+            verdict = judge_answer(answer, asked, older, newer)
+            if (
+                self.rules.recheck
+                and not verdict.stale
+                and verdict.old
+                and asks_about(newer, asked)
+            ):
+                again, verdict, *spent = self.recheck(snapshot, asked, older, (new.key, newer))
+                tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
+                answer = f"{answer} / over {new.key} alone: {again}"
             outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
             self.choices.append(
                 Choice(
@@ -873,6 +889,17 @@ class _Run:
             if verdict.stale:
                 chosen.append(option.unit)
         return chosen
+
+    def recheck(
+        self, snapshot: Snapshot, asked: str, older: str, newer: tuple[str, str]
+    ) -> tuple[str, AnswerVerdict, int, int, int]:
+        """The question once more over the new unit alone (``rules.recheck``); returns the
+        reply, its verdict (:func:`judge_recheck`) and the call's prompt, prefill and
+        generated tokens."""
+        reply, prompt, prefill, generated = self.aside(
+            snapshot, recheck_question(asked, newer), ANSWER_OUTPUT_TOKENS
+        )
+        return reply, judge_recheck(reply, asked, older, newer[1]), prompt, prefill, generated
 
     def weigh_none(
         self,

@@ -39,6 +39,7 @@ from picocontext.choices import (
     plan,
     question_for,
     read_question,
+    relevant_lines,
     read_reply,
     replacement_edit,
     units,
@@ -561,7 +562,7 @@ def asker(questions: dict[str, str], answers: dict[str, str]) -> ScriptedBackend
     def reply(prompt: PreparedPrompt) -> str:
         guidance = prompt.input.guidance or ""
         assert prompt.input.answer_schema_json is None  # free text, capped
-        table = questions if guidance.startswith("Record ") else answers
+        table = questions if "Write the one question" in guidance else answers
         probe = guidance.split("\n")[0] if table is questions else guidance
         return next((text for word, text in table.items() if word in probe), "no idea")
 
@@ -702,6 +703,21 @@ def test_values_stay_whole_and_question_words_do_not_count() -> None:
     assert not kept.stale
 
 
+def test_a_long_record_is_quoted_by_the_lines_the_question_is_about() -> None:
+    feed = "FACT heron=KX-7302-B\n" + "\n".join(
+        f"Sensor sweep 1, frame {t}: relay idle." for t in range(24)
+    )
+    assert relevant_lines(feed, "What is heron's value?") == "FACT heron=KX-7302-B"
+    # no line shares a word: the first line stands for the record
+    assert relevant_lines(feed, "Who reviews PAY-41?") == "FACT heron=KX-7302-B"
+    # every line that shares a word comes along, in order, and no other
+    telemetry = feed.splitlines()[1:]
+    assert relevant_lines(feed, "When was the relay idle?") == "\n".join(telemetry)
+    # a one-line note is quoted whole, whatever the question
+    note = "Lamp price 30 EUR in the shop. Desk 90 EUR."
+    assert relevant_lines(note, "What does the desk cost?") == note
+
+
 def test_values_decide_over_words_when_the_answer_repeats_one() -> None:
     # "same day": the old record's Thursday is not repeated by the new one, but the time is
     # what changed, and the answer repeats the new time.
@@ -718,6 +734,46 @@ def test_values_decide_over_words_when_the_answer_repeats_one() -> None:
         "It was cancelled.", "Where is lunch?", "Lunch at the Thai place.", "Lunch is cancelled."
     )
     assert words.stale and len(words.new) == 1 and not words.old
+
+
+def test_the_recheck_asks_the_new_record_alone_when_the_answer_took_the_old_value() -> None:
+    def guests(answer_alone: str) -> ScriptedBackend:
+        return asker(
+            {"48": "How many guests have confirmed?"},
+            # the answer over both records repeats the first one's value; alone, the new one
+            {"alone": answer_alone, "Records,": "48 guests have confirmed."},
+        )
+
+    snapshot = notes(
+        "48 guests have confirmed so far.", "Three more guests confirmed, we are at 51 now."
+    )
+    rechecking = ChoiceRules(candidates="shared-word", reply="word", judge="question", recheck=True)
+    session, report = run_with(snapshot, guests("51 guests."), rechecking)
+    assert session.context.ids == ["task", "n2"]
+    (choice,) = report.choices
+    assert choice.chosen == "n1" and "alone" in choice.detail and "51" in choice.detail
+    assert "48 guests" in choice.reply and "51 guests" in choice.reply
+    # without the recheck the first answer stands: nothing is replaced
+    session, report = run_with(snapshot, guests("51 guests."), QUESTION_RULES)
+    assert session.context.ids == ["task", "n1", "n2"]
+    # "not said", or a reply without the new value, keeps the earlier record
+    for reply in ("Not said.", "Three more guests."):
+        session, report = run_with(snapshot, guests(reply), rechecking)
+        assert session.context.ids == ["task", "n1", "n2"], reply
+
+
+def test_the_recheck_is_not_asked_of_a_record_about_something_else() -> None:
+    backend = asker(
+        {"30 EUR": "What does the lamp cost?"},
+        {"alone": "90 EUR.", "Records,": "The lamp costs 30 EUR."},
+    )
+    rules = ChoiceRules(candidates="shared-word", reply="word", judge="question", recheck=True)
+    # the desk note shares "price" with the lamp note (so it is judged), but no word of the
+    # question: asked alone it would answer the lamp's question with the desk's price
+    session, report = run_with(notes("Lamp price 30 EUR.", "Desk price 90 EUR."), backend, rules)
+    assert session.context.ids == ["task", "n1", "n2"]
+    (choice,) = report.choices
+    assert "alone" not in choice.reply
 
 
 def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> None:

@@ -9,6 +9,7 @@ import pytest
 from picocontext_diagnostics.bench.main_job import (
     ROOT,
     MainJobError,
+    common_step_ratios,
     merge,
     parse_summary,
     ratios,
@@ -68,7 +69,13 @@ REPORT = {
             "elapsed_seconds": 10.04,
             "planned_steps": 4,
             "steps": [
-                {"ran": True, "prefill_tokens": 900, "input_tokens": 1000, "generated_tokens": 9},
+                {
+                    "ran": True,
+                    "prefill_tokens": 900,
+                    "input_tokens": 1000,
+                    "generated_tokens": 9,
+                    "elapsed_seconds": 8.0,
+                },
                 {"ran": False, "prefill_tokens": 0, "input_tokens": 0, "generated_tokens": 0},
             ],
         },
@@ -85,6 +92,7 @@ REPORT = {
                     "generated_tokens": 20,
                     "edit_calls": 1,
                     "keep_calls": 0,
+                    "elapsed_seconds": 10.0,
                 },
                 {"ran": True, "prefill_tokens": 150, "input_tokens": 1000, "keep_calls": 1},
             ],
@@ -103,6 +111,18 @@ def test_costs_are_summed_per_policy_and_joined_with_the_checks_by_name() -> Non
     assert mine["input_tokens"] == 4000 and mine["prefill_tokens"] == 1350
     assert mine["context"] == "1/4" and mine["label"] == "Editable"
     assert ratios(policies) == {"wall_s": 1.2, "prefill_tokens": 1.5, "input_tokens": 4.0}
+
+
+def test_common_step_ratios_compare_only_the_steps_both_answered() -> None:
+    policies = merge(parse_summary(SUMMARY), report_costs(REPORT))
+    # append-only's second step made no call, so only the first step is compared
+    assert common_step_ratios(policies) == {
+        "steps": 1,
+        "wall_s": 1.25,
+        "prefill_tokens": 1.33,
+        "input_tokens": 3.0,
+    }
+    assert common_step_ratios({"editable": policies["editable"]}) == {}
 
 
 def test_ratios_need_both_columns() -> None:

@@ -94,6 +94,10 @@ class EditableConfig(BaseModel):
     judge: Judge = DEFAULT_JUDGE
     # The question judge: the answer prompt lists the new record before the earlier one.
     newer_first: bool = False
+    # The question judge: when the answer over both records repeats a value only the earlier
+    # one has, ask the question once more over the new record alone (a small model often
+    # answers with the first record it reads); a value only the new record has then replaces it.
+    recheck: bool = False
 
     def choice_rules(self) -> ChoiceRules:
         """The incremental decision's rules for asking."""
@@ -105,6 +109,7 @@ class EditableConfig(BaseModel):
             ask=self.ask_model,
             judge=self.judge,
             newer_first=self.newer_first,
+            recheck=self.recheck,
         )
 
     def style(self, backend: object = None) -> EditStyle:

@@ -8,7 +8,8 @@ comes from the summary block the smoke prints (``<task> · <policy>: <state>`` f
 ``Checks passed: context a/n; answers b/n``); the per-policy costs (``wall_s``,
 ``prefill_tokens``, ``input_tokens``, ``edits``, ``keeps``) come from the JSON report the bench
 asks the run to write next to its own output (unless the command already names a report), and
-``ratios`` divides editable's by append-only's when both ran. The whole output goes to a log
+``ratios`` divides editable's by append-only's when both ran (``ratios_common_steps`` over
+only the steps both answered, since append-only stops when it runs out of window). The whole output goes to a log
 file next to the JSON; the last line printed is one JSON object.
 """
 
@@ -98,8 +99,21 @@ def report_costs(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         }
         for key, field in _COSTS.items():
             row[key] = sum(int(s.get(field) or 0) for s in steps)
+        row["per_step"] = [_step_costs(s) for s in steps]
         out[str(policy.get("label") or policy.get("name"))] = row
     return out
+
+
+def _step_costs(step: dict[str, Any]) -> dict[str, Any] | None:
+    """One step's wall seconds and prefilled tokens, or ``None`` when it made no model call
+    (not run, or refused by the window before its answer)."""
+    if not step.get("ran") or not int(step.get("input_tokens") or 0):
+        return None
+    return {
+        "wall_s": float(step.get("elapsed_seconds") or 0.0),
+        "prefill_tokens": int(step.get("prefill_tokens") or 0),
+        "input_tokens": int(step.get("input_tokens") or 0),
+    }
 
 
 def merge(
@@ -125,6 +139,25 @@ def ratios(policies: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     for key in ("wall_s", "prefill_tokens", "input_tokens"):
         a, b = mine.get(key), base.get(key)
         out[key] = round(a / b, 2) if isinstance(a, int | float) and b else None
+    return out
+
+
+def common_step_ratios(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """editable / append-only over only the steps where both made model calls: the runs
+    differ in length when append-only runs out of window, and the whole-run ratios then also
+    charge editable for the steps it could still run."""
+    mine, base = policies.get("editable"), policies.get("append-only")
+    if not mine or not base:
+        return {}
+    pairs = [
+        (a, b)
+        for a, b in zip(mine.get("per_step") or (), base.get("per_step") or (), strict=False)
+        if a is not None and b is not None
+    ]
+    out: dict[str, Any] = {"steps": len(pairs)}
+    for key in ("wall_s", "prefill_tokens", "input_tokens"):
+        a, b = sum(p[0][key] for p in pairs), sum(p[1][key] for p in pairs)
+        out[key] = round(a / b, 2) if pairs and b else None
     return out
 
 
@@ -189,7 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "within_limit": seconds <= args.limit,
         "policies": policies,
         "ratios": ratios(policies),
+        "ratios_common_steps": common_step_ratios(policies),
     }
+    for row in policies.values():
+        row.pop("per_step", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(line, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(line, separators=(",", ":")))
