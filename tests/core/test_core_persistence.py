@@ -123,16 +123,16 @@ def test_foreign_database_is_refused(tmp_path: Path) -> None:
 def test_older_schema_without_migration_fails_clearly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import picocontext.persistence as persistence
+    import picocontext.persistence.migrations as migrations
 
     path = tmp_path / "s.db"
     SQLiteStore(path).close()
-    current = persistence.SCHEMA_VERSION
-    monkeypatch.setattr(persistence, "SCHEMA_VERSION", current + 1)
+    current = migrations.SCHEMA_VERSION
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", current + 1)
     with pytest.raises(StorageError, match="cannot migrate"):
         SQLiteStore(path)
     seen: list[int] = []
-    monkeypatch.setattr(persistence, "MIGRATIONS", {current: lambda db: seen.append(current)})
+    monkeypatch.setattr(migrations, "MIGRATIONS", {current: lambda db: seen.append(current)})
     SQLiteStore(path).close()
     assert seen == [current]
     db = sqlite3.connect(path)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import picocontext.persistence as persistence
+import picocontext.persistence.migrations as migrations
 from kettle import SCOPE, kettle_snapshot
 from picocontext import (
     AppendTransaction,
@@ -103,10 +104,10 @@ def test_a_failing_migration_leaves_the_old_store_untouched(
     before = columns(path)
 
     def half_done(db: sqlite3.Connection) -> None:
-        persistence._m002_revisions_by_change(db)
+        migrations._m002_revisions_by_change(db)
         raise StorageError("migration interrupted")
 
-    monkeypatch.setitem(persistence.MIGRATIONS, 1, half_done)
+    monkeypatch.setitem(migrations.MIGRATIONS, 1, half_done)
     with pytest.raises(StorageError, match="interrupted"):
         SQLiteStore(path)
     assert rows(path, "PRAGMA user_version") == [(1,)]
