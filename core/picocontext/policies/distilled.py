@@ -73,9 +73,9 @@ from picocontext.distill.models import DigestNode, SummaryInput, Unit
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.errors import Cancelled
 from picocontext.manifest.tokens import TextCounter
+from picocontext.policies.archive_tree import sessions_of
 from picocontext.policies.history import HistorySplit, TextMeter, ToolExecutor, split_history
 from picocontext.policies.history import Unit as HistoryUnit
-from picocontext.policies.navigated import sessions_of
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport

@@ -21,30 +21,30 @@ units:
   allowance) is refused with a message instead of failing the run.
 
 The working context is never changed: the policy only reads it.
+
+This module holds the configuration, the turn plan and the compile cache. The verbs and their
+executor are in :mod:`~picocontext.policies.navigated_tools`, the archive as a source tree in
+:mod:`~picocontext.policies.archive_tree`, and where the index stands in the view and the
+prefetch in :mod:`~picocontext.policies.archive_view`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
-import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from picocontext.backend import (
     ChatModel,
     ModelInput,
     Phase,
     TokenCounter,
-    ToolSpec,
-    restrict_ids,
     tools_json,
 )
 from picocontext.budget import RunBudget
@@ -52,24 +52,33 @@ from picocontext.build.compiler import BuildOptions, BuildResult, compile_tree
 from picocontext.build.engines import LLMEngine, OfflineEngine
 from picocontext.build.engines.base import DescriptorEngine
 from picocontext.build.errors import SelfCheckFailed
-from picocontext.build.ir import IdRegistry, SourceNode, SourceTree
+from picocontext.build.ir import SourceTree
 from picocontext.cancel import CancelToken, check
 from picocontext.errors import BudgetExceeded
-from picocontext.manifest.errors import ManifestError
 from picocontext.manifest.model import Manifest
-from picocontext.manifest.navigator import Navigator
 from picocontext.manifest.routing import NAVIGATORS, make_navigator
-from picocontext.manifest.runtime import ViewLevel, dict_resolver, render_line
+from picocontext.manifest.runtime import ViewLevel, dict_resolver
 from picocontext.manifest.session import ModeConfig, NavSession
-from picocontext.manifest.text import STOPWORDS, stem
 from picocontext.manifest.tokens import TextCounter
 from picocontext.policies.archive_nav import ArchiveNavigator
+from picocontext.policies.archive_tree import archive_tree, session_tree
+from picocontext.policies.archive_tree import leaf_text as leaf_text
+from picocontext.policies.archive_tree import speaker_line as speaker_line
+from picocontext.policies.archive_tree import split_tag as split_tag
+from picocontext.policies.archive_view import asked_before, prefetch, replies
+from picocontext.policies.archive_view import with_index as with_index
 from picocontext.policies.history import (
     Counting,
-    ToolExecutor,
     Unit,
     split_history,
     text_meter_for,
+)
+from picocontext.policies.navigated_tools import (
+    CLOSE_TOOL,
+    NAV_TOOLS,
+    NO_ROOM,
+    NavToolExecutor,
+    nav_tools,
 )
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.prompts import COMPLETION_GUIDANCE, COMPLETION_INSTRUCTIONS
@@ -108,111 +117,9 @@ PROTOCOL = (
 PLAIN_SYSTEM_TEXT = COMPLETION_INSTRUCTIONS
 PLAIN_GUIDANCE = COMPLETION_GUIDANCE
 
-NO_ROOM = "No room left in this turn's window: answer now with what you have read."
-
 ARCHIVE_NAVIGATOR = ArchiveNavigator.name
 
 INDEX_HEADER = "ARCHIVE INDEX - older records of this conversation, readable with the tools."
-
-# -- tools -------------------------------------------------------------------------------------
-
-_ID_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1}
-
-INDEX_TOOL = ToolSpec(
-    name="index",
-    description="List the archive lines that can be opened now.",
-    parameters={"type": "object", "properties": {}, "additionalProperties": False},
-)
-LOOK_TOOL = ToolSpec(
-    name="look",
-    description="Fuller descriptions of listed ids.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "ids": {"type": "array", "items": _ID_SCHEMA, "minItems": 1, "maxItems": 16}
-        },
-        "required": ["ids"],
-        "additionalProperties": False,
-    },
-)
-
-
-def _one_id_tool(name: str, description: str) -> ToolSpec:
-    """A verb whose only argument is one node id."""
-    return ToolSpec(
-        name=name,
-        description=description,
-        parameters={
-            "type": "object",
-            "properties": {"id": _ID_SCHEMA},
-            "required": ["id"],
-            "additionalProperties": False,
-        },
-    )
-
-
-OPEN_TOOL = _one_id_tool(
-    "open", "Open a listed id: a branch lists its records, a leaf shows one record verbatim."
-)
-CLOSE_TOOL = _one_id_tool("close", "Close an open id to free reading budget.")
-NAV_TOOLS: tuple[ToolSpec, ...] = (INDEX_TOOL, LOOK_TOOL, OPEN_TOOL, CLOSE_TOOL)
-
-
-def nav_tools(manifest: Manifest) -> tuple[ToolSpec, ...]:
-    """The verbs as offered for one manifest: ``open`` (the verb that discloses) limited to
-    its openable node ids (the root is not) when they are few; the runtime judges the rest."""
-    ids = [i for i in manifest.nodes if i != manifest.root.id]
-    return (INDEX_TOOL, LOOK_TOOL, restrict_ids(OPEN_TOOL, ids, "id"), CLOSE_TOOL)
-
-
-_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-
-class _NoArgs(BaseModel):
-    model_config = _STRICT
-
-
-class _LookArgs(BaseModel):
-    model_config = _STRICT
-    ids: list[str] = Field(min_length=1, max_length=16)
-
-
-class _NodeArgs(BaseModel):
-    model_config = _STRICT
-    id: str = Field(min_length=1, max_length=512)
-
-
-_USAGE = {
-    "index": "index takes no arguments: {}",
-    "look": 'look needs {"ids": ["<id>", ...]} with 1 to 16 ids from the index',
-    "open": 'open needs {"id": "<id>"} with an id from the index',
-    "close": 'close needs {"id": "<id>"} with an id that is open',
-}
-_ARG_MODELS: dict[str, type[BaseModel]] = {
-    "index": _NoArgs,
-    "look": _LookArgs,
-    "open": _NodeArgs,
-    "close": _NodeArgs,
-}
-
-
-def parse_arguments(name: str, arguments: str) -> BaseModel:
-    """Strict parse of one verb's JSON arguments; raises ``ValueError`` with the usage line."""
-    usage = _USAGE[name]
-    text = arguments.strip() or "{}"
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise ValueError(f"Arguments are not valid JSON; {usage}.") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"Arguments must be a JSON object; {usage}.")
-    try:
-        return _ARG_MODELS[name].model_validate(value)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "arguments"
-        raise ValueError(f"Invalid arguments ({where}: {first['msg']}); {usage}.") from None
-
 
 # -- configuration -----------------------------------------------------------------------------
 
@@ -294,233 +201,6 @@ def tail_ladder(first: int, rungs: int = 4) -> tuple[int, ...]:
     return tuple(dict.fromkeys(values))
 
 
-# -- the archive as a source tree --------------------------------------------------------------
-
-ROOT_ID = "r"
-
-
-def leaf_text(record: Record) -> str:
-    """A record's verbatim body, followed by its tool calls (name, arguments and call id)
-    when it made any, since those are part of what the record said."""
-    if not record.tool_calls:
-        return record.body
-    calls = "\n".join(f"-> {c.name}({c.arguments}) [call {c.id}]" for c in record.tool_calls)
-    return f"{record.body}\n{calls}" if record.body else calls
-
-
-def _leaf_title(record: Record, position: int, call_names: dict[str, str]) -> str:
-    """Short on purpose: the descriptor engine repeats the title in the line's description."""
-    head = f"#{position} {record.role.value}"
-    if record.tool_calls:
-        return f"{head} calls {', '.join(dict.fromkeys(c.name for c in record.tool_calls))}"
-    if record.role is Role.TOOL and record.tool_call_id is not None:
-        return f"{head} result of {call_names.get(record.tool_call_id, 'a tool')}"
-    return head
-
-
-def archive_tree(
-    archive: Sequence[Unit],
-    positions: dict[str, int],
-    segment_records: int = 8,
-    group_width: int = 5,
-) -> SourceTree:
-    """Root -> chronological groups -> turns -> one leaf per archived record.
-
-    A turn starts at each user record, or when the next unit would make it longer than
-    ``segment_records``. While a level has more than ``group_width`` nodes, consecutive nodes
-    are grouped (``Turns a-b``), so the tree stays in conversation order and appending history
-    only changes the newest group. Leaves keep their record ids (claimed first); a turn or
-    group id yields on a collision. Every title carries its record numbers (#n)."""
-    ids = IdRegistry((ROOT_ID,))
-    call_names = {c.id: c.name for u in archive for r in u for c in r.tool_calls}
-    segments: list[list[Record]] = []
-    for unit in archive:
-        starts = unit[0].role is Role.USER
-        if not segments or starts or len(segments[-1]) + len(unit) > segment_records:
-            segments.append([])
-        segments[-1].extend(unit)
-    leaf_ids = {r.id: ids.claim(r.id) for segment in segments for r in segment}
-    level: list[tuple[SourceNode, int, int, int, int]] = []  # node, first/last turn, #first/#last
-    for number, segment in enumerate(segments, start=1):
-        first, last = positions[segment[0].id], positions[segment[-1].id]
-        title = f"Turn {number} {_span(first, last)}"
-        branch = SourceNode(id=ids.claim(f"turn-{number}"), title=title, facets={"kind": "turn"})
-        for record in segment:
-            branch.children.append(
-                SourceNode(
-                    id=leaf_ids[record.id],
-                    title=_leaf_title(record, positions[record.id], call_names),
-                    content=leaf_text(record),
-                    format="txt",
-                    facets={"kind": "record", "role": record.role.value},
-                    origin=record.id,
-                )
-            )
-        level.append((branch, number, number, first, last))
-    while len(level) > group_width:
-        grouped: list[tuple[SourceNode, int, int, int, int]] = []
-        for start in range(0, len(level), group_width):
-            chunk = level[start : start + group_width]
-            if len(chunk) == 1:
-                grouped.append(chunk[0])
-                continue
-            t1, t2 = chunk[0][1], chunk[-1][2]
-            p1, p2 = chunk[0][3], chunk[-1][4]
-            node = SourceNode(
-                id=ids.claim(f"turns-{t1}-{t2}"),
-                title=f"Turns {t1}-{t2} {_span(p1, p2)}",
-                facets={"kind": "turns"},
-                children=[c[0] for c in chunk],
-            )
-            grouped.append((node, t1, t2, p1, p2))
-        level = grouped
-    root = SourceNode(
-        id=ROOT_ID,
-        title="Archived conversation history",
-        facets={"kind": "history"},
-        children=[c[0] for c in level],
-    )
-    return SourceTree(source_id="history", kind="history", root=root)
-
-
-# A record body's leading bracketed tag: a conversation turn's session date
-# ("[2026-03-02] Maya: ..."), written by whoever made the records.
-_TAG = re.compile(r"^\[([^\]\n]{1,64})\] ")
-_WORDS = re.compile(r"[a-z0-9]+")
-
-
-def split_tag(text: str) -> tuple[str, str]:
-    """A text's leading bracketed tag (a turn's session date) and the rest; ``""`` and the
-    text when it has none."""
-    found = _TAG.match(text)
-    return (found.group(1), text[found.end() :]) if found else ("", text)
-
-
-def sessions_of(archive: Sequence[Unit]) -> list[tuple[str, list[Unit]]]:
-    """Consecutive units whose first record carries the same tag, as ``(tag, units)`` runs in
-    history order: a dated conversation's sessions. One untagged run when nothing is tagged."""
-    runs: list[tuple[str, list[Unit]]] = []
-    for unit in archive:
-        tag = split_tag(unit[0].body)[0] if unit else ""
-        if not runs or runs[-1][0] != tag:
-            runs.append((tag, []))
-        runs[-1][1].append(unit)
-    return runs
-
-
-# A text that already names its speaker ("Maya: ...") needs no role in front of it.
-_SPEAKER = re.compile(r"^[^\s:\[][^:\n]{0,40}: ")
-
-
-KEY_WORDS = 4  # words in a passage's title
-
-
-def speaker_line(record: Record) -> tuple[str, str]:
-    """A record as an entry of a passage or a block: its tag apart, then its text -- as is
-    when it names its speaker (``Maya: ...``), else after a line with its role (``tool:``),
-    so every line of the record stays whole and starts where it started (a reader that looks
-    for lines like ``FACT k=v`` still finds them)."""
-    tag, rest = split_tag(leaf_text(record))
-    return tag, rest if _SPEAKER.match(rest) else f"{record.role.value}:\n{rest}"
-
-
-def session_tree(
-    archive: Sequence[Unit], positions: dict[str, int], passage_records: int = 4
-) -> tuple[SourceTree, dict[str, int]] | None:
-    """Root -> one branch per session -> passages of up to ``passage_records`` consecutive
-    records, when every archived unit belongs to a dated session (its first record starts
-    with a tag) and there are at least two sessions; None otherwise.
-
-    A session's title carries its date and record numbers, and its description (the
-    descriptor engine's digest of its passages) says what was talked about, so the index is
-    one dated line per session. A passage is one leaf: its records verbatim, one line each,
-    without the date its session line already carries. Opening one passage shows a turn with
-    the turns around it (where a reply holds the answer to what matched), and a session lists
-    a few passages instead of every turn. Also returns each passage's position (its last
-    record's), so a navigator can order passages like records."""
-    runs = sessions_of(archive)
-    if len(runs) < 2 or any(not tag for tag, _ in runs):
-        return None
-    parts = [_passages(units, passage_records) for _, units in runs]
-    texts = ["\n".join(speaker_line(r)[1] for r in part) for each in parts for part in each]
-    words = iter(key_words(texts, KEY_WORDS))
-    contents = iter(texts)
-    ids = IdRegistry((ROOT_ID,))
-    order: dict[str, int] = {}
-    children: list[SourceNode] = []
-    for number, ((tag, units), passages) in enumerate(zip(runs, parts, strict=True), start=1):
-        records = [r for u in units for r in u]
-        span = _span(positions[records[0].id], positions[records[-1].id])
-        branch = SourceNode(
-            id=ids.claim(f"session-{number}"),
-            title=f"Session {number} [{tag}] {span}",
-            facets={"kind": "session", "date": tag},
-        )
-        for part in passages:
-            first, last = positions[part[0].id], positions[part[-1].id]
-            leaf = SourceNode(
-                id=ids.claim(f"s{number}-{first}"),
-                title=f"{_span(first, last)} {' '.join(next(words))}".rstrip(),
-                content=next(contents),
-                format="txt",
-                facets={"kind": "passage"},
-                origin=part[0].id,
-            )
-            order[leaf.id] = last
-            branch.children.append(leaf)
-        children.append(branch)
-    root = SourceNode(
-        id=ROOT_ID,
-        title="Archived conversation sessions",
-        facets={"kind": "history"},
-        children=children,
-    )
-    return SourceTree(source_id="history", kind="history", root=root), order
-
-
-def key_words(texts: Sequence[str], count: int) -> list[list[str]]:
-    """For each text, the ``count`` words most its own: term frequency there times the log of
-    the inverse share of texts that use the word (stemmed), stop words and words of two
-    letters or fewer left out; each shown as first written. A passage titled by its key
-    words gives its session's line a digest of what was said, and a navigator that ranks
-    by descriptors something to match."""
-    bags: list[dict[str, tuple[int, str]]] = []
-    seen: dict[str, int] = {}
-    for text in texts:
-        bag: dict[str, tuple[int, str]] = {}
-        for word in _WORDS.findall(text.lower()):
-            if len(word) <= 2 or word in STOPWORDS:
-                continue
-            root = stem(word)
-            hits, first = bag.get(root, (0, word))
-            bag[root] = (hits + 1, first)
-        for root in bag:
-            seen[root] = seen.get(root, 0) + 1
-        bags.append(bag)
-    total = len(texts)
-
-    def weight(bag: dict[str, tuple[int, str]], root: str) -> float:
-        return bag[root][0] * math.log(total / seen[root])
-
-    return [
-        [bag[r][1] for r in sorted(bag, key=lambda r: (-weight(bag, r), r))[:count]] for bag in bags
-    ]
-
-
-def _passages(units: Sequence[Unit], size: int) -> list[list[Record]]:
-    """Consecutive units cut into runs of at most ``size`` records (a unit never parts)."""
-    out: list[list[Record]] = []
-    for unit in units:
-        if not out or len(out[-1]) + len(unit) > size:
-            out.append([])
-        out[-1].extend(unit)
-    return out
-
-
-def _span(first: int, last: int) -> str:
-    return f"#{first}" if first == last else f"#{first}-#{last}"
-
-
 # -- per-turn state ----------------------------------------------------------------------------
 
 
@@ -566,7 +246,7 @@ class NavPlan:
     loop: ToolLoop
     info: NavigatedTurn
     nav: NavSession | None = None
-    executor: _Executor | None = None
+    executor: NavToolExecutor | None = None
     leaves: dict[str, str] = field(default_factory=dict)
     # The archive index record, placed in the view where the archive was (None: no archive).
     index: Record | None = None
@@ -794,7 +474,7 @@ class NavigatedPolicy:
         fixed_final = counter.prepare(
             ModelInput(context=view, phase=Phase.COMPLETION, system_text=SYSTEM_TEXT)
         ).token_count
-        executor = _Executor(
+        executor = NavToolExecutor(
             nav,
             text_counter,
             limit=window - out - max(fixed_tools, fixed_final),
@@ -967,186 +647,3 @@ def _archive_key(
         digest.update(part.encode("utf-8", errors="surrogatepass"))
         digest.update(b"\x00")
     return digest.hexdigest()
-
-
-def with_index(
-    view: Snapshot, index: Record, archived: Sequence[str], positions: dict[str, int]
-) -> Snapshot:
-    """``view`` with the archive index standing where the archive ends: before the first
-    shown record newer than the newest archived one, so the prompt stays in time order and
-    protected records older than that (earlier requests kept in view) come before it.
-
-    Measured on the 0.5B model, one prompt per placement (docs/results/qwen-four-policies.md):
-    on a long-history step (unprotected requests) with the index after the latest request it
-    gave ``cell1`` the value of ``cell0``; in its place in time it answered right. On a state
-    step whose earlier requests are protected, the index before all of them (where the
-    archive *begins*) made it copy the requests' ``<current value>`` placeholder; after them,
-    where the archive ends, it answered right."""
-    last = max((positions[r] for r in archived), default=0)
-    records = list(view.records)
-    at = next((i for i, r in enumerate(records) if positions.get(r.id, 0) > last), len(records))
-    records.insert(at, index)
-    return view.model_copy(update={"records": tuple(records)})
-
-
-def asked_before(view: Snapshot) -> dict[str, str]:
-    """Id -> text of the user records in ``view`` other than the latest one (the question
-    a prefetch answers)."""
-    users = [r for r in view.records if r.role is Role.USER]
-    return {r.id: r.body for r in users[:-1]}
-
-
-def replies(history: Sequence[Record]) -> dict[str, str]:
-    """User record id -> the assistant record that answered it: the first plain assistant
-    reply (text, no tool call) after it and before the next user record."""
-    out: dict[str, str] = {}
-    asking: str | None = None
-    for record in history:
-        if record.role is Role.USER:
-            asking = record.id
-        elif (
-            asking is not None
-            and record.role is Role.ASSISTANT
-            and record.body.strip()
-            and not record.tool_calls
-        ):
-            out[asking] = record.id
-            asking = None
-    return out
-
-
-def prefetch(
-    nav: NavSession, view: Snapshot, navigator: Navigator, steps: int
-) -> tuple[ToolStep, ...]:
-    """Let ``navigator`` take up to ``steps`` steps for the latest user request before the
-    model reads the archive: ``open``, ``search`` and ``related`` are carried out through the
-    session (charged like the model's own calls). A document navigator stops after opening a
-    leaf (it looks for one page); the archive navigator goes on to its next target. A
-    ``close`` ends the prefetch instead of being carried out: what was shown stays in the
-    prompt, so its tokens stay charged. Returns each call carried out, with what it showed."""
-    query = next((r.body for r in reversed(view.records) if r.role == Role.USER), "")
-    navigator.prepare(nav.manifest)
-    one_leaf = not isinstance(navigator, ArchiveNavigator)
-    done: list[ToolStep] = []
-    for step in range(steps if query.strip() else 0):
-        action = navigator.decide(query, nav.runtime.peek(), nav.budget_remaining)
-        if action.verb == "search":
-            arguments: dict[str, object] = {"query": action.query or query, "k": action.k}
-        elif action.verb in ("open", "related"):
-            arguments = {"id": action.ids[0]}
-        else:
-            break
-        try:
-            if action.verb == "search":
-                shown = nav.search(action.query or query, action.k)
-            elif action.verb == "related":
-                shown = nav.related(action.ids[0])
-            else:
-                shown = nav.open(action.ids[0])
-        except ManifestError:
-            break
-        done.append(
-            ToolStep(
-                step=step,
-                name=action.verb,
-                arguments=json.dumps(arguments, ensure_ascii=False),
-                ok=True,
-                result=shown,
-                model_text=f"{navigator.name}: {action.reason}" if action.reason else "",
-            )
-        )
-        if action.verb == "open" and one_leaf and nav.manifest.get(action.ids[0]).is_leaf:
-            break
-    return tuple(done)
-
-
-class _Executor(ToolExecutor):
-    """Runs one verb: strict arguments, node ids checked by the runtime, the transcript
-    guard, and a clear message for every refusal (the model may retry)."""
-
-    def __init__(
-        self, nav: NavSession, meter: TextCounter, limit: int, per_call: int, max_calls: int
-    ) -> None:
-        super().__init__(meter, limit, per_call, max_calls, per_call + meter.count(NO_ROOM))
-        self.nav = nav
-
-    def __call__(self, name: str, arguments: str) -> ToolResult:
-        try:
-            args = parse_arguments(name, arguments)
-        except ValueError as exc:
-            return self.refuse(arguments, str(exc), NO_ROOM)
-        try:
-            if name == "index":
-                cost = self.meter.count(self.nav.runtime.frontier_view())
-                return self._checked(arguments, cost, "the index", self.nav.index)
-            if name == "look":
-                assert isinstance(args, _LookArgs)
-                return self._look(arguments, args.ids)
-            assert isinstance(args, _NodeArgs)
-            if name == "open":
-                return self._open(arguments, args.id)
-            freed = self.nav.close(args.id)
-            text = (
-                f"Closed {args.id}: {freed} tokens freed, {self.nav.budget_remaining} left."
-                if freed
-                else f"{args.id} was not open; nothing to close."
-            )
-            return self._note(arguments, text)
-        except ManifestError as exc:
-            return self.refuse(arguments, _explain(exc.message), NO_ROOM)
-
-    def _note(self, arguments: str, text: str) -> ToolResult:
-        """A short confirmation (the short refusal's room is always kept for it)."""
-        if not self.fits(arguments, self.meter.count(text)):
-            text = NO_ROOM
-        return self.grant(arguments, text)
-
-    def _checked(self, arguments: str, cost: int, what: str, act: Callable[[], str]) -> ToolResult:
-        """Check the predicted cost first, so a refused disclosure changes nothing."""
-        if not self.fits(arguments, cost):
-            return self.refuse(
-                arguments,
-                f"Refused: {what} would not fit in the context window for this turn. Answer "
-                "now with what you have read, or pick something smaller.",
-                NO_ROOM,
-            )
-        return self.grant(arguments, act())
-
-    def _visible_or_raise(self, node_id: str) -> None:
-        """Unknown ids, the root and ids not on the frontier are refused by the runtime's own
-        checks, which raise before anything changes."""
-        if not self.nav.runtime.is_visible(node_id):
-            self.nav.runtime.look([node_id])
-            raise ManifestError(f"{node_id!r} cannot be read now.")
-
-    def _look(self, arguments: str, ids: Sequence[str]) -> ToolResult:
-        unique = list(dict.fromkeys(ids))
-        for nid in unique:
-            self._visible_or_raise(nid)
-        runtime = self.nav.runtime
-        preview = "\n".join(render_line(n, runtime.manifest.get(n), "full") for n in unique)
-        cost = self.meter.count(preview)
-        return self._checked(arguments, cost, "these descriptions", lambda: self.nav.look(unique))
-
-    def _open(self, arguments: str, node_id: str) -> ToolResult:
-        self._visible_or_raise(node_id)
-        runtime = self.nav.runtime
-        if runtime.is_spliced(node_id) or runtime.is_revealed(node_id):
-            return self._note(arguments, f"{node_id} is already open; see above.")
-        node = runtime.manifest.get(node_id)
-        if node.is_leaf:
-            # In resolver mode the splice cost is the count of exactly the text returned.
-            cost = runtime.expand_cost(node_id)
-        else:
-            children = [c for c in node.children or () if runtime.manifest.has(c)]
-            cost = self.meter.count("\n".join(runtime.entry(c).text for c in children))
-        what = "this record" if node.is_leaf else "this branch"
-        return self._checked(arguments, cost, what, lambda: self.nav.open(node_id))
-
-
-def _explain(message: str) -> str:
-    """Runtime refusals, plus where valid ids come from."""
-    message = message.rstrip()
-    if not message.endswith((".", "!", "?")):
-        message += "."
-    return f"{message} Ids are the first word of an index line (call index to list them)."

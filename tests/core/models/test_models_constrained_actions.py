@@ -23,7 +23,7 @@ from picocontext.models.constrained import (
     tool_call_schema,
 )
 from picocontext.models.toolcalls import parse_text_tool_calls
-from picocontext.policies.navigated import NAV_TOOLS
+from picocontext.policies.navigated_tools import NAV_TOOLS
 
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")

@@ -27,13 +27,8 @@ from picocontext.policies.archive_nav import (
     ArchiveNavigator,
     same_words,
 )
-from picocontext.policies.navigated import (
-    ARCHIVE_NAVIGATOR,
-    NavigatedConfig,
-    NavPlan,
-    asked_before,
-    replies,
-)
+from picocontext.policies.archive_view import asked_before, replies
+from picocontext.policies.navigated import ARCHIVE_NAVIGATOR, NavigatedConfig, NavPlan
 
 SCOPE = Scope(user_id="u", conversation_id="keys", branch_id="main")
 ASK = "Report every stored key with its current value as one JSON object."

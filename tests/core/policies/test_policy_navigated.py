@@ -39,22 +39,17 @@ from picocontext.cancel import CancelToken as _Token
 from picocontext.manifest import HeuristicCounter, NavAction
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy, NavigatedPolicy
+from picocontext.policies.archive_tree import archive_tree, key_words, leaf_text, session_tree
 from picocontext.policies.history import TextMeter, history_units, split_history, text_meter_for
 from picocontext.policies.navigated import (
-    NAV_TOOLS,
-    NO_ROOM,
     PLAIN_SYSTEM_TEXT,
     NavigatedConfig,
     NavigatedTurn,
     NavPlan,
-    archive_tree,
-    key_words,
-    leaf_text,
-    parse_arguments,
-    session_tree,
     tail_ladder,
     with_index,
 )
+from picocontext.policies.navigated_tools import NAV_TOOLS, NO_ROOM, parse_arguments
 from picocontext.report import RunReport
 
 # The model navigates alone (the default, said explicitly): these tests drive the tool

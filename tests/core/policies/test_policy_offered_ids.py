@@ -26,7 +26,7 @@ from picocontext.backend import MAX_ENUM_CHARS, restrict_ids, tools_json
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import NavigatedPolicy
 from picocontext.policies.distilled import DistilledPolicy
-from picocontext.policies.navigated import LOOK_TOOL, OPEN_TOOL
+from picocontext.policies.navigated_tools import LOOK_TOOL, OPEN_TOOL
 
 SCOPE = Scope(user_id="u", conversation_id="ids", branch_id="b")
 WINDOW = 12_000
