@@ -15,30 +15,31 @@ The runtime stays the authority: the map is fitted to ``map_share`` of the windo
 result is fitted to what is left of the window (a recall budget is reduced, digest children are
 shortened, with a note saying so), and the shared tool loop checks every prompt before it is
 sent. The working context is never changed.
+
+This module holds the configuration, the turn and the digest map. Older history as groups,
+chunks and scopes is in :mod:`~picocontext.policies.distilled_history`, the turn's summarizer
+wrappers in :mod:`~picocontext.policies.distilled_summaries`, and the tool executor that fits
+every result to the window in :mod:`~picocontext.policies.distilled_tools`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from picocontext.backend import (
-    ChatMessage,
     ChatModel,
     ModelInput,
-    ModelResponse,
     Phase,
     TokenCounter,
     ToolSpec,
@@ -48,9 +49,7 @@ from picocontext.backend import (
 from picocontext.budget import RunBudget
 from picocontext.cancel import CancelToken, check
 from picocontext.distill.agent import (
-    DIGEST_TOOL,
     RECALL_TOOL,
-    RESOLVE_TOOL,
     DigestTools,
     digest_tool_schema,
     recall_tool_schema,
@@ -58,7 +57,7 @@ from picocontext.distill.agent import (
 )
 from picocontext.distill.distiller import DistillConfig, Distiller
 from picocontext.distill.embedder import Embedder, LexicalEmbedder
-from picocontext.distill.errors import DistillError, NodeNotFound, SummarizerError, ToolCallError
+from picocontext.distill.errors import DistillError
 from picocontext.distill.guard import Guard
 from picocontext.distill.ids import (
     KIND_CLUSTER,
@@ -69,12 +68,18 @@ from picocontext.distill.ids import (
     is_intermediate,
     l0_id,
 )
-from picocontext.distill.models import DigestNode, SummaryInput, Unit
+from picocontext.distill.models import DigestNode, Unit
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
-from picocontext.errors import Cancelled
-from picocontext.manifest.tokens import TextCounter
-from picocontext.policies.archive_tree import sessions_of
-from picocontext.policies.history import HistorySplit, TextMeter, ToolExecutor, split_history
+from picocontext.policies.distilled_history import (
+    GroupLeaf,
+    chunk_text,
+    first_words,
+    group_text,
+    session_scopes,
+)
+from picocontext.policies.distilled_summaries import SummaryCounts, TurnCancelChat, TurnSummarizer
+from picocontext.policies.distilled_tools import DigestToolExecutor
+from picocontext.policies.history import HistorySplit, TextMeter, split_history
 from picocontext.policies.history import Unit as HistoryUnit
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.records import Record, Role, Scope, Snapshot
@@ -83,7 +88,6 @@ from picocontext.session import (
     ContextSession,
     FreshIds,
     ToolLoop,
-    ToolResult,
     reserved_ids,
     sample_receipt,
 )
@@ -112,14 +116,7 @@ GUIDANCE = (
     "Call recall, digest or resolve for older details you still need, or answer the latest "
     "request now without calling a tool."
 )
-SHORT_NO_ROOM = "No room is left in the context window. Answer now."
-NO_ROOM = (
-    "No room is left in the context window for this result (about {need} tokens needed, "
-    "{left} left). Answer now with what you have, or ask for less (a smaller recall budget)."
-)
-
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-_WORDS = re.compile(r"\S+")
 
 
 class DistilledConfig(BaseModel):
@@ -180,193 +177,6 @@ class DistilledTurn(BaseModel):
     result_allowance: int
 
 
-# -- history → groups, view and units -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Leaf:
-    """Where a leaf came from, so results can say "older group 4, part 2/3"."""
-
-    ordinal: int
-    part: int
-    parts: int
-    record_ids: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        part = f", part {self.part}/{self.parts}" if self.parts > 1 else ""
-        return f"older group {self.ordinal}{part}"
-
-
-def session_scopes(older: Sequence[HistoryUnit]) -> list[str] | None:
-    """Each older group's session as a scope value (``"003 2026-03-02"``: number, then the
-    date its records carry), when every group belongs to a dated session and there are at
-    least two; None otherwise (the tree then groups by spans)."""
-    runs = sessions_of(older)
-    if len(runs) < 2 or any(not tag for tag, _ in runs):
-        return None
-    return [f"{n:03d} {tag}" for n, (tag, units) in enumerate(runs, start=1) for _ in units]
-
-
-def group_text(records: Sequence[Record]) -> str:
-    """The verbatim text of a group: a header per record, then its body unchanged."""
-    names = {c.id: c.name for r in records for c in r.tool_calls}
-    lines: list[str] = []
-    for record in records:
-        if record.role is Role.TOOL:
-            tool = names.get(record.tool_call_id or "", "a tool")
-            lines.append(f"[{record.id}] tool result of {tool}:")
-        else:
-            lines.append(f"[{record.id}] {record.role.value}:")
-        if record.body:
-            lines.append(record.body)
-        for call in record.tool_calls:
-            lines.append(f"[{record.id}] called {call.name} {call.arguments}")
-    return "\n".join(lines)
-
-
-def chunk_text(text: str, max_words: int) -> list[str]:
-    """Slices of ``text`` with at most ``max_words`` words each, cut at line ends, and between
-    words only inside a line that is longer than a slice. Joining the slices gives ``text``."""
-    pieces: list[tuple[str, int]] = []
-    for line in text.splitlines(keepends=True):
-        starts = [m.start() for m in _WORDS.finditer(line)]
-        count = len(starts)
-        if count <= max_words:
-            pieces.append((line, count))
-            continue
-        for k in range(0, count, max_words):
-            begin = 0 if k == 0 else starts[k]
-            end = starts[k + max_words] if k + max_words < count else len(line)
-            pieces.append((line[begin:end], min(max_words, count - k)))
-    chunks: list[str] = []
-    current = ""
-    words = 0
-    for piece, count in pieces:
-        if words and words + count > max_words:
-            chunks.append(current)
-            current, words = "", 0
-        current += piece
-        words += count
-    if current:
-        chunks.append(current)
-    return chunks or [text]
-
-
-# -- summarizer wrappers --------------------------------------------------------------------
-
-
-def _extract(text: str, words: int) -> str:
-    parts = text.split()
-    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
-
-
-class _TurnSummarizer:
-    """The summarizer a scope's distiller is opened with, for its whole life (so the distiller
-    is never rewired). During a turn's sweep (:meth:`begin` .. :meth:`end`, under the scope's
-    sweep lock) it checks that turn's cancellation before every call, counts summaries by
-    level, extracts leaf summaries when asked to, and (if allowed) falls back to an extract when
-    the model returns nothing usable, so a flaky small model never loses a leaf. Outside a
-    turn (pending views written by a digest call) it is the policy's summarizer unchanged."""
-
-    def __init__(self, inner: Summarizer, fallback: bool, extract_leaves: bool) -> None:
-        self.inner = inner
-        self.fallback = fallback
-        self.extract_leaves = extract_leaves
-        self.begin(None)
-        self.end()
-
-    def begin(self, cancel: CancelToken | None) -> None:
-        """Start a turn's sweep: its cancel token, counts from zero."""
-        self.cancel = cancel
-        self.active = True
-        self.leaf_summaries = 0
-        self.digest_summaries = 0
-        self.calls = 0
-        self.extracted = 0
-        self.fallbacks = 0
-
-    def end(self) -> None:
-        self.active = False
-        self.cancel = None
-
-    @property
-    def summarizer_id(self) -> str:
-        return self.inner.summarizer_id
-
-    @property
-    def prompt_digest(self) -> str:
-        return self.inner.prompt_digest
-
-    def summarize(self, request: SummaryInput) -> str:
-        if not self.active:
-            return self.inner.summarize(request)
-        check(self.cancel)
-        if request.level == LEVEL_ENTITY:
-            self.leaf_summaries += 1
-            if self.extract_leaves:
-                self.extracted += 1
-                return _extract(request.raw, request.budget) or "(empty)"
-        else:
-            self.digest_summaries += 1
-        self.calls += 1
-        try:
-            return self.inner.summarize(request)
-        except SummarizerError:
-            if not self.fallback:
-                raise
-            self.fallbacks += 1
-            source = request.raw or " ".join(c.summary for c in request.children)
-            return _extract(source, request.budget) or "(empty)"
-
-
-@dataclass(frozen=True)
-class _SummaryCounts:
-    """What one turn's sweep asked of the summarizer (read under the sweep lock)."""
-
-    calls: int
-    leaf_summaries: int
-    digest_summaries: int
-    extracted: int
-    fallbacks: int
-
-    @classmethod
-    def of(cls, wrapper: _TurnSummarizer) -> _SummaryCounts:
-        return cls(
-            wrapper.calls,
-            wrapper.leaf_summaries,
-            wrapper.digest_summaries,
-            wrapper.extracted,
-            wrapper.fallbacks,
-        )
-
-
-class _TurnCancelChat:
-    """A ChatModel that hands the current turn's cancel token to the wrapped model, so a
-    cancelled turn stops a summary that is being generated."""
-
-    def __init__(self, model: ChatModel, local: threading.local) -> None:
-        self._model = model
-        self._local = local
-
-    @property
-    def model_id(self) -> str:
-        return self._model.model_id
-
-    def count_tokens(self, text: str) -> int:
-        return self._model.count_tokens(text)
-
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        max_tokens: int,
-        tools: Sequence[ToolSpec] = (),
-        cancel: CancelToken | None = None,
-    ) -> ModelResponse:
-        token: CancelToken | None = cancel or getattr(self._local, "cancel", None)
-        return self._model.chat(messages, max_tokens, tools, token)
-
-
 # -- the policy -----------------------------------------------------------------------------
 
 
@@ -407,7 +217,7 @@ class DistilledPolicy:
         self._lock = threading.Lock()
         self._distillers: dict[Scope, Distiller] = {}
         self._sweeping: dict[Scope, threading.Lock] = {}
-        self._summarizers: dict[Scope, _TurnSummarizer] = {}
+        self._summarizers: dict[Scope, TurnSummarizer] = {}
         self._turns: dict[Scope, list[DistilledTurn]] = {}
         self._closed = False
         self._local = threading.local()
@@ -428,7 +238,7 @@ class DistilledPolicy:
         turn also cancels the summary being generated."""
         local = threading.local()
         summarizer = ChatSummarizer(
-            _TurnCancelChat(model, local),
+            TurnCancelChat(model, local),
             quantization=quantization,
             max_input_tokens=max_input_tokens,
         )
@@ -472,7 +282,7 @@ class DistilledPolicy:
                     json.dumps(scope.model_dump(), sort_keys=True), encoding="utf-8"
                 )
                 config = DistillConfig(budget=self.config.digest_summary_words, corpus=SOURCE_KIND)
-                summarizer = _TurnSummarizer(
+                summarizer = TurnSummarizer(
                     self.summarizer, self.config.fallback_summaries, self.config.extract_leaves
                 )
                 found = Distiller.open(
@@ -567,7 +377,7 @@ class DistilledPolicy:
             finally:
                 self._local.cancel = None
                 wrapper.end()
-            counts = _SummaryCounts.of(wrapper)
+            counts = SummaryCounts.of(wrapper)
         if sync.sweep.failures:
             raise DistillError(
                 f"Distilling older history failed ({sync.sweep.failures} failures): "
@@ -620,7 +430,7 @@ class DistilledPolicy:
         )
         with self._lock:
             self._turns.setdefault(snapshot.scope, []).append(record)
-        executor = _Executor(
+        executor = DigestToolExecutor(
             tools, leaves, TextMeter(counter), allowance, overhead, cfg.max_steps, cancel
         )
         return ToolLoop(
@@ -634,14 +444,14 @@ class DistilledPolicy:
             max_steps=cfg.max_steps,
         )
 
-    def _units(self, older: Sequence[HistoryUnit]) -> tuple[list[Unit], dict[str, _Leaf]]:
+    def _units(self, older: Sequence[HistoryUnit]) -> tuple[list[Unit], dict[str, GroupLeaf]]:
         """One leaf per chunk of an older group. Groups are scoped by session when the
         history is a dated conversation (every older group starts with its session's date):
         the tree then has one digest per session, dated by its scope; otherwise by spans of
         ``span_groups`` groups."""
         cfg = self.config
         units: list[Unit] = []
-        leaves: dict[str, _Leaf] = {}
+        leaves: dict[str, GroupLeaf] = {}
         scopes = session_scopes(older) if cfg.sessions else None
         for ordinal, group in enumerate(older, start=1):
             if scopes is not None:
@@ -658,10 +468,10 @@ class DistilledPolicy:
                     text=chunk,
                     scopes=(scope,),
                     budget=cfg.leaf_summary_words,
-                    title=_extract(chunk, 10),
+                    title=first_words(chunk, 10),
                 )
                 units.append(unit)
-                leaves[l0_id(SOURCE_KIND, unit_id)] = _Leaf(
+                leaves[l0_id(SOURCE_KIND, unit_id)] = GroupLeaf(
                     ordinal=ordinal,
                     part=part,
                     parts=len(chunks),
@@ -732,7 +542,7 @@ class DistilledPolicy:
     ) -> str:
         return (
             f"- {label} {node.id} ({_leaf_count(nodes, node)} leaves, sem {node.sem_hash}): "
-            f"{_extract(_summary_of(tools, node), self.config.excerpt_words)}"
+            f"{first_words(_summary_of(tools, node), self.config.excerpt_words)}"
         )
 
 
@@ -796,198 +606,3 @@ def _leaf_count(nodes: Mapping[str, DigestNode], node: DigestNode) -> int:
         else:
             stack.extend(child.child_ids)
     return count
-
-
-# -- tool execution -------------------------------------------------------------------------
-
-
-class _Executor(ToolExecutor):
-    """Runs one tool call through :meth:`DigestTools.call` and fits the result to the window.
-
-    The ledger starts at the tokens left after the first prompt (minus reserved output and a
-    margin). A result too big for what is left is rendered smaller (a reduced recall budget,
-    shortened digest children, fewer near matches) until one fits, or refused with a note
-    saying how much was needed (a model that sends many calls at once may still hit the
-    runtime's check)."""
-
-    def __init__(
-        self,
-        tools: DigestTools,
-        leaves: Mapping[str, _Leaf],
-        meter: TextCounter,
-        allowance: int,
-        overhead: int,
-        max_steps: int,
-        cancel: CancelToken | None,
-    ) -> None:
-        refusal = overhead + meter.count(SHORT_NO_ROOM) + meter.count(_TYPICAL_ARGS)
-        super().__init__(meter, allowance, overhead, max_steps, refusal)
-        self.tools = tools
-        self.leaves = leaves
-        self.cancel = cancel
-
-    def __call__(self, name: str, arguments: str) -> ToolResult:
-        check(self.cancel)
-        fixed = self.call_cost(arguments)
-        grantable = self.remaining - self.reserve
-        try:
-            wire = self.tools.call(name, arguments)
-            payload = json.loads(arguments) if arguments.strip() else {}
-            args = payload if isinstance(payload, dict) else {}
-            candidates = self._renderings(name, args, wire, grantable - fixed)
-            for text in candidates:
-                if self.fits(arguments, self.meter.count(text)):
-                    return self.grant(arguments, text)
-            need = fixed + self.meter.count(candidates[-1]) if candidates else fixed
-            message = NO_ROOM.format(need=need, left=max(0, grantable))
-            return self.refuse(arguments, message, SHORT_NO_ROOM)
-        except Cancelled:
-            raise
-        except ToolCallError as exc:
-            return self.refuse(arguments, exc.message + _HINTS.get(name, ""), SHORT_NO_ROOM)
-        except NodeNotFound as exc:
-            return self.refuse(
-                arguments,
-                f'No digest node "{exc.node_id}". Use a node id from the digest map or from a '
-                "digest result.",
-                SHORT_NO_ROOM,
-            )
-        except DistillError as exc:
-            return self.refuse(arguments, f"{name} failed: {exc.message}", SHORT_NO_ROOM)
-
-    def _renderings(
-        self, name: str, payload: dict[str, Any], wire: dict[str, Any], left: int
-    ) -> list[str]:
-        """Candidate texts, most complete first; the first that fits ``left`` is returned."""
-        if name == RECALL_TOOL:
-            return self._recalls(payload, wire, left)
-        if name == DIGEST_TOOL:
-            return self._digests(wire)
-        if name == RESOLVE_TOOL:
-            return self._resolves(wire)
-        raise ToolCallError(f"Unknown tool {name!r}; expected digest, resolve or recall.")
-
-    # recall: shrink the budget until the pack fits (the pack itself stays whole items)
-    def _recalls(self, payload: dict[str, Any], wire: dict[str, Any], left: int) -> list[str]:
-        requested = int(wire.get("budget", 0))
-        out = [self._render_recall(wire, requested, requested)]
-        budget = requested
-        for _ in range(12):
-            cost = self.meter.count(out[-1])
-            if cost <= left or budget <= 1:
-                break
-            shrink = max(1, int(budget * max(left, 0) / max(cost, 1) * 0.9))
-            budget = min(budget - 1, shrink)
-            smaller = self.tools.call(RECALL_TOOL, {**payload, "budget": budget})
-            out.append(self._render_recall(smaller, requested, budget))
-        return out
-
-    def _render_recall(self, wire: dict[str, Any], requested: int, budget: int) -> str:
-        items: list[dict[str, Any]] = list(wire.get("items", []))
-        leaves = [i for i in items if not i.get("digest")]
-        digests = [i for i in items if i.get("digest")]
-        leaves.sort(key=lambda i: self._order(str(i["nodeId"])))
-        head = (
-            f"recall at {wire['altitude']} altitude: {len(items)} items, {wire['tokens']} of "
-            f"{budget} words"
-        )
-        if wire.get("omitted"):
-            head += f"; {wire['omitted']} more did not fit"
-        if budget != requested:
-            head += f" (budget reduced from {requested} to {budget} words to fit the window)"
-        lines = [head + ". Older records oldest first:" if leaves else head + "."]
-        for item in leaves:
-            leaf = self.leaves.get(str(item["nodeId"]))
-            label = leaf.label if leaf else "older record"
-            lines.append(f"--- {label} ({item['nodeId']})")
-            lines.append(str(item["text"]))
-        for item in digests:
-            lines.append(f"--- digest {item['kind']} ({item['nodeId']}), a summary:")
-            lines.append(str(item["text"]))
-        return "\n".join(lines)
-
-    def _order(self, node_id: str) -> tuple[int, int]:
-        leaf = self.leaves.get(node_id)
-        return (leaf.ordinal, leaf.part) if leaf else (1 << 30, 0)
-
-    # digest: full children summaries, then excerpts, then ids, then fewer children
-    def _digests(self, wire: dict[str, Any]) -> list[str]:
-        children: list[dict[str, Any]] = list(wire.get("children", []))
-        children.sort(key=lambda c: self._order(str(c["id"])))  # leaves in history order
-        out = [self._render_digest(wire, children, None), self._render_digest(wire, children, 12)]
-        out.append(self._render_digest(wire, children, 0))
-        count = len(children)
-        while count > 0:
-            count //= 2
-            out.append(self._render_digest(wire, children[:count], 0, len(children) - count))
-        return out
-
-    def _render_digest(
-        self,
-        wire: dict[str, Any],
-        children: Sequence[dict[str, Any]],
-        words: int | None,
-        hidden: int = 0,
-    ) -> str:
-        node = wire["node"]
-        lines = [
-            f"{node['id']} ({node['kind']}, level {node['level']}, sem {node.get('semHash', '')}):",
-            str(wire.get("summary", "")),
-        ]
-        leaf = self.leaves.get(str(node["id"]))
-        if leaf is not None:
-            lines.append(
-                f"This is {leaf.label} (records {', '.join(leaf.record_ids)}). For its verbatim "
-                f'text call recall with "altitude": "entity" and "scope": "{node["id"]}".'
-            )
-        if children:
-            lines.append(f"Children ({len(children) + hidden}):")
-        for child in children:
-            label = self.leaves.get(str(child["id"]))
-            where = f" {label.label}" if label else ""
-            summary = str(child.get("summary", ""))
-            if words is None:
-                text = f": {summary}"
-            elif words:
-                text = f": {_extract(summary, words)}"
-            else:
-                text = ""
-            lines.append(f"- {child['id']} ({child['kind']}{where}){text}")
-        if hidden:
-            lines.append(f"({hidden} more children not shown: the window is nearly full.)")
-        return "\n".join(lines)
-
-    def _resolves(self, wire: dict[str, Any]) -> list[str]:
-        near: list[dict[str, Any]] = list(wire.get("near", []))
-        out = [self._render_resolve(wire, near, 0)]
-        count = len(near)
-        while count > 0:
-            count //= 2
-            out.append(self._render_resolve(wire, near[:count], len(near) - count))
-        return out
-
-    def _render_resolve(
-        self, wire: dict[str, Any], near: Sequence[dict[str, Any]], hidden: int
-    ) -> str:
-        lines: list[str] = []
-        exact = wire.get("exact")
-        if exact:
-            lines.append(f"exact: {exact['id']} ({exact['kind']}, level {exact['level']})")
-        if wire.get("alsoExact"):
-            lines.append("also exact: " + ", ".join(wire["alsoExact"]))
-        for match in near:
-            n = match["node"]
-            lines.append(
-                f"near: {n['id']} ({n['kind']}, level {n['level']}, {match['hammingBits']} bits)"
-            )
-        if hidden:
-            lines.append(f"({hidden} more near matches not shown: the window is nearly full.)")
-        return "\n".join(lines) or "No node has that hash (and none is within 8 bits)."
-
-
-_TYPICAL_ARGS = '{"query": "a few words", "altitude": "entity"}'
-_HINTS = {
-    RECALL_TOOL: ' Example: {"query": "price of the kettle", "altitude": "entity", "budget": 200}.',
-    DIGEST_TOOL: f' Example: {{"nodeId": "{ROOT_ID}"}}.',
-    RESOLVE_TOOL: ' Example: {"hash": "<a 16-hex semHash from the map>"}.',
-}

@@ -34,14 +34,8 @@ from picocontext.distill.models import SummaryInput
 from picocontext.distill.testing import FakeSummarizer
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy, DistilledPolicy
-from picocontext.policies.distilled import (
-    GUIDANCE,
-    SYSTEM_TEXT,
-    DistilledConfig,
-    chunk_text,
-    group_text,
-    session_scopes,
-)
+from picocontext.policies.distilled import GUIDANCE, SYSTEM_TEXT, DistilledConfig
+from picocontext.policies.distilled_history import chunk_text, group_text, session_scopes
 from picocontext.policies.history import history_units
 
 BUDGET = RunBudget(

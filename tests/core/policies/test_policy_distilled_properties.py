@@ -24,7 +24,8 @@ from picocontext import (
 from picocontext.distill.testing import FakeSummarizer
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import DistilledPolicy
-from picocontext.policies.distilled import DistilledConfig, chunk_text
+from picocontext.policies.distilled import DistilledConfig
+from picocontext.policies.distilled_history import chunk_text
 from picocontext.policies.history import history_units, split_history
 from picocontext.session import ToolLoop, ToolResult
 
