@@ -368,6 +368,8 @@ def test_judging_does_not_depend_on_the_protocol() -> None:
     }
     row = run_decision_probe(loaded(probe()), ByteCounter(), ScriptedBackend(choose), incremental)
     assert row["exact"] and row["deleted"] == ["n1"] and row["decision_calls"] == 2
+    # the row says why each question was answered as it was
+    assert row["choices"] and all(isinstance(d, str) and d for d in row["choices"])
     keep = ScriptedBackend(lambda p, c: ModelResponse(text='"none"', generated_tokens=2))
     assert run_decision_probe(loaded(probe(stale=[])), ByteCounter(), keep, incremental)["exact"]
 
