@@ -27,6 +27,9 @@ style directories, so this module rebuilds one:
 The output is written to a staging directory, renamed into place, and stamped last with the
 source's sha256, the converter version and the template's hash; re-running with the same stamp
 is a no-op, and a directory without a matching stamp is never trusted.
+
+Reading the file is :mod:`picocontext.models.gguf_reader`, rebuilding the tokenizer
+:mod:`picocontext.models.gguf_tokenizer`; this module maps, plans, writes and stamps.
 """
 
 from __future__ import annotations
@@ -45,6 +48,20 @@ from typing import Any
 import numpy as np
 
 from picocontext.errors import ModelError
+from picocontext.models.gguf_reader import (
+    GGUFSource,
+    bits_per_weight,
+    dequantize_rows,
+    is_quantized,
+    read_gguf,
+)
+from picocontext.models.gguf_reader import read_gguf_header as read_gguf_header
+from picocontext.models.gguf_tokenizer import (
+    build_tokenizer,
+    check_tokenizer,
+    stop_ids,
+    tokenizer_config,
+)
 
 CONVERTER_VERSION = "2"
 STAMP_FILE = "picocontext-import.json"
@@ -69,33 +86,6 @@ LAYER_NAMES = {
     "ffn_norm": "post_attention_layernorm",
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-
-# Pre-tokenizer split regexes by ``tokenizer.ggml.pre`` (the same facts as llama.cpp's table).
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# Qwen2 differs from Llama 3 in one place: every digit is its own piece.
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_DIGITS_THEN_GPT2 = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
-_PLAIN_GPT2 = ("gpt2", "default", "gpt-2", "mpt", "olmo", "jais")
-_LLAMA3_LIKE = ("llama3", "llama-bpe", "smaug-bpe", "dbrx")
-
-# GGUF token types.
-_CONTROL, _USER_DEFINED = 3, 4
-# Always special in ChatML-family vocabularies, whatever type the file gives them.
-_CHATML_SPECIAL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
-
-_ROUND_TRIP_SAMPLES = (
-    "plain ascii text, with punctuation!",
-    "Grüße aus Zürich — naïve café, «quotes» 東京 서울 Ωμέγα 🙂👍🏽",
-    "tabs\tand\nnewlines\n\n  indented   spaces",
-    "digits 0123456789 and 3.14159, ids LM-204 and TQ-4819-X",
-    'code: def f(x):\n    return {"key": [1, 2]}  # ok',
-)
 
 _ROWS_PER_CHUNK = 8192
 _SAME_MATRIX_TOLERANCE = 0.25  # relative difference of two quantized copies of one matrix
@@ -128,187 +118,6 @@ def permute_rows(w: Any, n_head: int) -> Any:
     rest = tuple(w.shape[1:])
     half = rows // n_head // 2
     return w.reshape(n_head, 2, half, *rest).swapaxes(1, 2).reshape(rows, *rest)
-
-
-# -- reading ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GGUFSource:
-    """A parsed GGUF file: plain-Python metadata and memory-mapped tensors by name."""
-
-    path: Path
-    meta: dict[str, Any]
-    tensors: dict[str, Any]
-
-    def fail(self, reason: str) -> ModelError:
-        return ModelError(f"{self.path.name}: {reason}")
-
-    def scalar(self, key: str, default: Any = None) -> Any:
-        if key in self.meta:
-            return self.meta[key]
-        if default is None:
-            raise self.fail(f"the GGUF metadata lacks {key}")
-        return default
-
-
-def read_gguf(path: Path) -> GGUFSource:
-    """Parse ``path`` with the ``gguf`` package; any malformed or truncated file is refused."""
-    try:
-        from gguf import GGUFReader
-    except ImportError as exc:
-        raise ModelError("GGUF import needs the gguf package: install picocontext[mlx]") from exc
-    with path.open("rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise ModelError(f"{path.name} is not a GGUF file (no GGUF magic at its start)")
-    try:
-        reader = GGUFReader(path, "r")
-        meta = {
-            name: field.contents()
-            for name, field in reader.fields.items()
-            if not name.startswith("GGUF.")
-        }
-    except (ValueError, OSError, IndexError, KeyError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{path.name} is not a readable GGUF file ({exc})") from exc
-    size = path.stat().st_size
-    tensors = {}
-    for tensor in reader.tensors:
-        if tensor.data_offset + tensor.n_bytes > size:
-            raise ModelError(f"{path.name} is truncated: tensor {tensor.name} ends past the file")
-        tensors[tensor.name] = tensor
-    return GGUFSource(path=path, meta=meta, tensors=tensors)
-
-
-# GGUF value types (the format's numbering) with their struct codes; 8 is a string, 9 an array.
-_SCALARS = {
-    0: "B",
-    1: "b",
-    2: "H",
-    3: "h",
-    4: "I",
-    5: "i",
-    6: "f",
-    7: "?",
-    10: "Q",
-    11: "q",
-    12: "d",
-}
-_STRING, _ARRAY = 8, 9
-
-
-@dataclass(frozen=True)
-class GGUFHeader:
-    """What the llama.cpp engine checks before loading: scalar and string metadata (arrays are
-    skipped, not decoded) and whether every tensor's data lies inside the file."""
-
-    meta: dict[str, Any]
-    tensor_count: int
-
-
-def read_gguf_header(path: Path) -> GGUFHeader:
-    """Scan the header of ``path`` without decoding its arrays (the vocabulary and merges):
-    ``gguf.GGUFReader`` builds a numpy view per array element, about ten seconds for a Qwen
-    vocabulary on a small CPU, which the engine, reading the file itself, does not need.
-    Refuses bad magic, an unknown version or value type, and tensors that end past the file."""
-    import mmap
-    import struct
-
-    from gguf.constants import GGML_QUANT_SIZES
-
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise ModelError(f"{path.name} is not a GGUF file (no GGUF magic at its start)")
-        if size < 24:
-            raise ModelError(f"{path.name} is truncated (no GGUF header)")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos = 4
-
-            def take(fmt: str) -> Any:
-                nonlocal pos
-                width = struct.calcsize("<" + fmt)
-                if pos + width > size:
-                    raise ModelError(f"{path.name} is truncated inside its header")
-                (value,) = struct.unpack_from("<" + fmt, buf, pos)
-                pos += width
-                return value
-
-            def text() -> str:
-                nonlocal pos
-                length = take("Q")
-                if pos + length > size:
-                    raise ModelError(f"{path.name} is truncated inside its header")
-                raw = bytes(buf[pos : pos + length])
-                pos += length
-                return raw.decode("utf-8", errors="replace")
-
-            def value(kind: int) -> Any:
-                nonlocal pos
-                if kind in _SCALARS:
-                    return take(_SCALARS[kind])
-                if kind == _STRING:
-                    return text()
-                if kind == _ARRAY:
-                    inner, count = take("I"), take("Q")
-                    if inner in _SCALARS:
-                        pos += struct.calcsize("<" + _SCALARS[inner]) * count
-                    elif inner == _STRING:
-                        for _ in range(count):
-                            length = take("Q")
-                            pos += length
-                    else:
-                        for _ in range(count):
-                            value(inner)
-                    return None  # skipped: the engine reads arrays itself
-                raise ModelError(f"{path.name} has an unknown GGUF value type {kind}")
-
-            version = take("I")
-            if version not in (2, 3):
-                raise ModelError(f"{path.name}: GGUF version {version} is not supported")
-            tensors, kv_count = take("Q"), take("Q")
-            meta: dict[str, Any] = {}
-            for _ in range(kv_count):
-                key = text()
-                got = value(take("I"))
-                if got is not None:
-                    meta[key] = got
-            infos = []
-            for _ in range(tensors):
-                name = text()
-                dims = [take("Q") for _ in range(take("I"))]
-                kind, offset = take("I"), take("Q")
-                infos.append((name, dims, kind, offset))
-            align = int(meta.get("general.alignment", 32))
-            start = pos + (-pos % align)
-    for name, dims, kind, offset in infos:
-        if kind not in GGML_QUANT_SIZES:
-            raise ModelError(f"{path.name}: tensor {name} has an unknown type {kind}")
-        block, nbytes = GGML_QUANT_SIZES[kind]
-        count = 1
-        for d in dims:
-            count *= d
-        if start + offset + count * nbytes // block > size:
-            raise ModelError(f"{path.name} is truncated: tensor {name} ends past the file")
-    return GGUFHeader(meta=meta, tensor_count=tensors)
-
-
-def bits_per_weight(tensor: Any) -> float:
-    from gguf.constants import GGML_QUANT_SIZES
-
-    block, size = GGML_QUANT_SIZES[tensor.tensor_type]
-    return size * 8 / block
-
-
-def _is_quantized(tensor: Any) -> bool:
-    return bits_per_weight(tensor) < 16
-
-
-def dequantize_rows(tensor: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of a 2-D tensor (or the whole 1-D tensor) as float32 (out, in)."""
-    from gguf.quants import dequantize
-
-    data = tensor.data if len(tensor.data.shape) == 1 else tensor.data[start:stop]
-    return np.ascontiguousarray(dequantize(np.asarray(data), tensor.tensor_type), np.float32)
 
 
 # -- config ---------------------------------------------------------------------------------
@@ -410,7 +219,7 @@ def _embedding_sources(source: GGUFSource, config: dict[str, Any]) -> dict[str, 
 
 def _requant_bits(tensor: Any) -> int | None:
     """MLX bit width for re-quantizing a quantized GGUF matrix (None: keep it dense)."""
-    if len(tensor.shape) != 2 or not _is_quantized(tensor) or int(tensor.shape[0]) % _GROUP:
+    if len(tensor.shape) != 2 or not is_quantized(tensor) or int(tensor.shape[0]) % _GROUP:
         return None
     match = re.match(r"I?Q(\d)", tensor.tensor_type.name)
     bits = int(match.group(1)) if match else 8
@@ -522,123 +331,6 @@ def write_safetensors(path: Path, plan: list[Planned], progress: Progress | None
                 progress("writing weights", done / max(offset, 1))
 
 
-# -- tokenizer ------------------------------------------------------------------------------
-
-
-def _pre_tokenizer(pre: str, source: GGUFSource) -> tuple[Any, Any]:
-    """(normalizer or None, pre-tokenizer) for a ``tokenizer.ggml.pre`` name."""
-    from tokenizers import Regex, normalizers, pre_tokenizers
-
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    if pre in _DIGITS_THEN_GPT2:
-        digits = pre_tokenizers.Digits(individual_digits=True)
-        gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        return None, pre_tokenizers.Sequence([digits, gpt2])
-    if pre in _PLAIN_GPT2:
-        return None, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    split = {"qwen2": _QWEN2_SPLIT, **dict.fromkeys(_LLAMA3_LIKE, _LLAMA3_SPLIT)}.get(pre)
-    if split is None:
-        raise source.fail(f"unsupported GGUF pre-tokenizer {pre!r}")
-    splitter = pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False)
-    normalizer = normalizers.NFC() if pre == "qwen2" else None
-    return normalizer, pre_tokenizers.Sequence([splitter, byte_level])
-
-
-def _token_types(source: GGUFSource, count: int) -> list[int]:
-    types = [int(t) for t in source.meta.get("tokenizer.ggml.token_type", [])]
-    return types if len(types) == count else [1] * count
-
-
-def build_tokenizer(source: GGUFSource) -> Any:
-    """A byte-level BPE ``tokenizers.Tokenizer`` rebuilt from the GGUF vocabulary."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
-
-    if source.scalar("tokenizer.ggml.model") != "gpt2":
-        raise source.fail(
-            "only byte-level BPE (tokenizer.ggml.model = gpt2) GGUF vocabularies are supported"
-        )
-    tokens: list[str] = list(source.scalar("tokenizer.ggml.tokens"))
-    merges = [tuple(m.split(" ", 1)) for m in source.meta.get("tokenizer.ggml.merges", [])]
-    vocab = {token: i for i, token in enumerate(tokens)}
-    try:
-        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
-    except Exception as exc:  # tokenizers raises a bare Exception for inconsistent merges
-        raise source.fail(f"the GGUF vocabulary and merges do not fit together ({exc})") from exc
-    tokenizer = Tokenizer(bpe)
-    normalizer, pre = _pre_tokenizer(str(source.scalar("tokenizer.ggml.pre", "default")), source)
-    if normalizer is not None:
-        tokenizer.normalizer = normalizer
-    tokenizer.pre_tokenizer = pre
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    types = _token_types(source, len(tokens))
-    special = [t for i, t in enumerate(tokens) if types[i] == _CONTROL or t in _CHATML_SPECIAL]
-    added = [t for i, t in enumerate(tokens) if types[i] == _USER_DEFINED and t not in special]
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
-    for text in (*special, *added):
-        if tokenizer.token_to_id(text) != vocab[text]:
-            raise source.fail(f"the added token {text!r} did not keep its vocabulary id")
-    return tokenizer
-
-
-def build_tokenizer_json(source: GGUFSource) -> str:
-    return str(build_tokenizer(source).to_str())
-
-
-def check_tokenizer(tokenizer: Any, source: GGUFSource, required: tuple[str, ...] = ()) -> None:
-    """Refuse a tokenizer that does not round-trip text or would split a special token."""
-    for text in _ROUND_TRIP_SAMPLES:
-        ids = tokenizer.encode(text, add_special_tokens=False).ids
-        back = tokenizer.decode(ids, skip_special_tokens=False)
-        if back != text:
-            raise source.fail(
-                f"the rebuilt tokenizer does not round-trip text ({text[:24]!r}… came back as "
-                f"{back[:24]!r}…); refusing to import it"
-            )
-    for token in required:
-        token_id = tokenizer.token_to_id(token)
-        if token_id is None:
-            raise source.fail(f"the chat format needs {token!r}, which is not in the vocabulary")
-        if tokenizer.encode(token, add_special_tokens=False).ids != [token_id]:
-            raise source.fail(f"the rebuilt tokenizer splits {token!r}; refusing to import it")
-
-
-def _special_token(source: GGUFSource, key: str) -> str | None:
-    if key not in source.meta:
-        return None
-    index = int(source.meta[key])
-    tokens = source.scalar("tokenizer.ggml.tokens")
-    if not 0 <= index < len(tokens):
-        raise source.fail(f"{key} = {index} is outside the {len(tokens)}-token vocabulary")
-    return str(tokens[index])
-
-
-def tokenizer_config(source: GGUFSource, chat_template: str, max_length: int) -> dict[str, Any]:
-    eos = _special_token(source, "tokenizer.ggml.eos_token_id")
-    if eos is None:
-        raise source.fail("the GGUF metadata names no end-of-sequence token")
-    return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": max_length,
-        "bos_token": _special_token(source, "tokenizer.ggml.bos_token_id"),
-        "eos_token": eos,
-        "pad_token": _special_token(source, "tokenizer.ggml.padding_token_id"),
-        "unk_token": _special_token(source, "tokenizer.ggml.unknown_token_id"),
-        "add_bos_token": bool(source.meta.get("tokenizer.ggml.add_bos_token", False)),
-        "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": chat_template,
-    }
-
-
-def _stop_ids(source: GGUFSource, tokenizer: Any) -> list[int]:
-    """The end-of-turn id, plus ``<|endoftext|>`` where the vocabulary has both."""
-    ids = [int(source.scalar("tokenizer.ggml.eos_token_id"))]
-    end = tokenizer.token_to_id("<|endoftext|>")
-    return ids + ([end] if end is not None and end not in ids else [])
-
-
 # -- stamp and conversion -----------------------------------------------------------------
 
 
@@ -722,7 +414,7 @@ def _tokenizer_files(
     config = model_config(source)
     tokenizer = build_tokenizer(source)
     check_tokenizer(tokenizer, source, required_tokens)
-    config["eos_token_id"] = _stop_ids(source, tokenizer)
+    config["eos_token_id"] = stop_ids(source, tokenizer)
     bos = source.meta.get("tokenizer.ggml.bos_token_id")
     if bos is not None:
         config["bos_token_id"] = int(bos)

@@ -17,17 +17,14 @@ from picocontext import ChatMessage, ModelError
 from picocontext.models.chattemplates import QWEN25_TEMPLATE, SMOLLM2_TEMPLATE
 from picocontext.models.gguf import (
     STAMP_FILE,
-    GGUFSource,
-    build_tokenizer,
-    build_tokenizer_json,
-    check_tokenizer,
     convert_gguf,
     is_current,
     permute_rows,
-    read_gguf,
     read_stamp,
     unpermute_rows,
 )
+from picocontext.models.gguf_reader import GGUFSource, read_gguf
+from picocontext.models.gguf_tokenizer import build_tokenizer, build_tokenizer_json, check_tokenizer
 
 pytest.importorskip("gguf")
 

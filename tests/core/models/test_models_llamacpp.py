@@ -261,7 +261,7 @@ def test_the_header_scan_agrees_with_the_gguf_package_and_refuses_every_cut(
 ) -> None:
     """The fast header scan (what the engine checks before loading) reads the same scalar and
     string metadata as ``gguf.GGUFReader`` and refuses the file cut short anywhere."""
-    from picocontext.models.gguf import read_gguf, read_gguf_header
+    from picocontext.models.gguf_reader import read_gguf, read_gguf_header
 
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, arch="qwen2", context=4096)
