@@ -160,7 +160,7 @@ class DescriptorSearch:
     hit per document (a paged document's best page stands for it).
 
     Measured against the older field-weighted IDF over single lines (:class:`KeywordSearch
-    <picocontext.manifest.runtime.KeywordSearch>`) on the held-out corpora of
+    <picocontext.manifest.frontier.KeywordSearch>`) on the held-out corpora of
     ``scripts/bench.sh navigation`` (docs/build.md): the branch lines carry words a leaf's own
     line lacks ("coreutils" pages, "git" pages), which the single-line ranking ignored."""
 

@@ -1,10 +1,10 @@
 """The expansion runtime: the budget authority for one model reading one manifest.
 
-Accounting model (the fix for the peer's B5-B10 and B19): the runtime keeps a ledger of every
-piece of text that is resident in the model's window -- the protocol text, the root line, one
-line per visible node at its current view level, and each spliced leaf (context envelope
-included). Every entry is charged with ONE counter on exactly the string that is rendered, so
-``spent`` always equals the sum of the counts of :meth:`Runtime.ledger` entries.
+Accounting model: the runtime keeps a ledger of every piece of text that is resident in the
+model's window -- the protocol text, the root line, one line per visible node at its current
+view level, and each spliced leaf (context envelope included). Every entry is charged with ONE
+counter on exactly the string that is rendered, so ``spent`` always equals the sum of the
+counts of :meth:`Runtime.ledger` entries.
 
 Rules:
 
@@ -21,13 +21,19 @@ Rules:
   room; the plan is computed first, so a refusal leaves the state untouched.
 * Leaves are verbatim: the resolver's text is spliced unchanged; a summary is served only by a
   summary resolver and charged on its own text.
+
+The line format, the frontier and ledger entry types, leaf resolvers and keyword search are in
+:mod:`picocontext.manifest.frontier` (re-exported here). :class:`Runtime` itself stays one
+class in one module: every method that changes what is resident (open, look, disclose, close,
+the least-recently-used reclaim) moves the same ledger, reveal tree and per-branch token
+totals together, and ``spent`` equals the sum of the ledger only because they do; split
+across modules, that invariant would have no single place to be read.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, Protocol
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,80 +43,21 @@ from picocontext.manifest.errors import (
     LevelUnavailable,
     ManifestError,
     NotOnFrontier,
-    ResolveError,
 )
+from picocontext.manifest.frontier import VIEW_LEVELS as VIEW_LEVELS
+from picocontext.manifest.frontier import VIEW_RANK
+from picocontext.manifest.frontier import FrontierEntry as FrontierEntry
+from picocontext.manifest.frontier import KeywordSearch as KeywordSearch
+from picocontext.manifest.frontier import LeafResolver as LeafResolver
+from picocontext.manifest.frontier import LedgerEntry as LedgerEntry
+from picocontext.manifest.frontier import SearchBackend as SearchBackend
+from picocontext.manifest.frontier import ViewLevel as ViewLevel
+from picocontext.manifest.frontier import dict_resolver as dict_resolver
+from picocontext.manifest.frontier import node_terms as node_terms
+from picocontext.manifest.frontier import render_line as render_line
 from picocontext.manifest.index import DescriptorSearch
 from picocontext.manifest.model import Manifest, Node
-from picocontext.manifest.text import IdfTable, field_terms, score, terms
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
-
-ViewLevel = Literal["title", "brief", "full"]
-VIEW_LEVELS: tuple[ViewLevel, ...] = ("title", "brief", "full")
-_RANK = {"title": 0, "brief": 1, "full": 2}
-
-LeafResolver = Callable[[str], str]
-
-
-class SearchBackend(Protocol):
-    def search(self, query: str, k: int) -> list[str]: ...
-
-
-def dict_resolver(leaves: Mapping[str, str]) -> LeafResolver:
-    """Resolve leaves from a resident mapping: an O(1) local splice."""
-
-    def resolve(node_id: str) -> str:
-        try:
-            return leaves[node_id]
-        except KeyError:
-            raise ResolveError(
-                f"No resident content for leaf {node_id!r}; ship it in the local store."
-            ) from None
-
-    return resolve
-
-
-def render_line(node_id: str, node: Node, level: str) -> str:
-    """One frontier line. The id is part of the line because the model needs it to act."""
-    kind = "leaf" if node.is_leaf else f"branch:{len(node.children or ())}"
-    head = f"{node_id} [{kind}] {node.title or node.what[:40]}"
-    if level == "title":
-        return head
-    if level == "brief":
-        return f"{head}: {node.what}"
-    line = f"{head}: {node.what} | when: {node.when}"
-    if node.keywords:
-        line += " | keys: " + ", ".join(node.keywords)
-    if node.links:
-        line += " | see-also: " + ", ".join(link.to for link in node.links)
-    return line
-
-
-class FrontierEntry(BaseModel):
-    """A visible node as a navigator sees it; ``text`` is the exact charged line."""
-
-    model_config = ConfigDict(frozen=True)
-
-    node_id: str
-    title: str | None
-    what: str
-    when: str
-    keywords: tuple[str, ...]
-    depth: int
-    is_leaf: bool
-    level: ViewLevel
-    text: str
-    expand_cost: int
-    expanded: bool
-    links: tuple[str, ...]
-    via: str
-
-
-class LedgerEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    text: str
-    tokens: int
 
 
 class _Splice(BaseModel):
@@ -134,37 +81,6 @@ class _Reveal:
         self.tokens = tokens
         self.up = up
         self.closed = False  # closed, its lines not yet cleared (see Runtime._flush)
-
-
-class KeywordSearch:
-    """Field-weighted IDF over every node's own descriptor line (branches included). The
-    default before :class:`~picocontext.manifest.index.DescriptorSearch`; kept for callers
-    that want single-line matching."""
-
-    def __init__(self, manifest: Manifest) -> None:
-        self._ids: list[str] = []
-        self._fields: list[dict[str, float]] = []
-        for nid, node in manifest.nodes.items():
-            self._ids.append(nid)
-            self._fields.append(node_terms(node))
-        self._idf = IdfTable(f.keys() for f in self._fields)
-
-    def search(self, query: str, k: int) -> list[str]:
-        q = terms(query)
-        scored = [(score(q, f, self._idf), i) for i, f in enumerate(self._fields)]
-        scored = [s for s in scored if s[0] > 0]
-        scored.sort(key=lambda s: (-s[0], s[1]))
-        return [self._ids[i] for _, i in scored[:k]]
-
-
-def node_terms(node: Node, level: str = "full") -> dict[str, float]:
-    fields: dict[str, str | Iterable[str]] = {"title": node.title or ""}
-    if _RANK[level] >= 1:
-        fields["what"] = node.what
-    if _RANK[level] >= 2:
-        fields["when"] = node.when
-        fields["keywords"] = node.keywords or ()
-    return field_terms(fields)
 
 
 class Runtime:
@@ -624,7 +540,7 @@ class Runtime:
     def look(self, node_ids: Sequence[str], level: ViewLevel = "full") -> str:
         """Escalate visible nodes to ``level`` (never down). A node already at that level or
         above costs nothing; the whole call is checked against the budget before any change."""
-        rank = _RANK.get(level)
+        rank = VIEW_RANK.get(level)
         if rank is None:
             raise ManifestError(f"Unknown view level {level!r}; use one of {VIEW_LEVELS}.")
         if self._pending:
@@ -636,7 +552,7 @@ class Runtime:
         for nid in ids:
             if nid not in visible:
                 self.require_visible(nid)  # raises the precise error (root, unknown, hint)
-            if rank <= _RANK[levels[nid]]:
+            if rank <= VIEW_RANK[levels[nid]]:
                 continue
             text = self._line(nid, level)
             new_cost = self._count(text)
