@@ -57,7 +57,6 @@ from picocontext.files import (
     InputFileError,
     OutputFileError,
     check_output_file,
-    check_output_folder,
     read_bounded,
     read_text_bounded,
 )
@@ -126,7 +125,6 @@ __all__ = [
     "WorkingContext",
     "__version__",
     "check_output_file",
-    "check_output_folder",
     "common_prefix",
     "decode_edit_payload",
     "decode_keep_payload",
