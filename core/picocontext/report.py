@@ -33,9 +33,13 @@ class EditAttempt(BaseModel):
     model_config = _FROZEN
 
     arguments: str
+    """The decision's arguments as JSON text (the edit or keep payload)."""
     model_text: str
+    """What the model generated besides the call (its replies, for the incremental style)."""
     outcome: Outcome
+    """Edited, kept, or rejected by the runtime."""
     detail: str
+    """The runtime's one-line account: the revision committed, or why it was rejected."""
 
     @property
     def accepted(self) -> bool:
@@ -53,22 +57,35 @@ class Choice(BaseModel):
     model_config = _FROZEN
 
     records: tuple[str, ...]
+    """Ids of the new record (or tool group) asked about."""
     options: tuple[str, ...]
+    """Ids of the earlier records offered."""
     handles: tuple[str, ...]
+    """What the prompt called each option, parallel to ``options``."""
     reply: str = ""
+    """The model's reply text, as generated."""
     chosen: str | None = None
+    """Id of the record replaced; ``None`` for none or an invalid reply."""
     valid: bool = True
+    """The reply could be read as one of the allowed answers."""
     asked: bool = True
+    """False when nothing was generated (beyond the per-step limit or the budget)."""
     detail: str = ""
+    """The runtime's one-line account of what decided."""
     prompt_tokens: int = 0
+    """Prompt tokens of this question's calls, summed, in the session counter's units."""
     prefill_tokens: int = 0
+    """Prompt tokens those calls actually computed (the rest came from the prefix cache)."""
     generated_tokens: int = 0
-    # When the model picked an option and its engine reports probabilities: the log
-    # probability of that reply and of the reply ``none`` (a second, grammar-forced call over
-    # the same cached prompt); ``overruled`` when the margin rule turned the pick into none.
+    """Tokens generated for this question, summed."""
     option_logprob: float | None = None
+    """When the model picked an option and its engine reports probabilities: the log
+    probability of that reply; ``None`` otherwise."""
     none_logprob: float | None = None
+    """The log probability of the reply ``none`` (a second, grammar-forced call over
+    the same cached prompt); ``None`` when not measured."""
     overruled: bool = False
+    """The margin rule turned the model's pick into none."""
 
 
 class ToolStep(BaseModel):
@@ -77,53 +94,88 @@ class ToolStep(BaseModel):
     model_config = _FROZEN
 
     step: int
+    """Index of the loop step the call was made in, from 0."""
     name: str
+    """The tool's name."""
     arguments: str
+    """The call's arguments as JSON text, as sent."""
     ok: bool
+    """The call was carried out; false for a refusal (its ``result`` says why)."""
     result: str
+    """The text the model was shown for the call."""
     model_text: str = ""
+    """What the model generated besides the call (for a prefetch step, the navigator's
+    reason)."""
 
 
 class RunReport(BaseModel):
-    """Everything one run did, including partial usage when it failed."""
+    """Everything one run did, including partial usage when it failed.
+
+    Every token count is in the units of the session's token counter: model tokens for a real
+    backend, UTF-8 bytes for the deterministic test counter (never model tokens)."""
 
     model_config = _FROZEN
 
     mode: RunMode
+    """Which kind of run this was (append-only, editable, navigated or distilled)."""
     edit_style: EditStyle
+    """How an editable run asked for its decision; recorded for every run."""
     original: Snapshot
+    """The preserved transcript after the run: every record ever appended, unedited."""
     run_start: Snapshot
+    """The working revision the run started from."""
     revised: Snapshot
+    """The working revision the run ended with (``run_start`` when nothing was edited)."""
     original_prompt_tokens: int | None
+    """Tokens of the answer prompt over the whole transcript; ``None`` when it could not be
+    rendered (then ``original_prompt_failure`` says why)."""
     original_prompt_failure: str | None
+    """Why the transcript's answer prompt could not be rendered; ``None`` when it was."""
     run_start_prompt_tokens: int
+    """Tokens of the answer prompt over ``run_start``; 0 when the run failed before it."""
     final_prompt: PreparedPrompt | None
+    """The exact prompt the answer was generated from; ``None`` when no answer was asked."""
     calls: tuple[PreparedPrompt, ...]
+    """Every prompt dispatched to the model, in order (decisions, tool steps, the answer)."""
     attempts: tuple[EditAttempt, ...]
+    """Each decision generation and what the runtime made of it, in order."""
     answer: str
+    """The model's answer text; empty when the run failed before it."""
     failure: str | None
+    """The message of the error that ended the run; ``None`` when it succeeded."""
     total_input_tokens: int
+    """Prompt tokens of every dispatched call, summed."""
     total_generated_tokens: int
+    """Tokens the model generated over every call, summed."""
     total_prefill_tokens: int
+    """Prompt tokens the model actually computed over every call, summed (the rest of each
+    prompt came from the prefix cache)."""
     edit_call_count: int
+    """Decisions that proposed an edit, whether or not the runtime accepted it (see
+    ``attempts`` for each outcome)."""
     keep_call_count: int
+    """Decisions that kept the history as it was."""
     elapsed_seconds: float
+    """Wall time of the run, in seconds."""
     policy: str = ""
+    """The registry name of the policy that ran (the mode's name when none was given)."""
     tool_steps: tuple[ToolStep, ...] = ()
-    # Calls the runtime made for the model before its first step (a navigated policy's
-    # prefetch): charged to the same reading budget, shown in the first prompt, and not the
-    # model's own calls, so they are kept apart from ``tool_steps``.
+    """The model's own tool calls (navigation or digest verbs), in order."""
     prefetch_steps: tuple[ToolStep, ...] = ()
-    # The incremental decision's questions, in order (empty for other styles).
+    """Calls the runtime made for the model before its first step (a navigated policy's
+    prefetch): charged to the same reading budget, shown in the first prompt, and not the
+    model's own calls, so they are kept apart from ``tool_steps``."""
     choices: tuple[Choice, ...] = ()
-    # Prompt tokens actually computed by each call, parallel to ``calls`` (the rest of each
-    # prompt came from the prefix cache); a backend that does not say counts its whole prompt.
+    """The incremental decision's questions, in order (empty for other styles)."""
     call_prefill_tokens: tuple[int, ...] = ()
-    # An accepted edit's balance: window tokens its answer prompt saved against the unedited
-    # history, and the prefill it cost beyond a keep (the cache restarts at the first changed
-    # record). Zero when nothing was edited.
+    """Prompt tokens actually computed by each call, parallel to ``calls`` (the rest of each
+    prompt came from the prefix cache); a backend that does not say counts its whole prompt."""
     edit_window_saved_tokens: int = 0
+    """An accepted edit's balance, first half: window tokens its answer prompt saved against
+    the unedited history. 0 when nothing was edited."""
     edit_prefill_cost_tokens: int = 0
+    """An accepted edit's balance, second half: prefill tokens it cost beyond a keep (the
+    cache restarts at the first changed record). 0 when nothing was edited."""
 
     @property
     def succeeded(self) -> bool:

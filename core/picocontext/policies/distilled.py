@@ -150,31 +150,52 @@ class DistilledConfig(BaseModel):
 class DistilledTurn(BaseModel):
     """What the distillation part of one turn did (the run's tokens are in its RunReport).
 
-    ``leaf_summaries`` and ``digest_summaries`` count the summaries written this turn (a turn
-    that added k new leaves shows ``leaf_summaries == k``); ``summarizer_calls`` counts those
-    that reached the pluggable summarizer (extracted leaves do not)."""
+    Every ``*_tokens`` field and ``result_allowance`` is in the units of the session's token
+    counter (model tokens for a real backend, UTF-8 bytes for the test counter), measured on
+    the exact tool-phase prompt."""
 
     model_config = _FROZEN
 
     scope: Scope
+    """The session scope the turn ran in (one digest corpus per scope)."""
     revision: int
+    """The working revision the turn read."""
     visible_records: int
+    """Records the model reads directly: protected ones, the request and the recent tail."""
     older_records: int
+    """Older unprotected records kept out of the view and distilled instead."""
     older_groups: int
+    """Complete groups (a record plus the tool results that answer it) those records form."""
     leaves: int
+    """Leaves the older groups make (a group longer than ``leaf_words`` is several)."""
     new_leaves: int
+    """Leaves new or changed since the last turn, and so summarised this turn."""
     deleted_leaves: int
+    """Leaves whose records left the older history since the last turn."""
     summarizer_calls: int
+    """Summaries that reached the pluggable summarizer (extracted leaves do not)."""
     leaf_summaries: int
+    """Leaf summaries written this turn (a turn that added k new leaves shows k)."""
     digest_summaries: int
+    """Summaries of digests above the leaves written this turn."""
     extracted_leaves: int
+    """Leaf summaries taken as the leaf's first words instead of asked of the model."""
     fallback_summaries: int
+    """Summaries replaced by an extract because the summarizer gave nothing usable."""
     distill_seconds: float
+    """Wall time of this turn's reconcile and sweep, in seconds."""
     view_tokens: int
+    """Tokens of the tool-phase prompt over the visible records alone (system text and tool
+    specs included, no map)."""
     map_tokens: int
+    """Tokens the digest map adds to that prompt."""
     map_nodes_listed: int
+    """Digest nodes the map lists."""
     map_nodes_omitted: int
+    """Digest nodes left out of the map to fit ``map_share`` of the window."""
     result_allowance: int
+    """Tokens the tool results of this turn may take in all: the window minus the output
+    allowance, the first prompt and a safety margin."""
 
 
 # -- the policy -----------------------------------------------------------------------------

@@ -206,27 +206,56 @@ def tail_ladder(first: int, rungs: int = 4) -> tuple[int, ...]:
 
 class NavigatedTurn(BaseModel):
     """What one navigated turn did besides the report: the split, the compile and the
-    reading budget. ``counter`` names the text counter behind every budget number."""
+    reading budget.
+
+    Every ``*_tokens``, ``nav_budget``, ``transcript_limit`` and ``spent`` is in the units of
+    the text counter ``counter`` names (the model's tokenizer, or a stand-in such as UTF-8
+    bytes in tests). The reading numbers (``spent``, ``shown_tokens``, ``refused``) are as the
+    loop left them once :meth:`NavPlan.finished` is read after the turn."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     scope: str
+    """The session scope the turn ran in, as text."""
     counter: str
+    """Name of the text counter behind every token number of this turn."""
     view_ids: tuple[str, ...]
+    """Ids of the records the model reads directly (protected, the request, the recent
+    tail), in history order; the archive index record is not among them."""
     archived_ids: tuple[str, ...]
+    """Ids of the older unprotected records moved to the archive."""
     tail_tokens: int
+    """Tokens the recent tail adds to the view."""
     nav_budget: int = 0
+    """Reading budget of the NavSession runtime: tokens that may be resident at once (the
+    index plus open nodes; ``close`` gives them back). 0 when there is no archive."""
     index_tokens: int = 0
+    """Tokens resident before the model's first call: the index plus what the prefetch
+    opened."""
     transcript_limit: int = 0
+    """Tokens the turn's prompt may still grow by over the whole tool loop (the window, minus
+    the output allowance and the fixed prompt): the transcript guard's ledger, which
+    ``close`` does not give back."""
     compiled: Literal["none", "reused", "incremental", "full"] = "none"
+    """How the archive's manifest was obtained: no archive, reused from the cache, rebuilt
+    incrementally over the cached build, or compiled in full."""
     engine: str = ""
+    """The descriptor engine that described the archive (offline or a chat model)."""
     engine_calls: int = 0
+    """Descriptor-engine calls the compile made this turn (0 when reused)."""
     cache_hits: int = 0
+    """Descriptors the compile took from its cache this turn (0 when reused)."""
     compile_seconds: float = 0.0
+    """Wall time of this turn's compile, in seconds (0 when reused)."""
     manifest: Manifest | None = None
+    """The archive's manifest; ``None`` when there is no archive."""
     spent: int = 0
+    """Tokens resident in the reading budget: the index and every node still open."""
     shown_tokens: int = 0
+    """Tokens of every text the NavSession returned this turn, summed; unlike ``spent``,
+    not reduced by ``close``."""
     refused: int = 0
+    """Tool calls the executor refused (bad arguments, ids not readable now, no room)."""
 
 
 @dataclass
