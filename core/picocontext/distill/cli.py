@@ -24,20 +24,23 @@ from typing import Any
 
 from picocontext.cli import bounded, error_line, run_command
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
-from picocontext.distill.config import DistillConfig, whitespace_tokens
+from picocontext.distill.config import whitespace_tokens
 from picocontext.distill.distiller import Distiller
-from picocontext.distill.embedder import Embedder, LexicalEmbedder
-from picocontext.distill.errors import ConfigError, NoCorpus, SourceConflict, SourceError
-from picocontext.distill.guard import Guard, RegexGuard
+from picocontext.distill.errors import ConfigError, NoCorpus, SourceConflict
 from picocontext.distill.models import Altitude, SyncReport
-from picocontext.distill.sources import ConversationSource, DocumentFolderSource, SourceAdapter
+from picocontext.distill.opening import (
+    CONFIG_KEY,
+    ModelSlot,
+    OpenedCorpus,
+    embedder_for,
+    load_config,
+    model_directory,
+    open_distiller,
+)
+from picocontext.distill.sources import SourceAdapter
 from picocontext.distill.store import NodeStore
-from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.errors import PicoContextError
 from picocontext.files import InputFileError, read_text_bounded
-
-CONFIG_KEY = "cli_config"
-
 
 # Numbers a user types are checked when parsed: a negative grace, interval or count has no
 # meaning, and an int() or float() that accepted it would make the command do something else.
@@ -188,173 +191,6 @@ def _guarded(func: Command) -> Command:
     return run
 
 
-def _load_config(store: NodeStore) -> dict[str, Any]:
-    raw = store.meta_get(CONFIG_KEY)
-    return dict(json.loads(raw)) if raw else {}
-
-
-class _ModelSlot:
-    """Loads the configured local model at most once, so the summarizer and the embedder
-    share one set of weights (and one worker thread)."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self._config = config
-        self._model: Any = None
-
-    def get(self, purpose: str) -> Any:
-        if self._model is None:
-            name = self._config.get("model")
-            if not name:
-                raise ConfigError(
-                    f"{purpose} needs --model NAME_OR_DIR (a known model such as smollm2-135m, "
-                    "or an MLX model directory)."
-                )
-            try:
-                from picocontext.models.registry import load_model
-            except ImportError as exc:  # pragma: no cover - the registry itself is core
-                raise ConfigError(f"{purpose} needs the model registry: {exc}") from exc
-            directory = _model_directory(str(name))
-            try:
-                if directory is not None:
-                    self._model = load_model(model_dir=directory)
-                else:
-                    self._model = load_model(str(name))
-            except ImportError as exc:
-                raise ConfigError(
-                    f"{purpose} needs the mlx extra (pip install 'picocontext[mlx]'): {exc}"
-                ) from exc
-        return self._model
-
-    def close(self) -> None:
-        if self._model is not None:
-            self._model.close()
-            self._model = None
-
-
-def _model_directory(name: str) -> Path | None:
-    """``--model``'s directory, None for a model name; a path that is not a directory is
-    refused by name (a name never contains a path separator)."""
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists() or os.sep in name or (os.altsep and os.altsep in name):
-        what = "is not a directory" if path.exists() else "does not exist"
-        raise ConfigError(
-            f"--model {name} {what}; pass an MLX model directory or a known model name "
-            "such as smollm2-135m."
-        )
-    return None
-
-
-def _summarizer(config: dict[str, Any], models: _ModelSlot) -> Summarizer:
-    if config.get("summarizer", "fake") == "fake":
-        from picocontext.distill.testing import FakeSummarizer
-
-        return FakeSummarizer()
-    model = models.get("--summarizer model")
-    return ChatSummarizer(model, quantization=str(config.get("quantization", "")))
-
-
-def _embedder(config: dict[str, Any], models: _ModelSlot) -> Embedder:
-    if config.get("embedder", "lexical") == "model":
-        from picocontext.distill.embedder import ModelEmbedder
-
-        return ModelEmbedder(models.get("--embedder model"))
-    return LexicalEmbedder(dims=int(config.get("dims", 256)))
-
-
-def _guard(config: dict[str, Any]) -> Guard | None:
-    return RegexGuard() if config.get("guard", "regex") == "regex" else None
-
-
-def _adapters(config: dict[str, Any], closers: list[Callable[[], None]]) -> list[SourceAdapter]:
-    """The configured sources; session stores are opened read-only (a source is never
-    written to) and their ``close`` is added to ``closers``."""
-    from picocontext.persistence import SQLiteStore
-
-    adapters: list[SourceAdapter] = []
-    for folder in config.get("docs", []):
-        adapters.append(DocumentFolderSource(folder))
-    for i, db in enumerate(config.get("sessions", [])):
-        try:
-            store = SQLiteStore(db, read_only=True)
-        except PicoContextError as exc:
-            raise SourceError(f"--sessions: {exc.message}") from None
-        closers.append(store.close)
-        adapters.append(ConversationSource(store, source_kind=f"turn{i or ''}"))
-    return adapters
-
-
-class _Opened:
-    """A distiller over its sources, the model slot it uses, and what closing them takes."""
-
-    def __init__(
-        self,
-        distiller: Distiller,
-        adapters: list[SourceAdapter],
-        models: _ModelSlot,
-        closers: list[Callable[[], None]],
-    ) -> None:
-        self.distiller = distiller
-        self.adapters = adapters
-        self.models = models
-        self._closers = closers
-
-    def close(self) -> None:
-        self.distiller.close()
-        for close in reversed(self._closers):
-            close()
-
-
-def _open_distiller(
-    corpus: Path, config: dict[str, Any], models: _ModelSlot | None = None
-) -> _Opened:
-    """The distiller over the configured sources; ``models`` shares an already opened model
-    slot (the query path's, which its owner closes), otherwise a new one is closed with the
-    rest. Sources and models are checked before the corpus folder is created."""
-    closers: list[Callable[[], None]] = []
-    try:
-        return _open(corpus, config, models, closers)
-    except BaseException:
-        for close in reversed(closers):
-            close()
-        raise
-
-
-def _open(
-    corpus: Path,
-    config: dict[str, Any],
-    models: _ModelSlot | None,
-    closers: list[Callable[[], None]],
-) -> _Opened:
-    adapters = _adapters(config, closers)
-    if models is None:
-        models = _ModelSlot(config)
-        closers.append(models.close)
-    summarizer = _summarizer(config, models)
-    tokenizer = whitespace_tokens
-    tokenizer_id = "whitespace-words"
-    if isinstance(summarizer, ChatSummarizer):
-        tokenizer = summarizer.count_tokens
-        tokenizer_id = "model:" + summarizer.summarizer_id
-    embedder = _embedder(config, models)
-    distiller = Distiller.open(
-        corpus,
-        summarizer,
-        embedder,
-        guard=_guard(config),
-        config=DistillConfig(
-            recipe_version=str(config.get("recipe", "")),
-            corpus=corpus.name,
-            budget=int(config.get("budget", DistillConfig().budget)),
-        ),
-        tokenizer=tokenizer,
-        tokenizer_id=tokenizer_id,
-        adapter_versions=[a.version for a in adapters],
-    )
-    return _Opened(distiller, adapters, models, closers)
-
-
 def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
@@ -383,7 +219,7 @@ def _stored_config(corpus: Path, must_exist: bool = True) -> dict[str, Any]:
         return {}
     probe = NodeStore(path)
     try:
-        return _load_config(probe)
+        return load_config(probe)
     finally:
         probe.close()
 
@@ -404,14 +240,14 @@ class _Query:
         self.corpus = corpus
         self.config = _stored_config(corpus)
         self.store = NodeStore(corpus / "nodes.sqlite")
-        self.models = _ModelSlot(self.config)
+        self.models = ModelSlot(self.config)
         self.completer = _Completer(corpus, self.config, self.models)
         try:
             self.tools = DigestTools(
                 self.store,
                 BlobStore(corpus / "cas"),
                 whitespace_tokens,
-                _embedder(self.config, self.models),
+                embedder_for(self.config, self.models),
                 complete=self.completer,
             )
         except BaseException:
@@ -442,15 +278,15 @@ class _Completer:
     """Writes pending (deferred) view summaries when digest/recall first needs them; opens
     the distiller, and so loads the summarizer model, only if that happens."""
 
-    def __init__(self, corpus: Path, config: dict[str, Any], models: _ModelSlot) -> None:
+    def __init__(self, corpus: Path, config: dict[str, Any], models: ModelSlot) -> None:
         self._corpus = corpus
         self._config = config
         self._models = models  # owned by the caller
-        self._opened: _Opened | None = None
+        self._opened: OpenedCorpus | None = None
 
     def __call__(self, node_ids: list[str] | None) -> int:
         if self._opened is None:
-            self._opened = _open_distiller(self._corpus, self._config, self._models)
+            self._opened = open_distiller(self._corpus, self._config, self._models)
         return self._opened.distiller.complete(node_ids)
 
     def close(self) -> None:
@@ -473,7 +309,7 @@ def _sync_config(args: argparse.Namespace, stored: dict[str, Any]) -> dict[str, 
     for key in ("summarizer", "model", "embedder", "guard", "dims", "budget", "recipe"):
         value = getattr(args, key)
         if value is not None:
-            directory = _model_directory(value) if key == "model" else None
+            directory = model_directory(value) if key == "model" else None
             config[key] = str(directory.resolve()) if directory is not None else value
     return config
 
@@ -490,7 +326,7 @@ def _claim(distiller: Distiller, corpus: Path, config: dict[str, Any], replace: 
     """Bind the corpus to ``config``'s sources (the caller holds the corpus gate): a corpus
     built from other sources is refused, or with ``replace`` emptied first. True if it was
     emptied."""
-    held = _sources(_load_config(distiller.store))
+    held = _sources(load_config(distiller.store))
     wanted = _sources(config)
     if not held or held == wanted:
         return False
@@ -510,7 +346,7 @@ def _sync(args: argparse.Namespace) -> int:
     config = _sync_config(args, _stored_config(corpus, must_exist=False))
     if not _sources(config):
         raise ConfigError("Nothing to distil: pass --docs DIR and/or --sessions FILE.")
-    opened = _open_distiller(corpus, config)
+    opened = open_distiller(corpus, config)
     distiller = opened.distiller
     try:
         with distiller.gate():  # the check, a replacement and the marks: one holder
@@ -597,7 +433,7 @@ def _watch(args: argparse.Namespace) -> int:
 
     corpus = _corpus(args, write=True)
     config = _stored_config(corpus)
-    opened = _open_distiller(corpus, config)
+    opened = open_distiller(corpus, config)
     distiller, adapters = opened.distiller, opened.adapters
 
     def report(r: SweepReport) -> None:
@@ -633,7 +469,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _repair(args: argparse.Namespace) -> int:
     corpus = _corpus(args, write=True)
     config = _stored_config(corpus)
-    opened = _open_distiller(corpus, config)
+    opened = open_distiller(corpus, config)
     distiller, adapters = opened.distiller, opened.adapters
     try:
         dropped = distiller.repair()
