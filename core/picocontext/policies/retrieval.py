@@ -10,15 +10,27 @@ the same room at ``neighbour_weight`` (per step) of the hit's score, because an 
 sits in the reply to the turn that matched. ``top_k`` optionally caps the number of hits. The
 working context is not changed.
 
-Two general rankers help BM25 where a question and its answer share few words:
+General rankers help BM25 where a question and its answer share few words. None knows a
+file format or a benchmark; each reads only what a record's body says, and each is off at 0:
 
+* **pseudo-relevance feedback** (``expand``): the terms that weigh most in the best hits are
+  a second query, added at ``expand_weight``;
+* **the adjacent turns** (``context_weight``): a unit's score gains that share of the better
+  of its two neighbours' scores in the same session, because a reply rarely repeats the
+  words of the turn it answers ("What got you into running?" -- "I've been running farther
+  to de-stress");
+* **the named speaker** (``speaker_weight``): when the request names some (not all) of the
+  speakers that units name (``Maya: ...``), their units gain that share of the best score:
+  a question about Maya is answered mostly by what Maya said, not by turns that merely
+  address her;
 * **the session** (``session_weight``): a unit's score (over the best) plus that share of its
   session's score (over the best session), a session being the run of units whose bodies
   start with the same bracketed tag -- a conversation turn's date (``[2026-03-02] Maya:
   ...``). A turn of the session the question is about outranks an equal turn elsewhere, and
   its unmatched turns come along as candidates;
-* **pseudo-relevance feedback** (``expand``): the terms that weigh most in the best hits are
-  a second query, added at ``expand_weight``.
+* **the named date** (``date_weight``): when the request names a month (``in June``, ``on
+  3 May 2023``, ``2023-05-08``), units whose tag is a date in it gain that share of the best
+  score (a named day: less the further the tag is from it).
 
 The model reads what was packed in history order, so a newer statement of a fact still comes
 after an older one. By default (``shown_as="block"``) the packed turns are one protected
@@ -33,7 +45,8 @@ lowest-scored units while it does not fit, so a turn costs one exact rendering i
 per candidate.
 
 BM25 is `bm25s <https://github.com/xhluo/bm25s>`_ (numpy only, maintained), with English
-stop words and a small suffix-stripping stemmer of ours so ``moved`` matches ``move``. An
+stop words and a small suffix-stripping stemmer of ours so ``moved`` matches ``move``; each
+history's index is built once and reused by every request over it (:func:`lexical_index`). An
 optional :class:`picocontext.distill.Embedder` (for example
 :class:`picocontext.distill.ModelEmbedder` over the loaded model's hidden states) adds a
 dense ranking (``RetrievalSettings(embeddings=True)`` builds it from the session's own model);
@@ -44,9 +57,11 @@ older turn is embedded once.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Literal
 
 import numpy as np
@@ -70,7 +85,10 @@ from picocontext.working import WorkingContext
 NAME = "retrieval"
 RRF_K = 60
 DEFAULT_NEIGHBOUR_WEIGHT = 0.5
-DEFAULT_SESSION_WEIGHT = 0.3
+DEFAULT_SESSION_WEIGHT = 0.2
+DEFAULT_CONTEXT_WEIGHT = 0.2
+DEFAULT_SPEAKER_WEIGHT = 0.5
+DEFAULT_DATE_WEIGHT = 0.2
 DEFAULT_EXPAND = 10
 DEFAULT_EXPAND_WEIGHT = 0.3
 MAX_TOP_K = 100_000
@@ -121,6 +139,54 @@ def _tokens(texts: Sequence[str]) -> list[list[str]]:
     return [list(found[t]) for t in texts]
 
 
+class LexicalIndex:
+    """BM25 over one list of documents, built once: every question over the same history
+    ranks the same older turns, and building the index was most of a question's cost."""
+
+    def __init__(self, documents: Sequence[str], k1: float, b: float) -> None:
+        import bm25s
+
+        self.tokens = _tokens(documents)
+        self.retriever = bm25s.BM25(k1=k1, b=b)
+        self.retriever.index(self.tokens, show_progress=False)
+        self.frequency: dict[str, int] = {}
+        for doc in self.tokens:
+            for term in set(doc):
+                self.frequency[term] = self.frequency.get(term, 0) + 1
+
+    def terms(self, query: str) -> list[str]:
+        """The query's terms that occur in some document."""
+        return [t for t in _tokens([query])[0] if t in self.frequency]
+
+    def scores(self, terms: Sequence[str]) -> np.ndarray:
+        """BM25 score of every document for ``terms`` (zeros when there are none)."""
+        if not terms:
+            return np.zeros(len(self.tokens))
+        return np.asarray(self.retriever.get_scores(list(terms)), dtype=float)
+
+
+INDEX_CACHE = 8
+_INDEX_CACHE: dict[tuple[object, ...], LexicalIndex] = {}
+_INDEX_LOCK = threading.Lock()
+
+
+def lexical_index(documents: Sequence[str], k1: float, b: float) -> LexicalIndex:
+    """The :class:`LexicalIndex` of ``documents``, reused while the same documents are asked
+    again (the last :data:`INDEX_CACHE` lists are kept)."""
+    key = (k1, b, tuple(documents))
+    with _INDEX_LOCK:
+        found = _INDEX_CACHE.pop(key, None)
+        if found is not None:
+            _INDEX_CACHE[key] = found
+            return found
+    index = LexicalIndex(documents, k1, b)
+    with _INDEX_LOCK:
+        _INDEX_CACHE[key] = index
+        while len(_INDEX_CACHE) > INDEX_CACHE:
+            del _INDEX_CACHE[next(iter(_INDEX_CACHE))]
+    return index
+
+
 def bm25_scores(
     documents: Sequence[str],
     query: str,
@@ -136,40 +202,38 @@ def bm25_scores(
     frequency times inverse document frequency) in the ``feedback_docs`` best documents
     and are not in the query are scored as a second query, added at ``expand_weight``, so a
     turn that says what the best hits say in other words than the question still ranks."""
-    import bm25s
-
     if not documents:
         return []
-    tokens = _tokens(documents)
-    retriever = bm25s.BM25(k1=k1, b=b)
-    retriever.index(tokens, show_progress=False)
-    terms = [t for t in _tokens([query])[0] if t in retriever.vocab_dict]
+    index = lexical_index(documents, k1, b)
+    terms = index.terms(query)
     if not terms:
         return [0.0] * len(documents)
-    scores = [float(s) for s in retriever.get_scores(terms)]
+    scores = index.scores(terms)
     if expand <= 0 or expand_weight <= 0:
-        return scores
-    extra = feedback_terms(tokens, scores, set(terms), expand, feedback_docs)
+        return [float(s) for s in scores]
+    extra = feedback_terms(index.tokens, scores, set(terms), expand, feedback_docs, index.frequency)
     if not extra:
-        return scores
-    more = retriever.get_scores(extra)
-    return [s + expand_weight * float(m) for s, m in zip(scores, more, strict=True)]
+        return [float(s) for s in scores]
+    return [float(s) for s in scores + expand_weight * index.scores(extra)]
 
 
 def feedback_terms(
     tokens: Sequence[Sequence[str]],
-    scores: Sequence[float],
+    scores: Sequence[float] | np.ndarray,
     known: set[str],
     count: int,
     docs: int = FEEDBACK_DOCS,
+    frequency: dict[str, int] | None = None,
 ) -> list[str]:
     """The ``count`` terms of the best-scoring documents that weigh most there (frequency in
-    them times log inverse document frequency over all), leaving out ``known`` terms."""
+    them times log inverse document frequency over all), leaving out ``known`` terms;
+    ``frequency`` is each term's document frequency when the caller has it."""
     best = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: -scores[i])
-    frequency: dict[str, int] = {}
-    for doc in tokens:
-        for term in set(doc):
-            frequency[term] = frequency.get(term, 0) + 1
+    if frequency is None:
+        frequency = {}
+        for doc in tokens:
+            for term in set(doc):
+                frequency[term] = frequency.get(term, 0) + 1
     weight: dict[str, float] = {}
     total = len(tokens)
     for i in best[:docs]:
@@ -211,8 +275,9 @@ class RetrievalSettings(BaseModel):
     neighbours off); ``k1``/``b``: BM25 parameters; ``embeddings``: add the dense ranking of
     the session's own model; ``shown_as``: how the packed turns are shown (see
     :func:`block_text`); ``neighbour_span``: how far neighbours reach; ``session_weight``,
-    ``expand``, ``expand_weight``, ``feedback_docs``: the session and feedback rankers
-    (module docs; the feedback's terms come from the ``feedback_docs`` best hits)."""
+    ``expand``, ``expand_weight``, ``feedback_docs``, ``context_weight``,
+    ``speaker_weight``, ``date_weight``: the general rankers (module docs; the feedback's
+    terms come from the ``feedback_docs`` best hits)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tail_share: float = Field(default=0.25, ge=0.0, lt=1.0)
@@ -220,11 +285,14 @@ class RetrievalSettings(BaseModel):
     neighbour_weight: float = Field(default=DEFAULT_NEIGHBOUR_WEIGHT, ge=0.0, le=1.0)
     neighbour_span: int = Field(default=1, ge=1, le=8)
     # Chosen on two LoCoMo conversations (26, 44) and checked on the other eight
-    # (docs/conversations.md); 0 turns either ranker off.
+    # (docs/conversations.md, docs/results/locomo-retrieval.md); 0 turns a ranker off.
     session_weight: float = Field(default=DEFAULT_SESSION_WEIGHT, ge=0.0, le=10.0)
     expand: int = Field(default=DEFAULT_EXPAND, ge=0, le=64)
     expand_weight: float = Field(default=DEFAULT_EXPAND_WEIGHT, ge=0.0, le=1.0)
     feedback_docs: int = Field(default=FEEDBACK_DOCS, ge=1, le=100)
+    context_weight: float = Field(default=DEFAULT_CONTEXT_WEIGHT, ge=0.0, le=1.0)
+    speaker_weight: float = Field(default=DEFAULT_SPEAKER_WEIGHT, ge=0.0, le=10.0)
+    date_weight: float = Field(default=DEFAULT_DATE_WEIGHT, ge=0.0, le=10.0)
     k1: float = Field(default=1.5, gt=0.0, le=10.0)
     b: float = Field(default=0.75, ge=0.0, le=1.0)
     # Also rank by the session model's mean-pooled hidden states (needs a backend that has
@@ -271,12 +339,17 @@ def with_neighbours(
     return [(i, best[i][0], best[i][1]) for i in order]
 
 
+def unit_tags(units: Sequence[Unit]) -> list[str]:
+    """Each unit's tag (its first record's leading bracketed tag: a session's date)."""
+    return [split_tag(leaf_text(u[0]))[0] if u else "" for u in units]
+
+
 def session_scores(units: Sequence[Unit], query: str, k1: float, b: float) -> list[float]:
     """Each unit's session's BM25 score for ``query`` over the max (0..1): a session is the
     run of units whose first record carries the same tag (a conversation's session date),
     scored as one document, so a turn of the session the question is about ranks above an
     equal turn elsewhere. All 0 when no unit is tagged."""
-    tags = [split_tag(leaf_text(u[0]))[0] if u else "" for u in units]
+    tags = unit_tags(units)
     if not any(tags):
         return [0.0] * len(units)
     runs: list[list[int]] = []
@@ -291,6 +364,128 @@ def session_scores(units: Sequence[Unit], query: str, k1: float, b: float) -> li
     for run, score in zip(runs, scores, strict=True):
         for i in run:
             out[i] = score / top if top > 0 else 0.0
+    return out
+
+
+_SPEAKER_NAME = re.compile(r"^([^\s:\[][^:\n]{0,40}): ")
+
+
+def speaker_of(unit: Unit) -> str:
+    """The name a unit's first record gives its speaker (``Maya`` in ``[date] Maya: ...``):
+    one to three words, each capitalized, before ``": "``; ``""`` when it names none (so
+    ``the plan: ...`` names no speaker)."""
+    if not unit:
+        return ""
+    found = _SPEAKER_NAME.match(split_tag(leaf_text(unit[0]))[1])
+    if found is None:
+        return ""
+    words = found.group(1).split()
+    if len(words) > 3 or not all(w[0].isupper() or w[0].isdigit() for w in words):
+        return ""
+    return found.group(1)
+
+
+def named_speakers(units: Sequence[Unit], query: str) -> set[str]:
+    """The units' speakers whose name the query mentions (any of the name's words), unless
+    it mentions every speaker, which says nothing about whose turns to prefer."""
+    speakers = {speaker_of(u) for u in units} - {""}
+    words = set(_tokens([query])[0])
+    named = {s for s in speakers if words & set(_tokens([s])[0])}
+    return set() if named == speakers else named
+
+
+_MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ]
+    )
+    for name in names
+}
+_WORD = re.compile(r"[A-Za-z]+|\d+")
+_ISO = re.compile(r"(\d{4})-(\d{2})(?:-(\d{2}))?")
+
+
+@dataclass(frozen=True)
+class DateMention:
+    """A calendar date a request names: its month, and its year and day when given."""
+
+    month: int
+    year: int | None = None
+    day: int | None = None
+
+
+_AMBIGUOUS_MONTHS = frozenset({"may", "march"})  # also a verb
+
+
+def date_mentions(text: str) -> list[DateMention]:
+    """The dates ``text`` names by month: ``June``, ``in July 2023``, ``May 3, 2023``,
+    ``3 May``, ``2023-05-08``. A three-letter month, ``May`` and ``March`` count only next to
+    a day or a year, or after ``in``, since they are also common words."""
+    found = [
+        DateMention(int(m.group(2)), int(m.group(1)), int(m.group(3)) if m.group(3) else None)
+        for m in _ISO.finditer(text)
+        if 1 <= int(m.group(2)) <= 12
+    ]
+    words = _WORD.findall(_ISO.sub(" ", text))
+    for i, word in enumerate(words):
+        month = _MONTHS.get(word.lower())
+        if month is None:
+            continue
+        near = [w for w in words[max(0, i - 1) : i + 3] if w.isdigit()]
+        day = next((int(w) for w in near if 1 <= int(w) <= 31 and len(w) <= 2), None)
+        year = next((int(w) for w in near if len(w) == 4), None)
+        plain = len(word) > 3 and word.lower() not in _AMBIGUOUS_MONTHS
+        after_in = i > 0 and words[i - 1].lower() == "in" and (len(word) > 3 or month == 5)
+        if plain or after_in or day is not None or year is not None:
+            found.append(DateMention(month, year, day))
+    return found
+
+
+def date_match(tag: str, mentions: Sequence[DateMention]) -> float:
+    """How well a unit's tag (an ISO date) matches the dates a request names, 0..1: 1 for
+    the named month (and year, when named); when a day is named, less the further the tag
+    is from it (0 two weeks away)."""
+    found = _ISO.match(tag)
+    if found is None or not mentions:
+        return 0.0
+    year, month = int(found.group(1)), int(found.group(2))
+    day = int(found.group(3)) if found.group(3) else None
+    best = 0.0
+    for m in mentions:
+        if m.year is not None and m.year != year:
+            continue
+        if m.day is not None and day is not None:
+            try:
+                apart = abs((date(m.year or year, m.month, m.day) - date(year, month, day)).days)
+            except ValueError:
+                continue
+            best = max(best, max(0.0, 1.0 - apart / 14))
+        elif m.month == month:
+            best = 1.0
+    return best
+
+
+def with_context(scores: Sequence[float], tags: Sequence[str], weight: float) -> list[float]:
+    """Each score plus ``weight`` times the better of its neighbours' scores in the same
+    session: a reply rarely repeats the words of the turn it answers."""
+    out = list(scores)
+    for i, score in enumerate(scores):
+        near = [scores[j] for j in (i - 1, i + 1) if 0 <= j < len(scores) and tags[j] == tags[i]]
+        if near:
+            out[i] = score + weight * max(near)
     return out
 
 
@@ -327,17 +522,7 @@ class RetrievalPolicy:
         """(unit index, score), best first; only units with a positive lexical score, or
         any unit when an embedder ranks them (scores are then fused reciprocal ranks)."""
         texts = [unit_text(u) for u in units]
-        cfg = self.settings
-        lexical = bm25_scores(
-            texts, query, cfg.k1, cfg.b, cfg.expand, cfg.expand_weight, cfg.feedback_docs
-        )
-        if self.settings.session_weight > 0 and units:
-            top = max(lexical, default=0.0)
-            boost = session_scores(units, query, self.settings.k1, self.settings.b)
-            lexical = [
-                (s / top if top > 0 else 0.0) + self.settings.session_weight * boost[i]
-                for i, s in enumerate(lexical)
-            ]
+        lexical = self._lexical(units, texts, query)
         ranked = sorted(
             (i for i, s in enumerate(lexical) if s > 0), key=lambda i: (-lexical[i], -i)
         )
@@ -352,6 +537,41 @@ class RetrievalPolicy:
             fused[i] += 1.0 / (RRF_K + rank + 1)
         order = sorted(range(len(units)), key=lambda i: (-fused[i], -i))
         return [(i, fused[i]) for i in order if not math.isclose(fused[i], 0.0)]
+
+    def _lexical(self, units: Sequence[Unit], texts: Sequence[str], query: str) -> list[float]:
+        """BM25 with feedback, then the general rankers in turn (module docs): the adjacent
+        turns' scores, the named speaker, the session, the named date."""
+        cfg = self.settings
+        scores = bm25_scores(
+            texts, query, cfg.k1, cfg.b, cfg.expand, cfg.expand_weight, cfg.feedback_docs
+        )
+        if not units:
+            return scores
+        tags = unit_tags(units)
+        if cfg.context_weight > 0:
+            scores = with_context(scores, tags, cfg.context_weight)
+        top = max(scores, default=0.0)
+        named = named_speakers(units, query) if cfg.speaker_weight > 0 else set()
+        if top > 0 and named:
+            scores = [
+                s + cfg.speaker_weight * top * (speaker_of(u) in named)
+                for s, u in zip(scores, units, strict=True)
+            ]
+        if cfg.session_weight > 0:
+            top = max(scores, default=0.0)
+            boost = session_scores(units, query, cfg.k1, cfg.b)
+            scores = [
+                (s / top if top > 0 else 0.0) + cfg.session_weight * boost[i]
+                for i, s in enumerate(scores)
+            ]
+        mentions = date_mentions(query) if cfg.date_weight > 0 else []
+        if mentions:
+            top = max(scores, default=0.0)
+            scores = [
+                s + cfg.date_weight * max(top, 1.0) * date_match(t, mentions)
+                for s, t in zip(scores, tags, strict=True)
+            ]
+        return scores
 
     def select(
         self,
