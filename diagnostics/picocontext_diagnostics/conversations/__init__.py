@@ -7,7 +7,9 @@
 * :mod:`.feed` — the records a conversation becomes, and how they are appended;
 * :mod:`.scores` — per-question metrics, their aggregates and the report;
 * :mod:`.conversation_runner` — every policy over a conversation, then every question;
-* :mod:`.command` — ``picocontext eval --conversation FILE``.
+* :mod:`.command` — ``picocontext eval --conversation FILE``;
+* :mod:`.tables` — markdown tables over several reports
+  (``python -m picocontext_diagnostics.conversations.tables``).
 """
 
 from picocontext_diagnostics.conversations.conversation_runner import (
