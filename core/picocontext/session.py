@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from picocontext.backend import (
@@ -28,25 +28,7 @@ from picocontext.backend import (
 )
 from picocontext.budget import RunBudget, Usage, check_prompt
 from picocontext.cancel import CancelToken, check
-from picocontext.choices import (
-    CHOICE_OUTPUT_TOKENS,
-    MAX_CHOICES_PER_STEP,
-    AnswerVerdict,
-    ChoiceRules,
-    Option,
-    Plan,
-    Question,
-    Unit,
-    asks_about,
-    judge_answer,
-    judge_recheck,
-    none_schema,
-    plan,
-    read_question,
-    relevant_lines,
-    replacement_edit,
-    unit_text,
-)
+from picocontext.choices import ChoiceRules
 from picocontext.edits import (
     EDIT_TOOL,
     KEEP_TOOL,
@@ -54,8 +36,6 @@ from picocontext.edits import (
     Edit,
     decode_edit_payload,
     decode_keep_payload,
-    edit_payload,
-    keep_payload,
 )
 from picocontext.errors import (
     BudgetExceeded,
@@ -67,18 +47,19 @@ from picocontext.errors import (
     PicoContextError,
     StorageError,
 )
+from picocontext.incremental import DecisionMemory, DecisionSettings, IncrementalDecision
 from picocontext.persistence import ContextStore
 from picocontext.prompts import (
-    ANSWER_OUTPUT_TOKENS,
-    QUESTION_OUTPUT_TOKENS,
     accepted_detail,
-    answer_question,
     kept_detail,
-    recheck_question,
-    restate_question,
     retry_feedback,
 )
-from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
+
+# FreshIds and reserved_ids are re-exported: policies that write receipts import them here.
+from picocontext.receipts import FreshIds as FreshIds
+from picocontext.receipts import Receipts
+from picocontext.receipts import reserved_ids as reserved_ids
+from picocontext.records import Record, Scope, Snapshot
 from picocontext.report import Choice, EditAttempt, Outcome, RunMode, RunReport, ToolStep
 from picocontext.working import WorkingContext, validate_snapshot
 
@@ -89,107 +70,6 @@ class _Commit(Exception):
     def __init__(self, error: PicoContextError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def reserved_ids(*groups: Iterable[Record]) -> set[str]:
-    """Every record id, tool-call id and result link in the given record groups."""
-    used: set[str] = set()
-    for records in groups:
-        for record in records:
-            used.add(record.id)
-            if record.tool_call_id is not None:
-                used.add(record.tool_call_id)
-            for call in record.tool_calls:
-                used.add(call.id)
-    return used
-
-
-class FreshIds:
-    """Runtime ids that never collide with caller ids, including deleted history."""
-
-    def __init__(self, used: set[str]) -> None:
-        self._used = used
-
-    def __call__(self, preferred: str) -> str:
-        candidate = preferred
-        n = 0
-        while candidate in self._used:
-            n += 1
-            candidate = f"{preferred}-{n}"
-        self._used.add(candidate)
-        return candidate
-
-
-class Receipts:
-    """Builds the protected runtime records of model exchanges: the only place their ids are
-    spelled. A decision attempt ``n`` and a tool step ``n`` each become one assistant record
-    (``runtime-call-n``) whose calls link (``runtime-edit-n-i`` / ``runtime-tool-n-i``) to
-    one result record each (``runtime-result-<link>``); a rejected decision is followed by
-    ``runtime-feedback-n``. Every id comes from ``fresh``, so none collides with history."""
-
-    def __init__(self, fresh: FreshIds) -> None:
-        self._fresh = fresh
-
-    def decision(
-        self, attempt: int, calls: Sequence[ModelToolCall], detail: str
-    ) -> tuple[Record, ...]:
-        """The receipt of a decision: every call answered with the runtime's ``detail``."""
-        return self._exchange("edit", attempt, calls, [detail] * len(calls))
-
-    def tools(
-        self, step: int, calls: Sequence[ModelToolCall], results: Sequence[str]
-    ) -> tuple[Record, ...]:
-        """The receipt of one tool step: each call followed by its result text."""
-        return self._exchange("tool", step, calls, results)
-
-    def feedback(self, attempt: int, body: str) -> Record:
-        return Record(
-            id=self._fresh(f"runtime-feedback-{attempt}"),
-            role=Role.USER,
-            body=body,
-            protected=True,
-        )
-
-    def _exchange(
-        self,
-        kind: str,
-        step: int,
-        calls: Sequence[ModelToolCall],
-        results: Sequence[str],
-        first: int = 0,
-    ) -> tuple[Record, ...]:
-        links = [self._fresh(f"runtime-{kind}-{step}-{first + i}") for i in range(len(calls))]
-        assistant = Record(
-            id=self._fresh(f"runtime-call-{step}"),
-            role=Role.ASSISTANT,
-            body="",
-            protected=True,
-            tool_calls=tuple(
-                ToolCall(id=link, name=call.name, arguments=call.arguments)
-                for link, call in zip(links, calls, strict=True)
-            ),
-        )
-        answers = tuple(
-            Record(
-                id=self._fresh(f"runtime-result-{link}"),
-                role=Role.TOOL,
-                body=text,
-                protected=True,
-                tool_call_id=link,
-            )
-            for link, text in zip(links, results, strict=True)
-        )
-        return (assistant, *answers)
-
-
-def sample_receipt(
-    tool: str, step: int = 0, index: int = 0, fresh: FreshIds | None = None
-) -> tuple[Record, ...]:
-    """The receipt of one call to ``tool`` with empty arguments and an empty result, as the
-    tool loop would write it at ``step`` (call ``index``): what a policy renders to price the
-    overhead every further call adds to its prompt."""
-    call = ModelToolCall(name=tool, arguments="{}")
-    return Receipts(fresh or FreshIds(set()))._exchange("tool", step, [call], [""], index)
 
 
 def _store_error(exc: Exception) -> StorageError:
@@ -253,15 +133,8 @@ class ContextSession:
         # The answer's JSON schema when the caller's task defines one (see ModelInput); set it
         # before a turn, and every answer-producing call of that turn carries it.
         self.answer_schema_json: str | None = None
-        # Record ids the incremental decision has already asked about (in memory: a reopened
-        # session asks again, at most MAX_CHOICES_PER_STEP questions a step).
-        self._judged: set[str] = set()
-        # Units the incremental decision chose but has not deleted yet, waiting for the window
-        # to need the room (in memory, like ``_judged``), by key.
-        self._pending: dict[str, Unit] = {}
-        # The question each earlier unit answers (``judge: "question"``), asked once per
-        # unit and text, by unit key (in memory, like ``_judged``).
-        self._questions: dict[tuple[str, str], str | None] = {}
+        # What the incremental decision asked about, chose and restated, across turns.
+        self._memory = DecisionMemory()
         if store is not None and store.load(state.snapshot.scope) is None:
             try:
                 store.save(state)
@@ -313,7 +186,7 @@ class ContextSession:
     @property
     def judged_ids(self) -> frozenset[str]:
         """Record ids the incremental decision has asked about (they are not asked again)."""
-        return frozenset(self._judged)
+        return frozenset(self._memory.judged)
 
     @property
     def counter(self) -> TokenCounter:
@@ -388,9 +261,7 @@ class ContextSession:
         self._acquire()
         try:
             run = _Run(self, mode, budget or RunBudget(), edit_style, cancel)
-            run.none_margin = none_margin
-            run.apply_at = apply_at
-            run.rules = choice_rules or ChoiceRules()
+            run.settings = DecisionSettings(choice_rules or ChoiceRules(), apply_at, none_margin)
             return run.execute()
         finally:
             self._busy.release()
@@ -463,13 +334,7 @@ class _Run:
         # is valid only up to the first changed record).
         self.edit_saved_tokens = 0
         self.edit_prefill_cost = 0
-        self.none_margin: float | None = None
-        self.apply_at = 0.0
-        self.rules = ChoiceRules()
-        # The unedited answer prompt's size for the snapshot it was rendered on: the room
-        # check and every question-judge call reserve it, and rendering the whole history
-        # again for each of them would tokenize it once a call.
-        self._answer_size: tuple[Snapshot, int] | None = None
+        self.settings = DecisionSettings()
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
@@ -605,6 +470,11 @@ class _Run:
         )
         return self.dispatch(prompt, budget.edit_output_tokens)
 
+    @property
+    def state(self) -> WorkingContext:
+        """The session's working context now (an accepted edit replaces it)."""
+        return self.s._state
+
     def receipts(self, current: WorkingContext, control: tuple[Record, ...]) -> Receipts:
         return Receipts(
             FreshIds(reserved_ids(current.original.records, current.snapshot.records, control))
@@ -613,7 +483,7 @@ class _Run:
     # -- decision loop ------------------------------------------------------------------
     def decide(self) -> None:
         if self.style is EditStyle.INCREMENTAL:
-            self.decide_incremental()
+            IncrementalDecision(self, self.s._memory, self.settings).decide()
             return
         control: tuple[Record, ...] = ()
         for attempt in range(self.budget.max_edit_attempts):
@@ -649,321 +519,6 @@ class _Run:
             self.attempt(response, arguments, outcome, detail)
             return
         raise EditLimit()
-
-    def decide_incremental(self) -> None:
-        """The incremental decision: one constrained choice per new editable record (which
-        earlier record it replaces, or none), every question over the same snapshot so each
-        prefills only its trailing message; the replacements become one atomic edit, judged
-        by the validator and receipted like a model's ``edit_context`` call."""
-        current = self.s._state
-        snapshot = current.snapshot
-        steps = plan(snapshot, self.s._judged, rules=self.rules)
-        for unit in steps.skipped:
-            self.s._judged.update(unit.ids)
-            self.choices.append(
-                Choice(
-                    records=unit.ids,
-                    options=(),
-                    handles=(),
-                    asked=False,
-                    detail=f"not asked: more than {MAX_CHOICES_PER_STEP} new records this step",
-                )
-            )
-        live = set(snapshot.ids)
-        pending = self.s._pending
-        for key in [k for k, u in pending.items() if not all(i in live for i in u.ids)]:
-            del pending[key]
-        chosen = self.ask_choices(snapshot, steps, list(pending.values()))
-        pending.update((u.key, u) for u in chosen)
-        replies = "; ".join(reply_line(c, self.rules.judge == "question") for c in self.choices)
-        said = ModelResponse(text=replies)
-        edit = replacement_edit(snapshot, list(pending.values())) if self.room_needed() else None
-        if edit is not None:
-            self.edit_calls += 1
-            arguments = edit_payload(edit.base_revision, edit.operations)
-            try:
-                candidate = current.apply(edit)
-            except PicoContextError as exc:
-                # Cannot happen for deletes of whole unprotected groups; if it does, the
-                # context stays as it was and the run answers on it, saying so.
-                self.attempt(said, arguments, Outcome.REJECTED, exc.message)
-            else:
-                call = ModelToolCall(name=EDIT_TOOL, arguments=arguments)
-                detail = accepted_detail(candidate.revision)
-                receipt = self.receipts(current, ()).decision(0, (call,), detail)
-                self.commit(candidate, said, arguments)
-                pending.clear()
-                self.final_prompt = self.prepare(candidate.snapshot, Phase.COMPLETION, receipt)
-                self.attribute(snapshot, self.final_prompt)
-                self.attempt(said, arguments, Outcome.EDITED, detail)
-                return
-        self.keep_calls += 1
-        arguments = keep_payload(current.revision)
-        call = ModelToolCall(name=KEEP_TOOL, arguments=arguments)
-        detail = kept_detail(current.revision)
-        receipt = self.receipts(current, ()).decision(0, (call,), detail)
-        self.final_prompt = self.prepare(snapshot, Phase.COMPLETION, receipt)
-        self.attempt(said, arguments, Outcome.KEPT, detail)
-
-    def room_needed(self) -> bool:
-        """Whether the chosen deletions apply now: always when ``apply_at`` is 0, else when
-        the unedited answer prompt plus its allowance would fill more than that share of the
-        window (or not fit at all)."""
-        if self.apply_at <= 0:
-            return True
-        needed = self.answer_tokens(self.s._state.snapshot) + self.budget.completion_output_tokens
-        return needed > self.apply_at * self.budget.context_window
-
-    def answer_tokens(self, snapshot: Snapshot) -> int:
-        """The token count of the unedited answer prompt on ``snapshot`` (kept for the last
-        snapshot asked about)."""
-        if self._answer_size is None or self._answer_size[0] is not snapshot:
-            tokens = self.prepare(snapshot, Phase.COMPLETION).token_count
-            self._answer_size = (snapshot, tokens)
-        return self._answer_size[1]
-
-    def ask_choices(
-        self, snapshot: Snapshot, steps: Plan, pending: Sequence[Unit] = ()
-    ) -> list[Unit]:
-        """Ask the planned questions in order; returns the units chosen for deletion (a unit
-        already ``pending`` is not offered again). A question the budget cannot afford
-        (keeping the answer's allowance) ends the asking: it and the rest are reported as not
-        asked and stay new for the next step."""
-        budget = self.budget
-        cap = min(budget.edit_output_tokens, CHOICE_OUTPUT_TOKENS)
-        chosen: list[Unit] = []
-        for position, unit in enumerate(steps.asked):
-            check(self.cancel)
-            removed = [u.key for u in [*pending, *chosen]]
-            sure = steps.runtime_pick(unit, removed)
-            if sure is not None:
-                self.s._judged.update(unit.ids)
-                self.choices.append(runtime_choice(unit, *sure))
-                chosen.append(sure[0])
-                continue
-            question = steps.question(unit, removed)
-            if question is None:
-                self.s._judged.update(unit.ids)  # nothing earlier it could replace
-                if steps.words is not None and steps.earlier(unit, removed):
-                    self.choices.append(unshared(unit))
-                continue
-            if self.rules.judge == "question":
-                try:
-                    pairs = steps.most_alike(question)
-                    chosen.extend(self.judge_by_answers(snapshot, question, pairs))
-                except BudgetExceeded as exc:
-                    self.not_asked(steps.asked[position:], exc)
-                    break
-                self.s._judged.update(unit.ids)
-                continue
-            prompt = self.prepare(
-                snapshot,
-                Phase.CHOICE,
-                guidance=question.text(),
-                answer_schema_json=question.schema_json(),
-            )
-            try:
-                check_prompt(
-                    budget,
-                    self.usage,
-                    prompt.token_count,
-                    cap,
-                    reserve=budget.completion_output_tokens,
-                    cancel=self.cancel,
-                )
-            except BudgetExceeded as exc:
-                self.not_asked(steps.asked[position:], exc)
-                break
-            response = self.dispatch(prompt, cap)
-            self.s._judged.update(unit.ids)
-            made = self.choice(question, prompt, response)
-            margin, picked_logprob = self.none_margin, response.logprob
-            if made.chosen is not None and margin is not None and picked_logprob is not None:
-                made = self.weigh_none(snapshot, question, made, picked_logprob, margin, cap)
-            self.choices.append(made)
-            picked = self.choices[-1].chosen
-            if picked is not None:
-                chosen.extend(o.unit for o in question.options if o.unit.key == picked)
-        return chosen
-
-    def not_asked(self, units: Sequence[Unit], why: BudgetExceeded) -> None:
-        """Report ``units`` as not asked: the budget could not afford their questions."""
-        for later in units:
-            self.choices.append(
-                Choice(
-                    records=later.ids,
-                    options=(),
-                    handles=(),
-                    asked=False,
-                    detail=f"not asked: {why.message}",
-                )
-            )
-
-    def aside(self, snapshot: Snapshot, guidance: str, cap: int) -> tuple[str, int, int, int]:
-        """One free-text trailing question after the shared prefix; returns the reply, its
-        prompt, prefill and generated tokens. Raises BudgetExceeded when it cannot be
-        afforded (keeping the answer's allowance)."""
-        prompt = self.prepare(snapshot, Phase.CHOICE, guidance=guidance)
-        cap = min(cap, self.budget.edit_output_tokens)
-        # Keep room for the answer itself, its prompt as well as its allowance: several
-        # questions a step could otherwise spend what the answer needs.
-        check_prompt(
-            self.budget,
-            self.usage,
-            prompt.token_count,
-            cap,
-            reserve=self.answer_tokens(snapshot) + self.budget.completion_output_tokens,
-            cancel=self.cancel,
-        )
-        response = self.dispatch(prompt, cap)
-        prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
-        return response.text, prompt.token_count, prefill, response.generated_tokens
-
-    def judge_by_answers(
-        self, snapshot: Snapshot, question: Question, pairs: Sequence[Option]
-    ) -> list[Unit]:
-        """``judge: "question"``: for each earlier unit in ``pairs`` (the offered ones most
-        alike the new unit), the question it answers (asked once per unit) and that question
-        over the two units; the earlier unit is chosen when the answer takes its value from the
-        new unit only. One :class:`Choice` per pair says why."""
-        new = question.new
-        later = unit_text(snapshot, new)
-        chosen: list[Unit] = []
-        for option in pairs:
-            check(self.cancel)
-            earlier = unit_text(snapshot, option.unit)
-            tokens = [0, 0, 0]
-            key = (option.unit.key, earlier)
-            if key not in self.s._questions:
-                reply, *spent = self.aside(
-                    snapshot, restate_question(option.unit.key, earlier), QUESTION_OUTPUT_TOKENS
-                )
-                tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-                self.s._questions[key] = read_question(reply)
-            asked = self.s._questions[key]
-            if asked is None:
-                self.choices.append(
-                    Choice(
-                        records=new.ids,
-                        options=(option.unit.key,),
-                        handles=(option.handle,),
-                        valid=False,
-                        detail=f"no question came back for {option.unit.key}; kept",
-                        prompt_tokens=tokens[0],
-                        prefill_tokens=tokens[1],
-                        generated_tokens=tokens[2],
-                    )
-                )
-                continue
-            # Both records are quoted by the lines the question is about, and judged on them.
-            older, newer = relevant_lines(earlier, asked), relevant_lines(later, asked)
-            guidance = answer_question(
-                asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
-            )
-            answer, *spent = self.aside(snapshot, guidance, ANSWER_OUTPUT_TOKENS)
-            tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-            verdict = judge_answer(answer, asked, older, newer)
-            if (
-                self.rules.recheck
-                and not verdict.stale
-                and verdict.old
-                and asks_about(newer, asked)
-            ):
-                again, verdict, *spent = self.recheck(snapshot, asked, older, (new.key, newer))
-                tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-                answer = f"{answer} / over {new.key} alone: {again}"
-            outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
-            self.choices.append(
-                Choice(
-                    records=new.ids,
-                    options=(option.unit.key,),
-                    handles=(option.handle,),
-                    reply=answer,
-                    chosen=option.unit.key if verdict.stale else None,
-                    detail=f"asked {asked!r} of {option.unit.key}: {verdict.explain()}; {outcome}",
-                    prompt_tokens=tokens[0],
-                    prefill_tokens=tokens[1],
-                    generated_tokens=tokens[2],
-                )
-            )
-            if verdict.stale:
-                chosen.append(option.unit)
-        return chosen
-
-    def recheck(
-        self, snapshot: Snapshot, asked: str, older: str, newer: tuple[str, str]
-    ) -> tuple[str, AnswerVerdict, int, int, int]:
-        """The question once more over the new unit alone (``rules.recheck``); returns the
-        reply, its verdict (:func:`judge_recheck`) and the call's prompt, prefill and
-        generated tokens."""
-        reply, prompt, prefill, generated = self.aside(
-            snapshot, recheck_question(asked, newer), ANSWER_OUTPUT_TOKENS
-        )
-        return reply, judge_recheck(reply, asked, older, newer[1]), prompt, prefill, generated
-
-    def weigh_none(
-        self,
-        snapshot: Snapshot,
-        question: Question,
-        made: Choice,
-        picked: float,
-        margin: float,
-        cap: int,
-    ) -> Choice:
-        """Score the reply ``none`` on the same prompt (its grammar allows only ``none``, so
-        the cached prompt is reused and a few tokens are decoded) and keep the pick only when
-        it beats ``none`` by more than the margin."""
-        forced = self.prepare(
-            snapshot,
-            Phase.CHOICE,
-            guidance=question.text(),
-            answer_schema_json=none_schema(question.reply),
-        )
-        try:
-            check_prompt(
-                self.budget,
-                self.usage,
-                forced.token_count,
-                cap,
-                reserve=self.budget.completion_output_tokens,
-                cancel=self.cancel,
-            )
-        except BudgetExceeded:
-            return made
-        response = self.dispatch(forced, cap)
-        if response.logprob is None:
-            return made
-        update: dict[str, object] = {"option_logprob": picked, "none_logprob": response.logprob}
-        if picked - response.logprob <= margin:
-            update |= {
-                "chosen": None,
-                "overruled": True,
-                "detail": f"{made.detail}; overruled: not more likely than none by {margin} nats",
-            }
-        return made.model_copy(update=update)
-
-    def choice(self, question: Question, prompt: PreparedPrompt, response: ModelResponse) -> Choice:
-        """The record of one answered question; an illegal reply is invalid, never applied."""
-        reading = question.read(response.text)
-        valid, detail = reading.valid, reading.detail
-        if response.tool_calls:
-            valid, detail = False, "a choice is a reply, not a tool call; nothing applied"
-        elif response.reached_token_limit and not valid:
-            detail = "the reply hit its output limit before naming an option; nothing applied"
-        option = reading.option if valid else None
-        prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
-        return Choice(
-            records=question.new.ids,
-            options=tuple(o.unit.key for o in question.options),
-            handles=tuple(o.handle for o in question.options),
-            reply=response.text,
-            chosen=option.unit.key if option is not None else None,
-            valid=valid,
-            detail=detail,
-            prompt_tokens=prompt.token_count,
-            prefill_tokens=prefill,
-            generated_tokens=response.generated_tokens,
-        )
 
     def attempt(
         self, response: ModelResponse, arguments: str, outcome: Outcome, detail: str
@@ -1108,40 +663,6 @@ class _Run:
             )
         )
         return outcome.text
-
-
-def unshared(unit: Unit) -> Choice:
-    """The report of a new unit with no earlier editable unit to offer under the rules (none
-    shares a content word, or enough of them, or the model is not asked): it replaces
-    nothing, and no model call was made."""
-    return Choice(
-        records=unit.ids,
-        options=(),
-        handles=(),
-        asked=False,
-        detail="no earlier record shares a content word with it (or enough of them): "
-        "replaces nothing (no call)",
-    )
-
-
-def reply_line(choice: Choice, judged_pairs: bool) -> str:
-    """One choice in the decision's model output: the new record and the reply, and for the
-    question judge the earlier record the answer was about."""
-    about = f" about {choice.options[0]}" if judged_pairs and len(choice.options) == 1 else ""
-    return f"{','.join(choice.records)}{about}: {choice.reply.strip()}"
-
-
-def runtime_choice(unit: Unit, picked: Unit, share: float) -> Choice:
-    """The report of the runtime's own overlap pick (no model call)."""
-    return Choice(
-        records=unit.ids,
-        options=(picked.key,),
-        handles=(picked.key,),
-        chosen=picked.key,
-        asked=False,
-        detail=f"picked by the runtime: it repeats {share:.0%} of the content words of "
-        f"{picked.key} (no call)",
-    )
 
 
 def object_text(arguments: str) -> str:

@@ -82,14 +82,12 @@ from picocontext.policies.distilled_tools import DigestToolExecutor
 from picocontext.policies.history import HistorySplit, TextMeter, split_history
 from picocontext.policies.history import Unit as HistoryUnit
 from picocontext.policies.registry import PolicyContext, PolicySpec
+from picocontext.receipts import FreshIds, reserved_ids, sample_receipt
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport
 from picocontext.session import (
     ContextSession,
-    FreshIds,
     ToolLoop,
-    reserved_ids,
-    sample_receipt,
 )
 from picocontext.working import WorkingContext
 

@@ -16,7 +16,7 @@ live here once so every such policy cuts and measures the history identically:
   still grow, which keeps room for a short refusal on every call that may still come.
 
 The receipt records a tool call adds to the prompt are the session's
-(:func:`picocontext.session.sample_receipt`); a policy prices them, it never spells them.
+(:func:`picocontext.receipts.sample_receipt`); a policy prices them, it never spells them.
 """
 
 from __future__ import annotations

@@ -82,15 +82,13 @@ from picocontext.policies.navigated_tools import (
 )
 from picocontext.policies.registry import PolicyContext, PolicySpec
 from picocontext.prompts import COMPLETION_GUIDANCE, COMPLETION_INSTRUCTIONS
+from picocontext.receipts import FreshIds, reserved_ids, sample_receipt
 from picocontext.records import Record, Role, Scope, Snapshot
 from picocontext.report import RunMode, RunReport, ToolStep
 from picocontext.session import (
     ContextSession,
-    FreshIds,
     ToolLoop,
     ToolResult,
-    reserved_ids,
-    sample_receipt,
 )
 from picocontext.working import WorkingContext
 

@@ -14,7 +14,8 @@ from picocontext.policies.history import (
     history_units,
     split_history,
 )
-from picocontext.session import ToolResult, object_text, sample_receipt
+from picocontext.receipts import sample_receipt
+from picocontext.session import ToolResult, object_text
 from picocontext.working import validate_snapshot
 
 SCOPE = Scope(user_id="u", conversation_id="history", branch_id="b")
