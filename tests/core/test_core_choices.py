@@ -511,12 +511,17 @@ def test_bare_word_replies_mark_the_schema_and_are_read_like_json_ones() -> None
 def test_the_policy_config_carries_the_rules_for_asking() -> None:
     spec = policy_registry().get("editable")
     default = spec.parse_config({}).choice_rules()
-    assert default == ChoiceRules(candidates="shared-word", reply="word", judge="question")
+    assert default == ChoiceRules(
+        candidates="shared-word", reply="word", judge="question", recheck=True
+    )
     assert default.ask and default.pick_overlap is None  # the model decides, by default
     config = spec.parse_config(
         {"candidates": "all", "choice_reply": "json", "pick_overlap": 0.4, "ask_model": False}
     )
-    assert config.choice_rules() == ChoiceRules(pick_overlap=0.4, ask=False, judge="question")
+    assert config.choice_rules() == ChoiceRules(
+        pick_overlap=0.4, ask=False, judge="question", recheck=True
+    )
+    assert not spec.parse_config({"recheck": False}).choice_rules().recheck
     with pytest.raises(PolicyError):
         spec.parse_config({"candidates": "some"})
     with pytest.raises(PolicyError):
