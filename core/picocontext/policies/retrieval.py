@@ -57,11 +57,8 @@ older turn is embedded once.
 from __future__ import annotations
 
 import math
-import re
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Literal
 
 import numpy as np
@@ -74,8 +71,22 @@ from picocontext.distill.embedder import Embedder, HiddenStateModel, ModelEmbedd
 from picocontext.errors import InvalidContext
 from picocontext.manifest.tokens import TextCounter
 from picocontext.policies.history import Unit, split_history, text_meter_for
-from picocontext.policies.navigated import leaf_text, speaker_line, split_tag, with_index
+from picocontext.policies.lexical import (
+    FEEDBACK_DOCS,
+    bm25_scores,
+)
+from picocontext.policies.navigated import speaker_line, with_index
 from picocontext.policies.registry import PolicyContext, PolicySpec
+from picocontext.policies.retrieval_signals import (
+    date_match,
+    date_mentions,
+    named_speakers,
+    session_scores,
+    speaker_of,
+    unit_tags,
+    unit_text,
+    with_context,
+)
 from picocontext.policies.sliding_window import completion_tokens, latest_request, prompt_room
 from picocontext.records import Record, Role, Snapshot
 from picocontext.report import RunMode, RunReport
@@ -92,160 +103,10 @@ DEFAULT_DATE_WEIGHT = 0.2
 DEFAULT_EXPAND = 10
 DEFAULT_EXPAND_WEIGHT = 0.3
 MAX_TOP_K = 100_000
-TOKEN_CACHE = 50_000
-FEEDBACK_DOCS = 5
-_SUFFIXES = ("ies", "ing", "ed", "es", "s")
 Presentation = Literal["block", "records"]
 BLOCK_ID = "runtime-retrieved"
 BLOCK_HEADER = "EARLIER IN THIS CONVERSATION - retrieved for the latest request, oldest first:"
 GAP = "..."
-
-
-def stem(word: str) -> str:
-    """Strip one common English suffix when at least three letters remain."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
-
-
-def _stem_all(words: list[str]) -> list[str]:
-    return [stem(w) for w in words]
-
-
-_TOKEN_CACHE: dict[str, tuple[str, ...]] = {}
-_TOKEN_LOCK = threading.Lock()
-
-
-def _tokens(texts: Sequence[str]) -> list[list[str]]:
-    """Each text's stemmed terms. Memoized per text (up to :data:`TOKEN_CACHE` texts): every
-    question over the same history indexes the same turns again, and tokenizing them was
-    most of a question's cost."""
-    import bm25s
-
-    with _TOKEN_LOCK:
-        found = {t: _TOKEN_CACHE[t] for t in texts if t in _TOKEN_CACHE}
-    missing = [t for t in dict.fromkeys(texts) if t not in found]
-    if missing:
-        tokenized = bm25s.tokenize(
-            missing, stopwords="en", stemmer=_stem_all, show_progress=False, return_ids=False
-        )
-        new = dict(zip(missing, (tuple(t) for t in tokenized), strict=True))
-        found.update(new)
-        with _TOKEN_LOCK:
-            if len(_TOKEN_CACHE) + len(new) > TOKEN_CACHE:
-                _TOKEN_CACHE.clear()
-            _TOKEN_CACHE.update(new)
-    return [list(found[t]) for t in texts]
-
-
-class LexicalIndex:
-    """BM25 over one list of documents, built once: every question over the same history
-    ranks the same older turns, and building the index was most of a question's cost."""
-
-    def __init__(self, documents: Sequence[str], k1: float, b: float) -> None:
-        import bm25s
-
-        self.tokens = _tokens(documents)
-        self.retriever = bm25s.BM25(k1=k1, b=b)
-        self.retriever.index(self.tokens, show_progress=False)
-        self.frequency: dict[str, int] = {}
-        for doc in self.tokens:
-            for term in set(doc):
-                self.frequency[term] = self.frequency.get(term, 0) + 1
-
-    def terms(self, query: str) -> list[str]:
-        """The query's terms that occur in some document."""
-        return [t for t in _tokens([query])[0] if t in self.frequency]
-
-    def scores(self, terms: Sequence[str]) -> np.ndarray:
-        """BM25 score of every document for ``terms`` (zeros when there are none)."""
-        if not terms:
-            return np.zeros(len(self.tokens))
-        return np.asarray(self.retriever.get_scores(list(terms)), dtype=float)
-
-
-INDEX_CACHE = 8
-_INDEX_CACHE: dict[tuple[object, ...], LexicalIndex] = {}
-_INDEX_LOCK = threading.Lock()
-
-
-def lexical_index(documents: Sequence[str], k1: float, b: float) -> LexicalIndex:
-    """The :class:`LexicalIndex` of ``documents``, reused while the same documents are asked
-    again (the last :data:`INDEX_CACHE` lists are kept)."""
-    key = (k1, b, tuple(documents))
-    with _INDEX_LOCK:
-        found = _INDEX_CACHE.pop(key, None)
-        if found is not None:
-            _INDEX_CACHE[key] = found
-            return found
-    index = LexicalIndex(documents, k1, b)
-    with _INDEX_LOCK:
-        _INDEX_CACHE[key] = index
-        while len(_INDEX_CACHE) > INDEX_CACHE:
-            del _INDEX_CACHE[next(iter(_INDEX_CACHE))]
-    return index
-
-
-def bm25_scores(
-    documents: Sequence[str],
-    query: str,
-    k1: float,
-    b: float,
-    expand: int = 0,
-    expand_weight: float = 0.0,
-    feedback_docs: int = FEEDBACK_DOCS,
-) -> list[float]:
-    """BM25 score of every document for ``query`` (0.0 where no query term occurs).
-
-    ``expand`` > 0 adds pseudo-relevance feedback: the ``expand`` terms that weigh most (term
-    frequency times inverse document frequency) in the ``feedback_docs`` best documents
-    and are not in the query are scored as a second query, added at ``expand_weight``, so a
-    turn that says what the best hits say in other words than the question still ranks."""
-    if not documents:
-        return []
-    index = lexical_index(documents, k1, b)
-    terms = index.terms(query)
-    if not terms:
-        return [0.0] * len(documents)
-    scores = index.scores(terms)
-    if expand <= 0 or expand_weight <= 0:
-        return [float(s) for s in scores]
-    extra = feedback_terms(index.tokens, scores, set(terms), expand, feedback_docs, index.frequency)
-    if not extra:
-        return [float(s) for s in scores]
-    return [float(s) for s in scores + expand_weight * index.scores(extra)]
-
-
-def feedback_terms(
-    tokens: Sequence[Sequence[str]],
-    scores: Sequence[float] | np.ndarray,
-    known: set[str],
-    count: int,
-    docs: int = FEEDBACK_DOCS,
-    frequency: dict[str, int] | None = None,
-) -> list[str]:
-    """The ``count`` terms of the best-scoring documents that weigh most there (frequency in
-    them times log inverse document frequency over all), leaving out ``known`` terms;
-    ``frequency`` is each term's document frequency when the caller has it."""
-    best = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: -scores[i])
-    if frequency is None:
-        frequency = {}
-        for doc in tokens:
-            for term in set(doc):
-                frequency[term] = frequency.get(term, 0) + 1
-    weight: dict[str, float] = {}
-    total = len(tokens)
-    for i in best[:docs]:
-        for term in tokens[i]:
-            if term not in known:
-                weight[term] = weight.get(term, 0.0) + math.log(total / frequency[term])
-    return sorted(weight, key=lambda t: (-weight[t], t))[:count]
-
-
-def unit_text(unit: Unit) -> str:
-    """What a unit says: each record's body and its tool calls."""
-    return "\n".join(leaf_text(r) for r in unit)
 
 
 def block_text(records: Sequence[Record], positions: dict[str, int]) -> str:
@@ -337,156 +198,6 @@ def with_neighbours(
                         best[j] = (near, True)
     order = sorted(best, key=lambda i: (-best[i][0], best[i][1], -i))
     return [(i, best[i][0], best[i][1]) for i in order]
-
-
-def unit_tags(units: Sequence[Unit]) -> list[str]:
-    """Each unit's tag (its first record's leading bracketed tag: a session's date)."""
-    return [split_tag(leaf_text(u[0]))[0] if u else "" for u in units]
-
-
-def session_scores(units: Sequence[Unit], query: str, k1: float, b: float) -> list[float]:
-    """Each unit's session's BM25 score for ``query`` over the max (0..1): a session is the
-    run of units whose first record carries the same tag (a conversation's session date),
-    scored as one document, so a turn of the session the question is about ranks above an
-    equal turn elsewhere. All 0 when no unit is tagged."""
-    tags = unit_tags(units)
-    if not any(tags):
-        return [0.0] * len(units)
-    runs: list[list[int]] = []
-    for i, tag in enumerate(tags):
-        if not runs or tag != tags[runs[-1][0]]:
-            runs.append([])
-        runs[-1].append(i)
-    texts = ["\n".join(unit_text(units[i]) for i in run) for run in runs]
-    scores = bm25_scores(texts, query, k1, b)
-    top = max(scores, default=0.0)
-    out = [0.0] * len(units)
-    for run, score in zip(runs, scores, strict=True):
-        for i in run:
-            out[i] = score / top if top > 0 else 0.0
-    return out
-
-
-_SPEAKER_NAME = re.compile(r"^([^\s:\[][^:\n]{0,40}): ")
-
-
-def speaker_of(unit: Unit) -> str:
-    """The name a unit's first record gives its speaker (``Maya`` in ``[date] Maya: ...``):
-    one to three words, each capitalized, before ``": "``; ``""`` when it names none (so
-    ``the plan: ...`` names no speaker)."""
-    if not unit:
-        return ""
-    found = _SPEAKER_NAME.match(split_tag(leaf_text(unit[0]))[1])
-    if found is None:
-        return ""
-    words = found.group(1).split()
-    if len(words) > 3 or not all(w[0].isupper() or w[0].isdigit() for w in words):
-        return ""
-    return found.group(1)
-
-
-def named_speakers(units: Sequence[Unit], query: str) -> set[str]:
-    """The units' speakers whose name the query mentions (any of the name's words), unless
-    it mentions every speaker, which says nothing about whose turns to prefer."""
-    speakers = {speaker_of(u) for u in units} - {""}
-    words = set(_tokens([query])[0])
-    named = {s for s in speakers if words & set(_tokens([s])[0])}
-    return set() if named == speakers else named
-
-
-_MONTHS = {
-    name: i + 1
-    for i, names in enumerate(
-        [
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ]
-    )
-    for name in names
-}
-_WORD = re.compile(r"[A-Za-z]+|\d+")
-_ISO = re.compile(r"(\d{4})-(\d{2})(?:-(\d{2}))?")
-
-
-@dataclass(frozen=True)
-class DateMention:
-    """A calendar date a request names: its month, and its year and day when given."""
-
-    month: int
-    year: int | None = None
-    day: int | None = None
-
-
-_AMBIGUOUS_MONTHS = frozenset({"may", "march"})  # also a verb
-
-
-def date_mentions(text: str) -> list[DateMention]:
-    """The dates ``text`` names by month: ``June``, ``in July 2023``, ``May 3, 2023``,
-    ``3 May``, ``2023-05-08``. A three-letter month, ``May`` and ``March`` count only next to
-    a day or a year, or after ``in``, since they are also common words."""
-    found = [
-        DateMention(int(m.group(2)), int(m.group(1)), int(m.group(3)) if m.group(3) else None)
-        for m in _ISO.finditer(text)
-        if 1 <= int(m.group(2)) <= 12
-    ]
-    words = _WORD.findall(_ISO.sub(" ", text))
-    for i, word in enumerate(words):
-        month = _MONTHS.get(word.lower())
-        if month is None:
-            continue
-        near = [w for w in words[max(0, i - 1) : i + 3] if w.isdigit()]
-        day = next((int(w) for w in near if 1 <= int(w) <= 31 and len(w) <= 2), None)
-        year = next((int(w) for w in near if len(w) == 4), None)
-        plain = len(word) > 3 and word.lower() not in _AMBIGUOUS_MONTHS
-        after_in = i > 0 and words[i - 1].lower() == "in" and (len(word) > 3 or month == 5)
-        if plain or after_in or day is not None or year is not None:
-            found.append(DateMention(month, year, day))
-    return found
-
-
-def date_match(tag: str, mentions: Sequence[DateMention]) -> float:
-    """How well a unit's tag (an ISO date) matches the dates a request names, 0..1: 1 for
-    the named month (and year, when named); when a day is named, less the further the tag
-    is from it (0 two weeks away)."""
-    found = _ISO.match(tag)
-    if found is None or not mentions:
-        return 0.0
-    year, month = int(found.group(1)), int(found.group(2))
-    day = int(found.group(3)) if found.group(3) else None
-    best = 0.0
-    for m in mentions:
-        if m.year is not None and m.year != year:
-            continue
-        if m.day is not None and day is not None:
-            try:
-                apart = abs((date(m.year or year, m.month, m.day) - date(year, month, day)).days)
-            except ValueError:
-                continue
-            best = max(best, max(0.0, 1.0 - apart / 14))
-        elif m.month == month:
-            best = 1.0
-    return best
-
-
-def with_context(scores: Sequence[float], tags: Sequence[str], weight: float) -> list[float]:
-    """Each score plus ``weight`` times the better of its neighbours' scores in the same
-    session: a reply rarely repeats the words of the turn it answers."""
-    out = list(scores)
-    for i, score in enumerate(scores):
-        near = [scores[j] for j in (i - 1, i + 1) if 0 <= j < len(scores) and tags[j] == tags[i]]
-        if near:
-            out[i] = score + weight * max(near)
-    return out
 
 
 class RetrievalPolicy:

@@ -7,19 +7,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import picocontext.policies.retrieval as retrieval_module
+import picocontext.policies.lexical as lexical_module
 from picocontext import ContextSession, Record, Role, RunBudget, Scope, Snapshot
 from picocontext.models import ByteCounter
 from picocontext.policies import RetrievalPolicy, RetrievalSettings
 from picocontext.policies.history import split_history
-from picocontext.policies.retrieval import (
-    BLOCK_ID,
-    GAP,
-    bm25_scores,
-    feedback_terms,
-    session_scores,
-    with_neighbours,
-)
+from picocontext.policies.lexical import bm25_scores, feedback_terms
+from picocontext.policies.retrieval import BLOCK_ID, GAP, with_neighbours
+from picocontext.policies.retrieval_signals import session_scores
 from picocontext.policies.sliding_window import completion_tokens, latest_request, prompt_room
 from picocontext_diagnostics.conversations.extractive_backend import (
     DeterministicConversationBackend,
@@ -245,7 +240,7 @@ def test_scores_are_the_same_from_a_cold_and_a_warm_token_cache() -> None:
     """Tokens are memoized per text; a cleared cache must not change a score."""
     documents = ["The garden shed moved.", "Trains and rain.", "", "Moving the shed again!"]
     warm = bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3)
-    retrieval_module._TOKEN_CACHE.clear()
+    lexical_module._TOKEN_CACHE.clear()
     cold = bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3)
     assert warm == cold and warm[0] > 0 and warm[1] == 0.0
 

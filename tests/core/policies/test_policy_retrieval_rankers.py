@@ -7,16 +7,15 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-import picocontext.policies.retrieval as retrieval_module
+import picocontext.policies.lexical as lexical_module
 from picocontext import Record, Role
 from picocontext.policies import RetrievalPolicy, RetrievalSettings
 from picocontext.policies.history import Unit
-from picocontext.policies.retrieval import (
+from picocontext.policies.lexical import bm25_scores, lexical_index
+from picocontext.policies.retrieval_signals import (
     DateMention,
-    bm25_scores,
     date_match,
     date_mentions,
-    lexical_index,
     named_speakers,
     speaker_of,
     with_context,
@@ -117,8 +116,8 @@ def test_each_history_is_indexed_once_and_a_cold_index_scores_the_same() -> None
     assert lexical_index(documents, 1.5, 0.75) is lexical_index(list(documents), 1.5, 0.75)
     assert lexical_index(documents, 1.5, 0.75) is not lexical_index(documents, 1.2, 0.75)
     warm = bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3)
-    retrieval_module._INDEX_CACHE.clear()
-    retrieval_module._TOKEN_CACHE.clear()
+    lexical_module._INDEX_CACHE.clear()
+    lexical_module._TOKEN_CACHE.clear()
     assert bm25_scores(documents, "Where did the shed move?", 1.5, 0.75, 10, 0.3) == warm
 
 

@@ -24,7 +24,7 @@ from picocontext.policies import (
 )
 from picocontext.policies.compaction import SUMMARY_MARK, CompactionSettings
 from picocontext.policies.history import history_units
-from picocontext.policies.retrieval import stem
+from picocontext.policies.lexical import stem
 from picocontext_diagnostics.conversations.extractive_backend import (
     DeterministicConversationBackend,
 )
