@@ -1,6 +1,11 @@
 """The distiller: the L0 (leaf) pipeline, deletes, reconcile and sweeps; the roll-up above the
 leaves is :mod:`picocontext.distill.rollup`, mixed in.
 
+The module stays one piece (about 730 lines) because it is one class whose every method reads
+and writes the same corpus state (the node store, the CAS, the embedder and the negative
+cache) under the sweep's single-flight lock; the roll-up, hashing, storage and agent surface
+already live in modules of their own.
+
 One :class:`Distiller` owns one corpus (a directory with ``nodes.sqlite`` and ``cas/``). All
 writes of a corpus go through :meth:`Distiller.sweep`, which is single-flight per corpus (a
 thread lock plus an OS file lock, so two processes never sweep the same corpus at once).
