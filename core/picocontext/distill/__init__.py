@@ -19,6 +19,30 @@ from picocontext.distill.agent import (
 from picocontext.distill.cas import BlobStore, GCReport, address_of
 from picocontext.distill.clusterer import SimHashClusterer
 from picocontext.distill.config import METRIC_NAMES, Counters, DistillConfig, whitespace_tokens
+from picocontext.distill.data import (
+    Altitude,
+    ChildDigest,
+    DigestChild,
+    DigestNode,
+    DigestSnapshot,
+    DigestView,
+    GuardInput,
+    GuardResult,
+    GuardStage,
+    MapLine,
+    MapResult,
+    RecallItem,
+    RecallPack,
+    ResolveMatch,
+    ResolveResult,
+    RollupReport,
+    ScopeRef,
+    SummaryInput,
+    SweepReport,
+    SyncReport,
+    Unit,
+    label_of,
+)
 from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import (
     Embedder,
@@ -55,30 +79,6 @@ from picocontext.distill.hashing import (
     summary_input_hash,
 )
 from picocontext.distill.ids import ROOT_ID, UNCLUSTERED_ID
-from picocontext.distill.models import (
-    Altitude,
-    ChildDigest,
-    DigestChild,
-    DigestNode,
-    DigestSnapshot,
-    DigestView,
-    GuardInput,
-    GuardResult,
-    GuardStage,
-    MapLine,
-    MapResult,
-    RecallItem,
-    RecallPack,
-    ResolveMatch,
-    ResolveResult,
-    RollupReport,
-    ScopeRef,
-    SummaryInput,
-    SweepReport,
-    SyncReport,
-    Unit,
-    label_of,
-)
 from picocontext.distill.semhash import (
     cluster_prefix,
     format_sem_hash,

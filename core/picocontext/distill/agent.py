@@ -18,10 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from picocontext.distill.cas import BlobStore
-from picocontext.distill.embedder import Embedder, LexicalEmbedder
-from picocontext.distill.errors import DistillError, InvalidHash, NodeNotFound, ToolCallError
-from picocontext.distill.ids import LEVEL_ENTITY, LEVEL_SCOPE, LEVEL_TENANT, ROOT_ID
-from picocontext.distill.models import (
+from picocontext.distill.data import (
     Altitude,
     DigestChild,
     DigestNode,
@@ -34,6 +31,9 @@ from picocontext.distill.models import (
     ResolveMatch,
     ResolveResult,
 )
+from picocontext.distill.embedder import Embedder, LexicalEmbedder
+from picocontext.distill.errors import DistillError, InvalidHash, NodeNotFound, ToolCallError
+from picocontext.distill.ids import LEVEL_ENTITY, LEVEL_SCOPE, LEVEL_TENANT, ROOT_ID
 from picocontext.distill.semhash import RESOLVE_HAMMING_THRESHOLD, hamming, parse_sem_hash
 from picocontext.distill.store import NodeStore
 

@@ -25,9 +25,9 @@ from typing import Any
 from picocontext.cli import bounded, error_line, run_command
 from picocontext.distill.agent import DigestTools, distill_tool_schemas, render_outline
 from picocontext.distill.config import whitespace_tokens
+from picocontext.distill.data import Altitude, SyncReport
 from picocontext.distill.distiller import Distiller
 from picocontext.distill.errors import ConfigError, NoCorpus, SourceConflict
-from picocontext.distill.models import Altitude, SyncReport
 from picocontext.distill.opening import (
     CONFIG_KEY,
     ModelSlot,
@@ -428,7 +428,7 @@ def _watch(args: argparse.Namespace) -> int:
     quiet (debounce) or at the latest after 10x the debounce."""
     import time
 
-    from picocontext.distill.models import SweepReport
+    from picocontext.distill.data import SweepReport
     from picocontext.distill.worker import DistillWorker
 
     corpus = _corpus(args, write=True)

@@ -54,6 +54,17 @@ import numpy.typing as npt
 
 from picocontext.distill.cas import BlobStore, GCReport
 from picocontext.distill.clusterer import SimHashClusterer
+from picocontext.distill.data import (
+    DigestNode,
+    DigestSnapshot,
+    GuardInput,
+    GuardStage,
+    RollupReport,
+    SummaryInput,
+    SweepReport,
+    SyncReport,
+    Unit,
+)
 from picocontext.distill.embedder import Embedder, check_embeddings
 from picocontext.distill.errors import ConfigError, DistillError
 from picocontext.distill.guard import Guard, apply_guard, guard_version
@@ -70,17 +81,6 @@ from picocontext.distill.ids import (
     LEVEL_ENTITY,
     is_scope_id,
     l0_id,
-)
-from picocontext.distill.models import (
-    DigestNode,
-    DigestSnapshot,
-    GuardInput,
-    GuardStage,
-    RollupReport,
-    SummaryInput,
-    SweepReport,
-    SyncReport,
-    Unit,
 )
 from picocontext.distill.semhash import (
     format_sem_hash,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from picocontext.distill.models import GuardInput, GuardResult
+from picocontext.distill.data import GuardInput, GuardResult
 
 
 @runtime_checkable

@@ -20,6 +20,15 @@ import numpy.typing as npt
 
 from picocontext.distill.cas import BlobStore
 from picocontext.distill.clusterer import SimHashClusterer
+from picocontext.distill.data import (
+    ChildDigest,
+    DigestNode,
+    GuardInput,
+    GuardStage,
+    RollupReport,
+    ScopeRef,
+    SummaryInput,
+)
 from picocontext.distill.errors import DistillError
 from picocontext.distill.guard import Guard, apply_guard
 from picocontext.distill.hashing import (
@@ -40,15 +49,6 @@ from picocontext.distill.ids import (
     is_intermediate,
     is_scope_id,
     parse_scope_id,
-)
-from picocontext.distill.models import (
-    ChildDigest,
-    DigestNode,
-    GuardInput,
-    GuardStage,
-    RollupReport,
-    ScopeRef,
-    SummaryInput,
 )
 from picocontext.distill.semhash import (
     cluster_prefix,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from picocontext.distill.data import Unit
 from picocontext.distill.errors import SourceError
-from picocontext.distill.models import Unit
 from picocontext.errors import PicoContextError
 from picocontext.files import InputFileError, SourceWalk, files_under, read_text_bounded
 from picocontext.persistence import ContextStore

@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from picocontext.distill.data import DigestNode, Unit
 from picocontext.distill.errors import StoreError
-from picocontext.distill.models import DigestNode, Unit
 
 SCHEMA_VERSION = 1
 

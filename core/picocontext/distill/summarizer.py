@@ -14,10 +14,10 @@ from typing import Protocol, runtime_checkable
 
 from picocontext.backend import ChatMessage, ChatModel
 from picocontext.cancel import CancelToken
+from picocontext.distill.data import ChildDigest, SummaryInput
 from picocontext.distill.errors import SummarizerError
 from picocontext.distill.hashing import prompt_digest
 from picocontext.distill.ids import KIND_CLUSTER, KIND_SCOPE, KIND_TENANT
-from picocontext.distill.models import ChildDigest, SummaryInput
 
 
 @runtime_checkable

@@ -14,12 +14,12 @@ import numpy as np
 import numpy.typing as npt
 
 from picocontext.distill.config import DistillConfig
+from picocontext.distill.data import GuardInput, GuardResult, SummaryInput, Unit
 from picocontext.distill.distiller import Distiller
 from picocontext.distill.embedder import Embedder
 from picocontext.distill.errors import SummarizerError
 from picocontext.distill.guard import Guard
 from picocontext.distill.ids import ROOT_ID
-from picocontext.distill.models import GuardInput, GuardResult, SummaryInput, Unit
 from picocontext.distill.summarizer import Summarizer
 
 

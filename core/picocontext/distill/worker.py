@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from picocontext.distill.data import SweepReport, Unit
 from picocontext.distill.distiller import Distiller
 from picocontext.distill.errors import ConfigError
-from picocontext.distill.models import SweepReport, Unit
 
 DEFAULT_DEBOUNCE = 1.0
 

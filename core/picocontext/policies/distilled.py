@@ -55,6 +55,7 @@ from picocontext.distill.agent import (
     recall_tool_schema,
     resolve_tool_schema,
 )
+from picocontext.distill.data import DigestNode, Unit
 from picocontext.distill.distiller import DistillConfig, Distiller
 from picocontext.distill.embedder import Embedder, LexicalEmbedder
 from picocontext.distill.errors import DistillError
@@ -68,7 +69,6 @@ from picocontext.distill.ids import (
     is_intermediate,
     l0_id,
 )
-from picocontext.distill.models import DigestNode, Unit
 from picocontext.distill.summarizer import ChatSummarizer, Summarizer
 from picocontext.policies.distilled_history import (
     GroupLeaf,

@@ -16,9 +16,9 @@ from picocontext.backend import (
     ToolSpec,
 )
 from picocontext.cancel import CancelToken, check
+from picocontext.distill.data import SummaryInput
 from picocontext.distill.errors import SummarizerError
 from picocontext.distill.ids import LEVEL_ENTITY
-from picocontext.distill.models import SummaryInput
 from picocontext.distill.summarizer import Summarizer
 from picocontext.policies.distilled_history import first_words
 

@@ -9,8 +9,8 @@ comes from the summary block the smoke prints (``<task> · <policy>: <state>`` f
 ``prefill_tokens``, ``input_tokens``, ``edits``, ``keeps``) come from the JSON report the bench
 asks the run to write next to its own output (unless the command already names a report), and
 ``ratios`` divides editable's by append-only's when both ran (``ratios_common_steps`` over
-only the steps both answered, since append-only stops when it runs out of window). The whole output goes to a log
-file next to the JSON; the last line printed is one JSON object.
+only the steps both answered, since append-only stops when it runs out of window). The whole
+output goes to a log file next to the JSON; the last line printed is one JSON object.
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def test_storing_over_a_torn_blob_rewrites_it(tmp_path: Path) -> None:
 
 
 def test_labels_are_short_and_readable() -> None:
-    from picocontext.distill.models import label_of
+    from picocontext.distill.data import label_of
 
     assert label_of(DigestNode(id=ROOT_ID, level=2, kind="tenant")) == "root"
     scope = DigestNode(

@@ -137,7 +137,7 @@ def test_cli_rejects_a_budget_that_is_not_a_positive_number(
 
 def test_text_quoting_the_wire_format_is_summarised_by_the_real_chat_format(tiny: Any) -> None:
     """Without defanging, the MLX chat format refuses the prompt (reserved delimiter)."""
-    from picocontext.distill.models import SummaryInput
+    from picocontext.distill.data import SummaryInput
 
     summarizer = ChatSummarizer(tiny)
     tiny.extra_processors = numbered_replies(tiny, "summary number")

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picocontext.distill import ROOT_ID, Altitude, DigestTools, DistillConfig, Distiller, Unit
+from picocontext.distill.data import DigestNode, GuardInput, GuardResult, GuardStage
 from picocontext.distill.embedder import LexicalEmbedder
 from picocontext.distill.ids import is_intermediate
-from picocontext.distill.models import DigestNode, GuardInput, GuardResult, GuardStage
 from picocontext.distill.testing import FakeSummarizer, ancestors, depth_to
 
 TOPICS = ["relay thermocouple kiln cone", "tomato compost frost mulch", "chain brake tyre hub"]

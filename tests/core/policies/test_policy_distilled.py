@@ -30,7 +30,7 @@ from picocontext import (
     ToolSpec,
     validate_snapshot,
 )
-from picocontext.distill.models import SummaryInput
+from picocontext.distill.data import SummaryInput
 from picocontext.distill.testing import FakeSummarizer
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import ContextPolicy, DistilledPolicy
