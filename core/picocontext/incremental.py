@@ -187,11 +187,15 @@ class IncrementalDecision:
                 return
         self.run.keep_calls += 1
         arguments = keep_payload(current.revision)
-        call = ModelToolCall(name=KEEP_TOOL, arguments=arguments)
-        detail = kept_detail(current.revision)
-        receipt = self.run.receipts(current, ()).decision(0, (call,), detail)
-        self.run.final_prompt = self.run.prepare(snapshot, Phase.COMPLETION, receipt)
-        self.run.attempt(said, arguments, Outcome.KEPT, detail)
+        self.run.final_prompt = self.run.prepare(
+            snapshot, Phase.COMPLETION, self.keep_receipt(current)
+        )
+        self.run.attempt(said, arguments, Outcome.KEPT, kept_detail(current.revision))
+
+    def keep_receipt(self, current: WorkingContext) -> tuple[Record, ...]:
+        """The receipt a keep answers with (the answer prompt of a step that edits nothing)."""
+        call = ModelToolCall(name=KEEP_TOOL, arguments=keep_payload(current.revision))
+        return self.run.receipts(current, ()).decision(0, (call,), kept_detail(current.revision))
 
     def room_needed(self) -> bool:
         """Whether the chosen deletions apply now: always when ``apply_at`` is 0, else when
@@ -208,7 +212,10 @@ class IncrementalDecision:
         """The token count of the unedited answer prompt on ``snapshot`` (kept for the last
         snapshot asked about)."""
         if self._answer_size is None or self._answer_size[0] is not snapshot:
-            tokens = self.run.prepare(snapshot, Phase.COMPLETION).token_count
+            # with the keep's receipt, as it is sent: reserving less let the judge's calls
+            # spend what the answer then lacked
+            receipt = self.keep_receipt(self.run.state)
+            tokens = self.run.prepare(snapshot, Phase.COMPLETION, receipt).token_count
             self._answer_size = (snapshot, tokens)
         return self._answer_size[1]
 

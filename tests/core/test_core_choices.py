@@ -670,6 +670,34 @@ def test_the_question_judge_stops_asking_when_the_budget_cannot_afford_it() -> N
     assert "n2" not in session.judged_ids and session.context.revision == 0
 
 
+def test_the_judge_never_spends_what_the_answer_needs_receipt_included() -> None:
+    """Whatever the total allowance, the answer (its keep receipt included) runs whenever it
+    fits on its own: the judge's calls reserve the answer prompt as it is sent."""
+    snapshot = notes("Lamp price 30 EUR.", "Lamp price now 35 EUR.")
+
+    def backend() -> ScriptedBackend:
+        return asker({"30 EUR": "What does the lamp cost?"}, {"cost": "30 EUR."})
+
+    quiet = ContextSession(snapshot, ByteCounter(), backend())
+    alone = quiet.run(
+        RunMode.EDITABLE,
+        TEST_BUDGET,
+        EditStyle.INCREMENTAL,
+        choice_rules=ChoiceRules(candidates="shared-word", ask=False),
+    )
+    assert alone.final_prompt is not None and alone.failure is None
+    answer = alone.final_prompt.token_count + 512  # the keep's answer prompt and allowance
+    for extra in range(0, 1_500, 25):
+        budget = RunBudget(
+            context_window=32_000, total_tokens=answer + extra, completion_output_tokens=512
+        )
+        session = ContextSession(snapshot, ByteCounter(), backend())
+        report = session.run(
+            RunMode.EDITABLE, budget, EditStyle.INCREMENTAL, choice_rules=QUESTION_RULES
+        )
+        assert report.failure is None, (extra, report.failure)
+
+
 def test_the_policy_config_carries_the_judge_and_refuses_an_unknown_one() -> None:
     spec = policy_registry().get("editable")
     assert spec.parse_config({}).choice_rules().judge == "question"
