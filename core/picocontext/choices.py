@@ -364,15 +364,20 @@ def unit_text(snapshot: Snapshot, unit: Unit) -> str:
 
 
 def relevant_lines(text: str, question: str) -> str:
-    """The lines of ``text`` that share a content word or value with ``question``, in order,
-    or its first line when none does. A one-line note is quoted whole; a long record (a feed
-    with a table of telemetry) is quoted by what the question is about, so the answer prompt
-    does not pay for the whole record again when the history already holds it."""
+    """The lines of ``text`` that share a content word or value with ``question`` (a word on
+    more than half of the lines does not count), in order, or its first line when none does.
+    A one-line note is quoted whole; a long record (a feed with a table of telemetry) is
+    quoted by what the question is about, so the answer prompt does not pay for the whole
+    record again when the history already holds it."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) <= 1:
         return text.strip()
-    asked = value_words(question)
-    shared = [line for line in lines if value_words(line) & asked]
+    words = [value_words(line) for line in lines]
+    # A word on more than half the lines is the record's boilerplate ("notebook unchanged" on
+    # every telemetry line), not what the question singles out.
+    common = {w for w in set().union(*words) if 2 * sum(w in ws for ws in words) > len(lines)}
+    asked = value_words(question) - common
+    shared = [line for line, ws in zip(lines, words, strict=True) if ws & asked]
     return "\n".join(shared or lines[:1])
 
 

@@ -34,6 +34,7 @@ from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
     ChoiceRules,
+    asks_about,
     content_words,
     judge_answer,
     plan,
@@ -744,8 +745,23 @@ def test_a_long_record_is_quoted_by_the_lines_the_question_is_about() -> None:
     # no line shares a word: the first line stands for the record
     assert relevant_lines(feed, "Who reviews PAY-41?") == "FACT heron=KX-7302-B"
     # every line that shares a word comes along, in order, and no other
-    telemetry = feed.splitlines()[1:]
-    assert relevant_lines(feed, "When was the relay idle?") == "\n".join(telemetry)
+    feed = "FACT heron=KX-7302-B\n" + "\n".join(
+        f"Sweep 1, frame {t}: relay idle." if t % 3 else f"Sensor sweep 1, frame {t}: relay idle."
+        for t in range(24)
+    )
+    assert relevant_lines(feed, "Which sensor was idle?") == "\n".join(
+        line for line in feed.splitlines() if line.startswith("Sensor")
+    )
+    # a word on more than half of the lines is the record's boilerplate: the question about
+    # heron "in the notebook" is about the FACT line, not the telemetry that says "notebook"
+    noted = "FACT heron=KX-7302-B\n" + "\n".join(
+        f"Sweep 1, frame {t}: notebook unchanged." for t in range(24)
+    )
+    question = 'What is the value of the "heron" key in the current notebook?'
+    assert relevant_lines(noted, question) == "FACT heron=KX-7302-B"
+    other = noted.replace("heron=KX-7302-B", "dunlin=R5:green/17")
+    assert relevant_lines(other, question) == "FACT dunlin=R5:green/17"  # the first line
+    assert not asks_about(relevant_lines(other, question), question)
     # a one-line note is quoted whole, whatever the question
     note = "Lamp price 30 EUR in the shop. Desk 90 EUR."
     assert relevant_lines(note, "What does the desk cost?") == note
