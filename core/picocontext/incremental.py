@@ -246,8 +246,10 @@ class IncrementalDecision:
                 continue
             if self.rules.judge == "question":
                 try:
+                    # judged pairs land in ``chosen`` as they are judged, so a budget stop
+                    # at the unit's second pair keeps what its first one chose
                     pairs = steps.most_alike(question)
-                    chosen.extend(self.judge_by_answers(snapshot, question, pairs))
+                    self.judge_by_answers(snapshot, question, pairs, chosen)
                 except BudgetExceeded as exc:
                     self.not_asked(steps.asked[position:], exc)
                     break
@@ -317,15 +319,15 @@ class IncrementalDecision:
         return response.text, prompt.token_count, prefill, response.generated_tokens
 
     def judge_by_answers(
-        self, snapshot: Snapshot, question: Question, pairs: Sequence[Option]
-    ) -> list[Unit]:
+        self, snapshot: Snapshot, question: Question, pairs: Sequence[Option], chosen: list[Unit]
+    ) -> None:
         """``judge: "question"``: for each earlier unit in ``pairs`` (the offered ones most
         alike the new unit), the question it answers (asked once per unit) and that question
-        over the two units; the earlier unit is chosen when the answer takes its value from the
-        new unit only. One :class:`Choice` per pair says why."""
+        over the two units; the earlier unit is appended to ``chosen`` when the answer takes
+        its value from the new unit only. One :class:`Choice` per pair says why. Raises
+        BudgetExceeded when a call cannot be afforded; what was chosen before stays chosen."""
         new = question.new
         later = unit_text(snapshot, new)
-        chosen: list[Unit] = []
         for option in pairs:
             check(self.run.cancel)
             earlier = unit_text(snapshot, option.unit)
@@ -385,7 +387,6 @@ class IncrementalDecision:
             )
             if verdict.stale:
                 chosen.append(option.unit)
-        return chosen
 
     def recheck(
         self, snapshot: Snapshot, asked: str, older: str, newer: tuple[str, str]

@@ -699,6 +699,32 @@ def test_the_judge_never_spends_what_the_answer_needs_receipt_included() -> None
         assert report.failure is None, (extra, report.failure)
 
 
+def test_a_pair_judged_before_the_budget_stops_the_unit_still_counts() -> None:
+    """A unit judged against two earlier ones: when the budget stops its second pair, what
+    the first pair chose is still applied (it was lost once, and asked again a step later)."""
+    snapshot = notes("Lamp price 30 EUR.", "Lamp cord two metres.", "Lamp price now 35 EUR.")
+
+    def backend() -> ScriptedBackend:
+        return asker(
+            {"30 EUR": "What does the lamp cost?", "two metres": "How long is the lamp cord?"},
+            {"cost": "35 EUR.", "cord": "Two metres."},
+        )
+
+    stopped_midway = 0
+    for total in range(1_000, 6_000, 40):
+        budget = RunBudget(context_window=32_000, total_tokens=total, completion_output_tokens=64)
+        session = ContextSession(snapshot, ByteCounter(), backend())
+        report = session.run(
+            RunMode.EDITABLE, budget, EditStyle.INCREMENTAL, choice_rules=QUESTION_RULES
+        )
+        chose = {c.chosen for c in report.choices if c.chosen}
+        assert chose <= set(report.original.ids) - set(session.context.ids), total
+        about_n3 = [c for c in report.choices if c.records == ("n3",)]
+        if any(c.chosen for c in about_n3) and any(not c.asked for c in about_n3):
+            stopped_midway += 1
+    assert stopped_midway  # the sweep does reach a budget that stops n3 after its first pair
+
+
 def test_the_policy_config_carries_the_judge_and_refuses_an_unknown_one() -> None:
     spec = policy_registry().get("editable")
     assert spec.parse_config({}).choice_rules().judge == "question"
