@@ -32,7 +32,7 @@ from typing import Literal
 from picocontext.edits import Delete, Edit
 from picocontext.headers import header_field
 from picocontext.manifest.text import STOPWORDS, stem, terms
-from picocontext.prompts import CHOICE_NONE, choice_question
+from picocontext.prompts import CHOICE_NONE, NOT_SAID, choice_question
 from picocontext.records import Role, Snapshot
 
 # Questions asked per step at most (about the newest new records); older new records are
@@ -456,10 +456,6 @@ def judge_answer(answer: str, question: str, earlier: str, later: str) -> Answer
         # "Thursday at 14:00" against "Thursday at 15:00" / "14:00, same day": the time decides
         new, old = new_values, old_values
     return AnswerVerdict(stale=bool(new) and not old, new=tuple(new), old=tuple(old))
-
-
-# What the recheck prompt asks a record that does not answer the question to reply.
-NOT_SAID = "not said"
 
 
 def judge_recheck(answer: str, question: str, earlier: str, later: str) -> AnswerVerdict:

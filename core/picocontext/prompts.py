@@ -284,15 +284,19 @@ def answer_question(
     )
 
 
+# What the recheck asks a record that does not answer the question to reply.
+NOT_SAID = "not said"
+
+
 def recheck_question(question: str, later: tuple[str, str]) -> str:
     """The trailing message that asks ``question`` again over the newer record alone (an
-    ``(id, text)`` pair), allowing the reply "not said"."""
+    ``(id, text)`` pair), allowing the reply :data:`NOT_SAID`."""
     return "\n".join(
         [
             f"Record {header_field(later[0])}: {_quote(later[1])}",
             "",
             f"Question: {question}",
-            'Answer in a few words from this record alone, or reply "not said" if it does not '
-            "answer the question.",
+            f'Answer in a few words from this record alone, or reply "{NOT_SAID}" if it does '
+            "not answer the question.",
         ]
     )
