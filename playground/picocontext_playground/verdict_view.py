@@ -35,7 +35,18 @@ MAX_VISIBLE_ROWS = 6
 ROW_PADDING = 6  # pixels above the text height: compact rows keep the columns in view
 
 
-HINT = "The highlighted row passed every check with the least model work. Click a header to sort."
+SORT_HINT = "Click a header to sort."
+
+
+def hint_text(verdict: Verdict | None) -> str:
+    """What the highlighted row means for this verdict: "the least model work" only when
+    another policy passed too (a sole passer may have cost more than those that failed)."""
+    passing = [] if verdict is None else [r for r in verdict.rows if r.passed]
+    if verdict is None or verdict.winner is None:
+        return f"No row passed every check. {SORT_HINT}"
+    if len(passing) == 1 and len(verdict.rows) > 1:
+        return f"The highlighted row is the only one that passed every check. {SORT_HINT}"
+    return f"The highlighted row passed every check with the least model work. {SORT_HINT}"
 
 
 def title_text(verdict: Verdict) -> str:
@@ -78,7 +89,7 @@ class VerdictView(QWidget):
         font.setPointSize(font.pointSize() + 1)
         font.setBold(True)
         self.title.setFont(font)
-        self.hint = QLabel(HINT)
+        self.hint = QLabel(hint_text(None))
         self.hint.setStyleSheet(f"color: {MUTED};")
         self.hint.setWordWrap(True)
         self.table = QTableWidget()
@@ -134,6 +145,7 @@ class VerdictView(QWidget):
                 self.table.setItem(r, c, item)
         self.title.setText(title_text(verdict))
         self.title.setToolTip(self.sentence)
+        self.hint.setText(hint_text(verdict))
         self._fit(len(cols))
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)

@@ -21,7 +21,7 @@ from picocontext_playground.runverdict import (
     table,
 )
 from picocontext_playground.settings import ComparisonSettings, ModelChoice, Task
-from picocontext_playground.verdict_view import VerdictView, title_text
+from picocontext_playground.verdict_view import VerdictView, hint_text, title_text
 from picocontext_playground.window import MainWindow
 
 FOUR = ("append-only", "editable", "navigated", "distilled")
@@ -126,6 +126,22 @@ def test_view_is_hidden_until_a_verdict_and_ranks_rows(
     assert view.cell("append-only", "Checks") == "7/8"
     view.clear()
     assert not view.isVisible() and view.table.rowCount() == 0
+
+
+def test_the_hint_says_least_work_only_when_another_policy_also_passed(
+    view: VerdictView, four: ComparisonResult
+) -> None:
+    verdict = result_verdict(four)
+    view.show_verdict(verdict)
+    passing = [r for r in verdict.rows if r.passed]
+    assert len(passing) > 1 and "with the least model work" in view.hint.text()
+    sole = result_verdict(run(("append-only", "editable")))
+    assert [r.totals.name for r in sole.rows if r.passed] == ["editable"]
+    view.show_verdict(sole)
+    assert view.hint.text().startswith("The highlighted row is the only one that passed")
+    assert "least model work" not in view.hint.text()
+    nobody = result_verdict(run(("append-only",)))
+    assert hint_text(nobody).startswith("No row passed every check")
 
 
 def click_header(qtbot: QtBot, view: VerdictView, header: str) -> None:
