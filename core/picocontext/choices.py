@@ -63,8 +63,9 @@ BARE_WORDS_KEY = "x-bare-words"
 # answers and then that question over the two units, and replaces the earlier unit when the
 # answer repeats what only the new one says (docs/policies.md).
 Judge = Literal["choice", "question"]
-# Earlier units judged by question and answer per new unit at most (those that share the most
-# of their content words with it): each costs a short call, and its first one a second.
+# Earlier units judged by question and answer per new unit at most, by default (those that
+# share the most of their content words with it): each costs a short call, and its first one
+# a second. ``ChoiceRules.pairs`` sets it.
 MAX_JUDGED_PAIRS = 2
 
 
@@ -90,6 +91,10 @@ class ChoiceRules:
     # The question judge: ask once more over the new record alone when the answer over both
     # repeated a value only the earlier record has (see :func:`judge_recheck`).
     recheck: bool = False
+    # The question judge: how many earlier units (the most alike) each new unit is judged
+    # against; each pair costs an answer call, and a restatement for an earlier unit not yet
+    # restated.
+    pairs: int = MAX_JUDGED_PAIRS
 
     @property
     def lexical(self) -> bool:

@@ -248,7 +248,7 @@ class IncrementalDecision:
                 try:
                     # judged pairs land in ``chosen`` as they are judged, so a budget stop
                     # at the unit's second pair keeps what its first one chose
-                    pairs = steps.most_alike(question)
+                    pairs = steps.most_alike(question, self.rules.pairs)
                     self.judge_by_answers(snapshot, question, pairs, chosen)
                 except BudgetExceeded as exc:
                     self.not_asked(steps.asked[position:], exc)

@@ -481,6 +481,9 @@ def run_decision_probe(
         "seconds": round(seconds, 3),
         "calls": [],
         "text": " | ".join(wrapper.texts)[:300],
+        # every reply in call order, whole: ``bench.sh decision-replay`` judges a changed
+        # decision on them without the model
+        "replies": list(wrapper.texts),
         # why each pair was judged as it was (the question judge names its question and the
         # words that decided), so a user can read a miss without rerunning it
         "choices": [c.detail for c in report.choices if c.detail],

@@ -3,6 +3,7 @@ record, one atomic edit, the same validator and receipts, illegal replies never 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -875,6 +876,36 @@ def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> N
     # record order: n1 (the lamp, most words) and the newer of the two equal ones.
     assert [c.options for c in last] == [("n1",), ("n3",)]
     assert last[0].chosen == "n1" and "n1" not in session.context.ids
+
+
+def test_one_pair_judges_only_the_record_most_alike_the_new_one() -> None:
+    backend = asker(
+        {
+            "Lamp": "What does the lamp cost?",
+            "Desk": "What does the desk cost?",
+            "Chair": "What does the chair cost?",
+        },
+        {"lamp cost": "35 EUR.", "cost": "It did not change."},
+    )
+    rules = dataclasses.replace(QUESTION_RULES, pairs=1)
+    session, report = run_with(
+        notes(
+            "Lamp price 30 EUR in the shop.",
+            "Desk price 90 EUR.",
+            "Chair price 40 EUR.",
+            "Lamp price now 35 EUR in the shop.",
+        ),
+        backend,
+        rules,
+    )
+    last = [c for c in report.choices if c.records == ("n4",)]
+    assert [c.options for c in last] == [("n1",)]
+    assert last[0].chosen == "n1" and "n1" not in session.context.ids
+    # every new note was judged against one earlier note at most
+    assert all(
+        len([c for c in report.choices if c.records == r]) <= 1
+        for r in {c.records for c in report.choices}
+    )
 
 
 def test_the_question_judges_model_output_names_the_pair_each_answer_was_about() -> None:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from picocontext.backend import EditStyle
-from picocontext.choices import Candidates, ChoiceRules, Judge, ReplyForm
+from picocontext.choices import MAX_JUDGED_PAIRS, Candidates, ChoiceRules, Judge, ReplyForm
 from picocontext.policies.base import AppendOnlyPolicy, EditablePolicy
 from picocontext.policies.registry import NoConfig, PolicyContext, PolicySpec
 from picocontext.report import RunMode
@@ -103,6 +103,10 @@ class EditableConfig(BaseModel):
     # one has, ask the question once more over the new record alone (a small model often
     # answers with the first record it reads); a value only the new record has then replaces it.
     recheck: bool = DEFAULT_RECHECK
+    # The question judge: how many earlier records, the most alike, each new record is judged
+    # against (one answer call each). 1 asks about a quarter fewer calls on the decision
+    # probes for about the same exact rate (docs/policies.md, "Fifth round").
+    pairs: int = Field(default=MAX_JUDGED_PAIRS, ge=1, le=8)
 
     def choice_rules(self) -> ChoiceRules:
         """The incremental decision's rules for asking."""
@@ -115,6 +119,7 @@ class EditableConfig(BaseModel):
             judge=self.judge,
             newer_first=self.newer_first,
             recheck=self.recheck,
+            pairs=self.pairs,
         )
 
     def style(self, backend: object = None) -> EditStyle:

@@ -299,7 +299,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     return Plan(tool_set, tuple(builtin), tuple(decisions), tuple(str(f) for f in files), config)
 
 
-def _config_object(text: str) -> dict[str, Any]:
+def config_object(text: str) -> dict[str, Any]:
     """``--config``: a JSON object (the policy validates its keys and values)."""
     try:
         value = json.loads(text)
@@ -343,7 +343,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--config",
-        type=_config_object,
+        type=config_object,
         default={},
         metavar="JSON",
         help="more of the editable policy's config as a JSON object, e.g. "
