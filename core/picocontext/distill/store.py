@@ -125,6 +125,10 @@ class NodeStore:
         self._lock = threading.RLock()
         self._depth = 0
         self.node_writes = 0
+        # Bumped by every write through this connection; with SQLite's data_version (which
+        # changes when another connection commits) it keys the cache of nodes().
+        self._generation = 0
+        self._nodes_cache: dict[int | None, tuple[tuple[int, int], list[DigestNode]]] = {}
         if self.path.exists() and not self.path.is_file():  # sqlite would block on a FIFO
             raise StoreError(f"Cannot open the digest store {self.path}: it is not a file.")
         try:
@@ -203,6 +207,7 @@ class NodeStore:
 
     def _x(self, sql: str, args: Sequence[Any] = ()) -> int:
         with self._lock:
+            self._generation += 1
             try:
                 return self._db.execute(sql, args).rowcount
             except sqlite3.Error as exc:
@@ -214,7 +219,19 @@ class NodeStore:
         return _row_to_node(rows[0]) if rows else None
 
     def nodes(self, level: int | None = None) -> list[DigestNode]:
-        """All nodes (or one level), ordered by (level, id)."""
+        """All nodes (or one level), ordered by (level, id). Read once per state of the
+        database: a reader asks for every node many times between writes (a conversation's
+        40 questions, 150 times), and building the nodes was most of its time."""
+        with self._lock:
+            version = (int(self._q("PRAGMA data_version")[0][0]), self._generation)
+            cached = self._nodes_cache.get(level)
+            if cached is not None and cached[0] == version:
+                return list(cached[1])
+            found = self._read_nodes(level)
+            self._nodes_cache[level] = (version, found)
+            return list(found)
+
+    def _read_nodes(self, level: int | None) -> list[DigestNode]:
         if level is None:
             rows = self._q(f"SELECT {_COLUMNS} FROM digest_nodes ORDER BY level, id")
         else:

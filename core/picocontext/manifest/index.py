@@ -54,8 +54,27 @@ def _weighted_bag(node: Node) -> dict[str, float]:
     return bag
 
 
+# The indexes of the last few manifests, by identity (see DescriptorIndex.of).
+_RECENT: list[tuple[Manifest, DescriptorIndex]] = []
+RECENT_INDEXES = 4
+
+
 class DescriptorIndex:
     """BM25 over every node's descriptor, IDF over the leaves; subtree scores by query."""
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> DescriptorIndex:
+        """The index of ``manifest``, shared with the last few callers that indexed the same
+        manifest object: a policy that reuses one compiled archive for every question of a
+        conversation would otherwise re-index (and re-stem) every descriptor per question."""
+        for i, (seen, index) in enumerate(_RECENT):
+            if seen is manifest:
+                _RECENT.insert(0, _RECENT.pop(i))
+                return index
+        index = cls(manifest)
+        _RECENT.insert(0, (manifest, index))
+        del _RECENT[RECENT_INDEXES:]
+        return index
 
     def __init__(self, manifest: Manifest) -> None:
         self.manifest = manifest

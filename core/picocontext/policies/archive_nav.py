@@ -78,7 +78,7 @@ class ArchiveNavigator:
         self._reply: str | None = None
 
     def prepare(self, manifest: Manifest) -> None:
-        self._index = DescriptorIndex(manifest)
+        self._index = DescriptorIndex.of(manifest)
         self._query, self._targets, self._reply = None, [], None
 
     @property

@@ -182,6 +182,23 @@ def test_rows_round_trip_with_non_null_links(tmp_path: Path) -> None:
     assert not store.delete("digest:0:n:1")
 
 
+def test_the_node_list_is_read_again_after_any_write_from_any_connection(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "n.sqlite")
+    other = NodeStore(tmp_path / "n.sqlite")  # another process's connection to the same file
+    store.upsert(DigestNode(id="digest:0:n:1", level=0, kind="entity"))
+    first = store.nodes()
+    assert [n.id for n in first] == ["digest:0:n:1"]
+    first.clear()  # the caller's list is its own: the cache does not change with it
+    assert [n.id for n in store.nodes()] == ["digest:0:n:1"]
+    other.upsert(DigestNode(id="digest:0:n:2", level=0, kind="entity"))
+    assert [n.id for n in store.nodes()] == ["digest:0:n:1", "digest:0:n:2"]
+    assert [n.id for n in store.nodes(level=0)] == ["digest:0:n:1", "digest:0:n:2"]
+    assert store.delete("digest:0:n:1")
+    assert [n.id for n in store.nodes(level=0)] == ["digest:0:n:2"]
+    other.clear()
+    assert store.nodes() == [] and other.nodes() == []
+
+
 def test_dirty_queue_latest_wins_and_respects_newer_marks(tmp_path: Path) -> None:
     store = NodeStore(tmp_path / "n.sqlite")
     u1 = Unit(source_kind="n", unit_id="a", text="one")

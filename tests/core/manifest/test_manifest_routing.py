@@ -82,6 +82,19 @@ def test_scores_never_read_payloads(b: Any) -> None:
     assert _decide(SubtreeNavigator(), m, _session(m), "zebra").verb == "stop"
 
 
+def test_one_manifest_object_is_indexed_once_and_an_equal_copy_again(b: Any) -> None:
+    m = _manifest(b)
+    index = DescriptorIndex.of(m)
+    assert DescriptorIndex.of(m) is index
+    copy = m.model_copy()
+    again = DescriptorIndex.of(copy)
+    # identity, not equality: a copy is indexed for itself, and scores the same
+    assert again is not index and again.scores(QUERY) == index.scores(QUERY)
+    for _ in range(8):  # the shared indexes are few; an old one is dropped
+        DescriptorIndex.of(m.model_copy())
+    assert DescriptorIndex.of(m) is not index
+
+
 def test_subtree_walks_straight_to_the_leaf_in_the_eval(b: Any) -> None:
     m = _manifest(b)
     report = run_eval(m, [NavCase(query=QUERY, target="tools.disk")], SubtreeNavigator())
