@@ -18,6 +18,7 @@ finds exactly the records' real headers whatever the ids and bodies hold.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -100,8 +101,10 @@ def unescape_body(text: str) -> str:
     return _ESCAPED_OPENING.sub(lambda m: m.group(1), text)
 
 
+@functools.lru_cache(maxsize=1024)
 def record_content(record: Record) -> str:
-    """The text of one record as a prompt shows it: its header line, then its escaped body."""
+    """The text of one record as a prompt shows it: its header line, then its escaped body.
+    Memoized (a record is frozen): every prompt of a turn renders the same records again."""
     header = record_header(
         record.id, record.protected, [c.id for c in record.tool_calls], record.tool_call_id
     )

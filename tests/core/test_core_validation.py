@@ -53,6 +53,18 @@ def edit(*ops: Replace | Delete, base: int = 0, scope: Scope = SCOPE) -> Edit:
 # -- records and scope ---------------------------------------------------------------------
 
 
+def test_a_snapshot_that_failed_fails_every_time_and_one_that_passed_passes() -> None:
+    bad = snap(TASK, Record(id="task", role=Role.USER, body="again"))
+    good = snap(TASK, Record(id="n1", role=Role.USER, body="fine"))
+    for _ in range(3):  # validation remembers the snapshots that passed, never the others
+        with pytest.raises(InvalidContext):
+            validate_snapshot(bad)
+        validate_snapshot(good)
+    # an equal snapshot built again is checked for itself (identity, not equality)
+    with pytest.raises(InvalidContext):
+        validate_snapshot(snap(TASK, Record(id="task", role=Role.USER, body="again")))
+
+
 def test_system_and_developer_are_always_protected() -> None:
     for role in (Role.SYSTEM, Role.DEVELOPER):
         assert Record(id="x", role=role, protected=False).protected
