@@ -260,8 +260,8 @@ class ContextSession:
         question offers and how its constrained reply is written (``None``: the defaults)."""
         self._acquire()
         try:
-            run = _Run(self, mode, budget or RunBudget(), edit_style, cancel)
-            run.settings = DecisionSettings(choice_rules or ChoiceRules(), apply_at, none_margin)
+            settings = DecisionSettings(choice_rules or ChoiceRules(), apply_at, none_margin)
+            run = _Run(self, mode, budget or RunBudget(), edit_style, cancel, settings)
             return run.execute()
         finally:
             self._busy.release()
@@ -312,6 +312,7 @@ class _Run:
         budget: RunBudget,
         edit_style: EditStyle,
         cancel: CancelToken | None,
+        settings: DecisionSettings | None = None,
     ) -> None:
         self.s = session
         self.mode = mode
@@ -334,7 +335,7 @@ class _Run:
         # is valid only up to the first changed record).
         self.edit_saved_tokens = 0
         self.edit_prefill_cost = 0
-        self.settings = DecisionSettings()
+        self.settings = settings or DecisionSettings()
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
         # The tool-call protocol shows its tools (without the per-revision id enum, which the
