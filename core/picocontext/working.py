@@ -11,6 +11,7 @@ size of the append, not of the session.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,11 @@ from picocontext.textrules import require_unicode, utf8_len
 MAX_REVISION = 2**63 - 1
 
 
+@functools.lru_cache(maxsize=8192)
 def _check_text(record: Record) -> None:
+    """Every text field is valid Unicode (no lone surrogates). Memoized: a record is frozen,
+    and every snapshot counted over a history walks the same records again; a record that
+    fails is not remembered and fails again."""
     require_unicode(record.id)
     require_unicode(record.body)
     if record.tool_call_id is not None:

@@ -218,6 +218,10 @@ def test_lone_surrogates_are_rejected_clearly() -> None:
         validate_snapshot(snap(TASK, Record(id="x", role=Role.USER, body="bad \ud800 text")))
     with pytest.raises(InvalidContext, match="lone surrogate"):
         validate_snapshot(snap(TASK, Record(id="\udfff", role=Role.USER)))
+    bad = Record(id="x", role=Role.USER, body="bad \ud800 text")
+    for _ in range(2):  # the text check remembers records that passed, never one that failed
+        with pytest.raises(InvalidContext, match="lone surrogate"):
+            validate_snapshot(snap(TASK, bad))
 
 
 # -- apply ---------------------------------------------------------------------------------
