@@ -96,6 +96,10 @@ class ChoiceRules:
     # restated.
     pairs: int = MAX_JUDGED_PAIRS
 
+    def __post_init__(self) -> None:
+        if self.pairs < 1:
+            raise ValueError("pairs must be at least 1")
+
     @property
     def lexical(self) -> bool:
         """Whether content words are needed (a filter or the runtime's pick)."""

@@ -42,7 +42,7 @@ from picocontext.textrules import require_unicode, utf8_len
 MAX_REVISION = 2**63 - 1
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=2048)
 def _check_text(record: Record) -> None:
     """Every text field is valid Unicode (no lone surrogates). Memoized: a record is frozen,
     and every snapshot counted over a history walks the same records again; a record that

@@ -908,6 +908,11 @@ def test_one_pair_judges_only_the_record_most_alike_the_new_one() -> None:
     )
 
 
+def test_fewer_than_one_pair_is_refused() -> None:
+    with pytest.raises(ValueError, match="pairs"):
+        ChoiceRules(pairs=0)
+
+
 def test_the_question_judges_model_output_names_the_pair_each_answer_was_about() -> None:
     backend = asker({"30 EUR": "What does the lamp cost?"}, {"cost": "35 EUR now."})
     _session, report = run_with(

@@ -75,7 +75,7 @@ def record(tmp_path: Path, config: dict[str, Any]) -> Path:
     """A tool-calls bench report of the probes run on the stand-in."""
     probes_file = tmp_path / "probes.json"
     probes_file.write_text(json.dumps(PROBES), encoding="utf-8")
-    recorded = decision_config(config)
+    recorded = decision_config({"decision": "incremental", **config})
     budget = decision_replay._budget()
     rows = [
         run_decision_probe(p, ByteCounter(), Shopkeeper(), recorded, budget)
@@ -99,8 +99,11 @@ def test_replaying_the_recorded_config_reproduces_every_probe(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = record(tmp_path, {})
-    assert decision_replay.main([str(rows)]) == 0
+    out = tmp_path / "replay.json"
+    assert decision_replay.main([str(rows), "--output", str(out)]) == 0
     got = last_json(capsys)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert {k: written[k] for k in got} == got and len(written["probes"]) == 3
     assert got["replayed"] == 3 and got["unevaluable"] == 0
     assert got["exact_before"] == got["exact_after"] == 3  # the stand-in judges every probe right
     assert got["calls_before"] == got["calls_after"] > 0
@@ -166,7 +169,7 @@ def test_bad_rows_files_are_one_line(
 ) -> None:
     path = tmp_path / "rows.json"
     path.write_text(content, encoding="utf-8")
-    assert decision_replay.main([str(path)]) == 2
+    assert decision_replay.main([str(path), "--output", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
     assert decision_replay.main([str(tmp_path / "missing.json")]) == 2
@@ -177,6 +180,34 @@ def test_a_bad_config_change_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = record(tmp_path, {})
-    assert decision_replay.main([str(rows), "--config", '{"pairs": 0}']) == 2
+    out = ["--output", str(tmp_path / "o.json")]
+    assert decision_replay.main([str(rows), "--config", '{"pairs": 0}', *out]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pairs" in err
+    # what the record cannot say is refused up front, not judged as "no change"
+    for change, word in (
+        ('{"none_margin": 0.5}', "none_margin"),
+        ('{"decision": "tool-call"}', "incremental"),
+    ):
+        assert decision_replay.main([str(rows), "--config", change, *out]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and word in err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_one_prompt_with_two_replies_makes_the_probe_unevaluable(tmp_path: Path) -> None:
+    rows_file = record(tmp_path, {})
+    data = json.loads(rows_file.read_text(encoding="utf-8"))
+    desk = next(r for r in data["rows"] if r["id"] == "desk")
+    # the desk probe asks "What does the desk cost?" over (n1, n2) and (n1, n3) once each;
+    # make the record claim the restatement of n1 came back two ways
+    replies = desk["replies"]
+    first = replies.index("What does the desk cost?")
+    replies.insert(first + 1, "What does the desk cost now?")
+    replies.pop(first)
+    rows_file.write_text(json.dumps(data), encoding="utf-8")
+    rows, recorded, files = decision_replay.load_rows(rows_file)
+    probes = {p.id: p for p in read_probes(files[0])}
+    results = {r.probe: r for r in decision_replay.replay(rows, probes, recorded, {})}
+    assert results["desk"].unevaluable == "the replay differs from the recorded run"
+    assert results["lamp"].after is not None

@@ -189,6 +189,7 @@ class NodeStore:
                 yield
             except BaseException:
                 self._depth = 0
+                self._generation += 1  # what a read cached inside the transaction is gone
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
                 raise
@@ -223,6 +224,9 @@ class NodeStore:
         database: a reader asks for every node many times between writes (a conversation's
         40 questions, 150 times), and building the nodes was most of its time."""
         with self._lock:
+            if self._depth:
+                # inside a write transaction: what it reads may yet be rolled back
+                return self._read_nodes(level)
             version = (int(self._q("PRAGMA data_version")[0][0]), self._generation)
             cached = self._nodes_cache.get(level)
             if cached is not None and cached[0] == version:

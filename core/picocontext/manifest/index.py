@@ -126,8 +126,9 @@ class DescriptorIndex:
         (query, skip): a navigator asks once per step."""
         q = dict.fromkeys(terms(query), 1.0) if isinstance(query, str) else dict(query)
         key = (tuple(sorted(q.items())), skip)
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
+        cached = self._cache  # read once: an index is shared between threads (see of())
+        if cached is not None and cached[0] == key:
+            return cached[1]
         above: dict[str, float] = {self.manifest.root_id: 0.0}
         for nid in reversed(self._order):  # parents before children
             kids = self.manifest.children_of(nid)

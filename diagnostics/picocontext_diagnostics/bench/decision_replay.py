@@ -11,12 +11,15 @@ before it is the probe's own) to its reply, and checks that the replay reproduce
 recorded outcome and call count; a probe that does not (the code changed since the run, or
 the row predates whole replies) is *unevaluable*. The variant then runs on the same probe
 with every reply looked up; a prompt the model was never asked also makes the probe
-unevaluable, so nothing is guessed. Counts are rendered and counted in UTF-8 bytes under a
-budget scaled by four (the replies do not depend on the counter; a turn budget a real
-tokenizer would not reach is not reached here either).
+unevaluable, so nothing is guessed. Only the incremental decision replays (its calls are
+short text replies), and not with ``none_margin`` (it weighs probabilities a run does not
+record); a config asking for either is refused. Prompts are rendered and counted in UTF-8
+bytes under a budget scaled by four (the replies do not depend on the counter; a turn budget
+a real tokenizer would not reach is not reached here either).
 
-Prints each probe whose outcome or call count the variant changes; the last line is one
-JSON object ``{"benchmark": "decision-replay", "rows", "replayed", "unevaluable",
+Prints each probe whose outcome or call count the variant changes and writes every probe's
+before and after to ``--output`` (default ``out/bench/decision_replay.json``); the last line is
+one JSON object ``{"benchmark": "decision-replay", "rows", "replayed", "unevaluable",
 "exact_before", "exact_after", "calls_before", "calls_after", "config"}`` (exact and calls
 over the replayed probes).
 """
@@ -69,6 +72,9 @@ class InOrder:
     replies: Sequence[str]
     asked: dict[tuple[str, str | None, str | None], str] = field(default_factory=dict)
     position: int = 0
+    # Set when one prompt got two different replies: greedy decoding cannot do that, so the
+    # record does not belong to this code (or the key does not tell these prompts apart).
+    conflict: bool = False
 
     def generate(
         self, prompt: PreparedPrompt, max_tokens: int, cancel: CancelToken | None = None
@@ -77,7 +83,9 @@ class InOrder:
             raise Unrecorded("more calls than the recorded run made")
         reply = self.replies[self.position]
         self.position += 1
-        self.asked[_key(prompt)] = reply
+        key = _key(prompt)
+        self.conflict = self.conflict or self.asked.get(key, reply) != reply
+        self.asked[key] = reply
         return ModelResponse(text=reply, generated_tokens=0, prefill_tokens=0)
 
 
@@ -108,8 +116,14 @@ class Replayed:
 
 
 def _same(row: Mapping[str, Any], replayed: Mapping[str, Any]) -> bool:
+    """The replay did what the recorded run did: the same outcome and calls, and where the
+    row records them, the same failure, validity and reasons for each pair (which name each
+    question asked, so a reply handed to another prompt than in the run shows here)."""
     keys = ("exact", "deleted", "replaced", "added", "decision_calls")
-    return all(row.get(k) == replayed.get(k) for k in keys)
+    optional = ("failure", "valid", "choices")
+    return all(row.get(k) == replayed.get(k) for k in keys) and all(
+        row[k] == replayed.get(k) for k in optional if k in row
+    )
 
 
 def _budget() -> RunBudget:
@@ -133,7 +147,7 @@ def replay_row(
         before = run_decision_probe(probe, ByteCounter(), in_order, recorded, _budget())
     except Unrecorded as exc:
         return Replayed(probe.id, kind, unevaluable=f"the recorded run does not replay: {exc}")
-    if in_order.position != len(replies) or not _same(row, before):
+    if in_order.position != len(replies) or in_order.conflict or not _same(row, before):
         return Replayed(probe.id, kind, unevaluable="the replay differs from the recorded run")
     try:
         after = run_decision_probe(
@@ -152,7 +166,7 @@ def load_rows(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any], list
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ReplayError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ReplayError(f"{path}: not JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ReplayError(f"{path}: not a tool-calls bench report (no rows)")
@@ -176,6 +190,18 @@ def replay(
 ) -> list[Replayed]:
     """Every row replayed under ``recorded`` and judged under ``recorded`` plus ``change``."""
     variant = decision_config({**recorded, **change})
+    for name, config in (("recorded", recorded), ("variant", variant)):
+        if config.get("decision") != "incremental":
+            raise ReplayError(
+                f"the {name} config's decision is {config.get('decision')!r}: only the "
+                "incremental decision's replies can be replayed (short text replies, one per "
+                "trailing question); record the probes with --decision incremental"
+            )
+        if config.get("none_margin") is not None:
+            raise ReplayError(
+                f"the {name} config sets none_margin: weighing 'none' needs the model's "
+                "probabilities, which a probe run does not record"
+            )
     out = []
     for row in rows:
         probe = probes.get(str(row.get("id")))
@@ -234,7 +260,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         metavar="FILE",
         default=None,
-        help="the probe files (default: the ones the report names)",
+        help="a probe file, repeatable (default: the ones the report names)",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=Path("out/bench/decision_replay.json"), metavar="PATH"
     )
     return parser.parse_args(argv)
 
@@ -254,8 +283,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = _line(result)
         if line is not None:
             print(line)
-    print(json.dumps(summary(results, args.config)))
+    result_line = summary(results, args.config)
+    rows = [
+        {
+            "id": r.probe,
+            "kind": r.kind,
+            "unevaluable": r.unevaluable,
+            "before": _brief(r.before),
+            "after": _brief(r.after),
+        }
+        for r in results
+    ]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(
+        json.dumps({**result_line, "probes": rows}, indent=2) + "\n", encoding="utf-8"
+    )
+    print(json.dumps(result_line))
     return 0
+
+
+def _brief(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a replayed probe row says about the outcome (its replies stay in the record)."""
+    if row is None:
+        return None
+    keys = ("exact", "deleted", "replaced", "decision_calls", "choices")
+    return {k: row.get(k) for k in keys}
 
 
 if __name__ == "__main__":

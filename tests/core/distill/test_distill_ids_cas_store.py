@@ -199,6 +199,17 @@ def test_the_node_list_is_read_again_after_any_write_from_any_connection(tmp_pat
     assert store.nodes() == [] and other.nodes() == []
 
 
+def test_nodes_read_inside_a_transaction_that_rolls_back_are_not_remembered(
+    tmp_path: Path,
+) -> None:
+    store = NodeStore(tmp_path / "n.sqlite")
+    with pytest.raises(RuntimeError), store.transaction():
+        store.upsert(DigestNode(id="digest:0:n:1", level=0, kind="entity"))
+        assert [n.id for n in store.nodes()] == ["digest:0:n:1"]  # its own uncommitted write
+        raise RuntimeError("the write fails")
+    assert store.nodes() == [] and store.count() == 0
+
+
 def test_dirty_queue_latest_wins_and_respects_newer_marks(tmp_path: Path) -> None:
     store = NodeStore(tmp_path / "n.sqlite")
     u1 = Unit(source_kind="n", unit_id="a", text="one")
