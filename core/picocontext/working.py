@@ -36,6 +36,7 @@ from picocontext.errors import (
     StaleRevision,
     UnknownRecord,
 )
+from picocontext.recent import RecentByIdentity
 from picocontext.records import ALWAYS_PROTECTED, Record, Role, Snapshot, records_wire_json
 from picocontext.textrules import require_unicode, utf8_len
 
@@ -67,17 +68,16 @@ class _Seen(Protocol):
 
 # The last few snapshot objects that passed validate_snapshot. A snapshot is frozen, so one
 # that passed always passes; a renderer validates the same one for every prompt it counts.
-_PASSED: list[Snapshot] = []
 PASSED_KEPT = 8
+_PASSED: RecentByIdentity[Snapshot, bool] = RecentByIdentity(PASSED_KEPT)
 
 
 def validate_snapshot(snapshot: Snapshot) -> None:
     """Raise the first rule a snapshot breaks, in the reference's order."""
-    if any(seen is snapshot for seen in _PASSED):
+    if _PASSED.get(snapshot):
         return
     _check_snapshot(snapshot)
-    _PASSED.insert(0, snapshot)
-    del _PASSED[PASSED_KEPT:]
+    _PASSED.put(snapshot, True)
 
 
 def _check_snapshot(snapshot: Snapshot) -> None:

@@ -852,7 +852,8 @@ def test_the_recheck_is_not_asked_of_a_record_about_something_else() -> None:
     assert "alone" not in choice.reply
 
 
-def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> None:
+def lamp_and_three_others(rules: ChoiceRules) -> tuple[ContextSession, RunReport]:
+    """Three notes on three items, then a new lamp price, judged by the question judge."""
     backend = asker(
         {
             "Lamp": "What does the lamp cost?",
@@ -861,34 +862,7 @@ def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> N
         },
         {"lamp cost": "35 EUR.", "cost": "It did not change."},
     )
-    session, report = run_with(
-        notes(
-            "Lamp price 30 EUR in the shop.",
-            "Desk price 90 EUR.",
-            "Chair price 40 EUR.",
-            "Lamp price now 35 EUR in the shop.",
-        ),
-        backend,
-        QUESTION_RULES,
-    )
-    last = [c for c in report.choices if c.records == ("n4",)]
-    # Three earlier notes share a word with n4; the two it repeats most are asked about, in
-    # record order: n1 (the lamp, most words) and the newer of the two equal ones.
-    assert [c.options for c in last] == [("n1",), ("n3",)]
-    assert last[0].chosen == "n1" and "n1" not in session.context.ids
-
-
-def test_one_pair_judges_only_the_record_most_alike_the_new_one() -> None:
-    backend = asker(
-        {
-            "Lamp": "What does the lamp cost?",
-            "Desk": "What does the desk cost?",
-            "Chair": "What does the chair cost?",
-        },
-        {"lamp cost": "35 EUR.", "cost": "It did not change."},
-    )
-    rules = dataclasses.replace(QUESTION_RULES, pairs=1)
-    session, report = run_with(
+    return run_with(
         notes(
             "Lamp price 30 EUR in the shop.",
             "Desk price 90 EUR.",
@@ -898,6 +872,19 @@ def test_one_pair_judges_only_the_record_most_alike_the_new_one() -> None:
         backend,
         rules,
     )
+
+
+def test_the_question_judge_asks_about_the_records_most_alike_the_new_one() -> None:
+    session, report = lamp_and_three_others(QUESTION_RULES)
+    last = [c for c in report.choices if c.records == ("n4",)]
+    # Three earlier notes share a word with n4; the two it repeats most are asked about, in
+    # record order: n1 (the lamp, most words) and the newer of the two equal ones.
+    assert [c.options for c in last] == [("n1",), ("n3",)]
+    assert last[0].chosen == "n1" and "n1" not in session.context.ids
+
+
+def test_one_pair_judges_only_the_record_most_alike_the_new_one() -> None:
+    session, report = lamp_and_three_others(dataclasses.replace(QUESTION_RULES, pairs=1))
     last = [c for c in report.choices if c.records == ("n4",)]
     assert [c.options for c in last] == [("n1",)]
     assert last[0].chosen == "n1" and "n1" not in session.context.ids

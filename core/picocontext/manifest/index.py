@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from picocontext.manifest.model import Manifest, Node
 from picocontext.manifest.text import FIELD_WEIGHTS, terms
+from picocontext.recent import RecentByIdentity
 
 K1 = 1.2
 B = 0.75
@@ -55,8 +56,8 @@ def _weighted_bag(node: Node) -> dict[str, float]:
 
 
 # The indexes of the last few manifests, by identity (see DescriptorIndex.of).
-_RECENT: list[tuple[Manifest, DescriptorIndex]] = []
 RECENT_INDEXES = 4
+_RECENT: RecentByIdentity[Manifest, DescriptorIndex] = RecentByIdentity(RECENT_INDEXES)
 
 
 class DescriptorIndex:
@@ -67,13 +68,10 @@ class DescriptorIndex:
         """The index of ``manifest``, shared with the last few callers that indexed the same
         manifest object: a policy that reuses one compiled archive for every question of a
         conversation would otherwise re-index (and re-stem) every descriptor per question."""
-        for i, (seen, index) in enumerate(_RECENT):
-            if seen is manifest:
-                _RECENT.insert(0, _RECENT.pop(i))
-                return index
-        index = cls(manifest)
-        _RECENT.insert(0, (manifest, index))
-        del _RECENT[RECENT_INDEXES:]
+        index = _RECENT.get(manifest)
+        if index is None:
+            index = cls(manifest)
+            _RECENT.put(manifest, index)
         return index
 
     def __init__(self, manifest: Manifest) -> None:
