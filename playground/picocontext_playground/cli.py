@@ -131,6 +131,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-prefix-cache", action="store_true", help="the same as --prefix-cache off"
     )
     parser.add_argument(
+        "--kv-shift",
+        action="store_true",
+        help="llama.cpp: after an edit, move the cached records behind the deleted ones "
+        "instead of computing them again (approximate; off by default)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="headless: reuse the policies an interrupted run of the same settings finished "
@@ -238,6 +244,7 @@ def settings_from_args(args: argparse.Namespace) -> ComparisonSettings:
             engine=_named_engine(args) or engine_for(choice, model_dir),
             constrained=_constrained(args, choice),
             prefix_cache=not args.no_prefix_cache and args.prefix_cache is not False,
+            kv_shift=args.kv_shift,
         )
     except ValueError as exc:
         raise SetupError(_first_error(exc)) from None

@@ -174,9 +174,16 @@ def _load_files(
     import their engine only when loading, so naming them costs nothing)."""
     from picocontext.models import LlamaCppModel, MLXModel
 
-    engine: type[MLXModel] | type[LlamaCppModel]
-    engine = LlamaCppModel if settings.engine == "llamacpp" else MLXModel
-    return engine.load(
+    if settings.engine == "llamacpp":
+        return LlamaCppModel.load(
+            path,
+            model_id=model_id,
+            revision=revision,
+            prefix_cache=settings.prefix_cache,
+            constrained=settings.constrained,
+            kv_shift=settings.kv_shift,
+        )
+    return MLXModel.load(
         path,
         model_id=model_id,
         revision=revision,
@@ -217,13 +224,14 @@ class ModelCache:
     def __init__(self, loader: ModelLoader = load_model) -> None:
         self.loader = loader
         self._lock = threading.Lock()
-        self._key: tuple[ModelChoice, Path | None, Engine] | None = None
+        # kv_shift is fixed when llama.cpp loads, so it is part of what a reuse must match
+        self._key: tuple[ModelChoice, Path | None, Engine, bool] | None = None
         self._model: LoadedModel | None = None
 
     def get(
         self, settings: ComparisonSettings, progress: Progress, cancel: CancelToken
     ) -> LoadedModel:
-        key = (settings.model, settings.model_dir, settings.engine)
+        key = (settings.model, settings.model_dir, settings.engine, settings.kv_shift)
         with self._lock:
             if self._model is not None and self._key == key:
                 self._model.apply_options(settings.prefix_cache, settings.constrained)

@@ -177,6 +177,9 @@ class ComparisonSettings(BaseModel):
     """Decode protocol actions under a grammar (real models only)."""
     prefix_cache: bool = True
     """Reuse the KV cache of the previous prompt's common prefix (real models only)."""
+    kv_shift: bool = False
+    """llama.cpp only: after an edit, move the cached records that follow the deleted ones
+    instead of computing them again (approximate; see ``LlamaCppModel``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -205,6 +208,10 @@ class ComparisonSettings(BaseModel):
                 "(the embedded Qwen2.5-Coder and SmolLM2, or a directory with model.gguf); "
                 "choose the MLX engine for it"
             )
+        if self.kv_shift and not (self.model.real and self.engine == "llamacpp"):
+            raise ValueError("KV shift is a llama.cpp setting: it needs a real model on llamacpp")
+        if self.kv_shift and not self.prefix_cache:
+            raise ValueError("KV shift moves cached tokens, so it needs the prefix cache on")
         return self
 
     @property
@@ -226,4 +233,6 @@ class ComparisonSettings(BaseModel):
             parts.append("engine: " + engine_label(self.engine))
             parts.append("decoding: " + ("constrained" if self.constrained else "free"))
             parts.append("prefix cache: " + ("on" if self.prefix_cache else "off"))
+            if self.kv_shift:
+                parts.append("KV shift: on")
         return " · ".join(parts)

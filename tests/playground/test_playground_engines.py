@@ -171,6 +171,9 @@ def test_an_mlx_only_model_without_backend_runs_on_mlx(with_llamacpp: None) -> N
     [
         (["--backend", "llamacpp", "--model", "qwen3-1.7b-4bit"], "is an MLX model"),
         (["--backend", "scripted", "--model", "qwen2.5-coder-0.5b"], "uses no model"),
+        (["--backend", "scripted", "--kv-shift"], "KV shift is a llama.cpp setting"),
+        (["--backend", "mlx", "--kv-shift"], "KV shift is a llama.cpp setting"),
+        (["--backend", "llamacpp", "--kv-shift", "--no-prefix-cache"], "needs the prefix cache"),
     ],
 )
 def test_bad_engine_arguments(with_llamacpp: None, argv: list[str], message: str) -> None:
@@ -242,6 +245,26 @@ def test_the_cache_reloads_when_the_engine_changes() -> None:
         settings = ComparisonSettings(model=ModelChoice.QWEN25_05, engine=engine)
         cache.get(settings, lambda *_: None, CancelToken())
     assert loads == ["mlx", "llamacpp"]
+    cache.close()
+
+
+def test_kv_shift_is_a_llamacpp_setting_named_in_the_caption_and_the_cache_key(
+    with_llamacpp: None,
+) -> None:
+    settings = parse("--smoke", "--backend", "llamacpp", "--kv-shift")
+    assert settings.kv_shift and "KV shift: on" in settings.describe()
+    assert not parse("--smoke", "--backend", "llamacpp").kv_shift
+    loads: list[bool] = []
+
+    def loader(settings: ComparisonSettings, progress: object, cancel: CancelToken) -> LoadedModel:
+        loads.append(settings.kv_shift)
+        return scripted_model()
+
+    cache = ModelCache(loader)
+    for shift in (False, False, True):
+        choice = ComparisonSettings(model=ModelChoice.QWEN25_05, engine="llamacpp", kv_shift=shift)
+        cache.get(choice, lambda *_: None, CancelToken())
+    assert loads == [False, True]  # fixed when llama.cpp loads: a change reloads
     cache.close()
 
 

@@ -41,6 +41,7 @@ class ModelDescription(TypedDict, total=False):
     engine: str
     threads: int
     contextTokens: int
+    kvShift: bool
     loadSeconds: float
     notes: list[str]
 

@@ -14,6 +14,14 @@ and the engine's own prompt count is compared with ours on every call (a mismatc
 * **Prefix reuse.** llama.cpp keeps the slot's KV cache and reuses the longest common token
   prefix (``cache_prompt``); ``ModelResponse.prefill_tokens`` is the engine's own count of
   prompt tokens computed (``timings.prompt_n``).
+* **KV shift (opt-in, ``kv_shift``).** An accepted edit deletes records from the middle of the
+  history, and a plain prefix cache then recomputes everything after the first deleted one.
+  With ``kv_shift`` llama.cpp also reuses cached chunks of at least :data:`KV_SHIFT_CHUNK`
+  tokens found later in the new prompt, moving their keys to their new positions instead of
+  computing them again (llama-server's ``--cache-reuse``). It is an approximation, which is
+  why it is off by default and named in every report: the moved tokens' keys and values were
+  computed while the deleted records were still before them. Greedy output is identical to a
+  cold prompt only while no edit has happened.
 * **Constrained decoding.** The grammar of each protocol action comes from
   :mod:`picocontext.models.constrained` (the one place both engines take it from), as
   llguidance Lark. It is compiled locally first (a grammar llguidance rejects is one clear
@@ -56,6 +64,10 @@ from picocontext.models.toolcalls import parse_text_tool_calls
 DEFAULT_CONTEXT_TOKENS = 16_384
 # How many leading generated tokens are checked against the grammar after a constrained call.
 GRAMMAR_CHECK_TOKENS = 24
+# The shortest run of cached tokens kv_shift moves (llama.cpp's n_cache_reuse): long enough
+# that a chance match of a few common tokens is not reused out of place.
+KV_SHIFT_CHUNK = 16
+ServerKey = tuple[str, int, int, int, int, bool]
 EMPTY_REQUEST = "empty prompt or output allowance"
 INSTALL_HINT = (
     "the llama.cpp engine needs the llamacpp extra: pip install 'picocontext[llamacpp]' "
@@ -171,6 +183,7 @@ class LlamaCppModel(FormatBacked):
         constrained: bool = False,
         context_tokens: int = DEFAULT_CONTEXT_TOKENS,
         threads: int = 1,
+        kv_shift: bool = False,
         load_seconds: float = 0.0,
         vocab_size: int,
         stop_ids: Sequence[int],
@@ -184,6 +197,7 @@ class LlamaCppModel(FormatBacked):
         self._constrained = constrained
         self.context_tokens = context_tokens
         self.threads = threads
+        self.kv_shift = kv_shift
         self.load_seconds = load_seconds
         self._vocab_size = vocab_size
         self._stop_ids = tuple(stop_ids)
@@ -191,7 +205,7 @@ class LlamaCppModel(FormatBacked):
         self._format = ChatFormat(tokenizer)
         self._tags = special_tag_ids(tokenizer)
         self._busy = threading.Lock()
-        self._key: tuple[str, int, int, int, int] | None = None
+        self._key: ServerKey | None = None
         self._cold_next = False
         self._decision_grammar: Any = None
         self.progress_listener: ProgressListener | None = None
@@ -211,9 +225,11 @@ class LlamaCppModel(FormatBacked):
         constrained: bool = False,
         context_tokens: int = DEFAULT_CONTEXT_TOKENS,
         threads: int | None = None,
+        kv_shift: bool = False,
     ) -> LlamaCppModel:
         """Load a llama.cpp model directory (``model.gguf`` beside our tokenizer files, as
-        :func:`picocontext.models.embedded.ensure_embedded_gguf` writes it)."""
+        :func:`picocontext.models.embedded.ensure_embedded_gguf` writes it). ``kv_shift``:
+        see the module docstring (an engine setting, fixed for the model's lifetime)."""
         directory = Path(path)
         gguf = directory / GGUF_FILE
         if not (directory / "tokenizer_config.json").is_file() or not gguf.is_file():
@@ -234,8 +250,8 @@ class LlamaCppModel(FormatBacked):
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
         count = threads or physical_cores()
         started = time.perf_counter()
-        key = _server_key(gguf, context_tokens, count)
-        server = _unpark(key) or _start(engine, gguf, context_tokens, count)
+        key = _server_key(gguf, context_tokens, count, kv_shift)
+        server = _unpark(key) or _start(engine, gguf, context_tokens, count, kv_shift)
         model = cls(
             server,
             tokenizer,
@@ -246,6 +262,7 @@ class LlamaCppModel(FormatBacked):
             constrained=constrained,
             context_tokens=context_tokens,
             threads=count,
+            kv_shift=kv_shift,
             load_seconds=time.perf_counter() - started,
             vocab_size=int(config["vocab_size"]),
             stop_ids=stops,
@@ -322,7 +339,7 @@ class LlamaCppModel(FormatBacked):
             "engine: llama.cpp (GGUF as shipped)",
             f"prefix cache: {'on' if self._prefix_cache else 'off'}",
             f"decoding: {self.decoding}",
-        )
+        ) + (("KV shift: on (moved cache after edits, approximate)",) if self.kv_shift else ())
 
     def _update_notes(self) -> None:
         self._format.set_settings_notes(self.settings_notes())
@@ -341,6 +358,7 @@ class LlamaCppModel(FormatBacked):
             "engine": engine_version(),
             "threads": self.threads,
             "contextTokens": self.context_tokens,
+            "kvShift": self.kv_shift,
             "loadSeconds": round(self.load_seconds, 3),
             "notes": list(self.notes),
         }
@@ -541,30 +559,31 @@ class LlamaCppModel(FormatBacked):
         )
 
 
-# Engines released by ``close``, by (GGUF path, size, mtime, context, threads): see close().
-_PARKED: dict[tuple[str, int, int, int, int], list[Any]] = {}
+# Engines released by ``close``, by (GGUF path, size, mtime, context, threads, kv_shift): see
+# close().
+_PARKED: dict[ServerKey, list[Any]] = {}
 _PARKED_LOCK = threading.Lock()
 
 
-def _server_key(gguf: Path, context_tokens: int, threads: int) -> tuple[str, int, int, int, int]:
+def _server_key(gguf: Path, context_tokens: int, threads: int, kv_shift: bool) -> ServerKey:
     stat = gguf.stat()
-    return (str(gguf.resolve()), stat.st_size, stat.st_mtime_ns, context_tokens, threads)
+    return (str(gguf.resolve()), stat.st_size, stat.st_mtime_ns, context_tokens, threads, kv_shift)
 
 
-def _unpark(key: tuple[str, int, int, int, int]) -> Any:
+def _unpark(key: ServerKey) -> Any:
     with _PARKED_LOCK:
         waiting = _PARKED.get(key)
         return waiting.pop() if waiting else None
 
 
-def _park(key: tuple[str, int, int, int, int] | None, server: Any) -> None:
+def _park(key: ServerKey | None, server: Any) -> None:
     if key is None:
         return
     with _PARKED_LOCK:
         _PARKED.setdefault(key, []).append(server)
 
 
-def _start(engine: Any, gguf: Path, context_tokens: int, threads: int) -> Any:
+def _start(engine: Any, gguf: Path, context_tokens: int, threads: int, kv_shift: bool) -> Any:
     """One llama.cpp server context on ``gguf``: one slot (one caller at a time, like the
     MLX model), logs off (they would flood the user's terminal)."""
     params = engine.CommonParams()
@@ -575,6 +594,7 @@ def _start(engine: Any, gguf: Path, context_tokens: int, threads: int) -> Any:
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     params.warmup = False
+    params.n_cache_reuse = KV_SHIFT_CHUNK if kv_shift else 0
     try:
         return engine.Server(params)
     except (RuntimeError, ValueError) as exc:

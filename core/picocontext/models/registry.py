@@ -355,13 +355,17 @@ def load_model(
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
     engine: str | None = None,
+    kv_shift: bool = False,
 ) -> LocalModel:
     """Resolve and load the model on ``engine`` (``None``: :func:`default_engine`); its
     ``notes`` (and ``describe()["notes"]``) carry any fallback message.
     :func:`picocontext.models.handle_for` turns it into a report handle.
     ``constrained=None`` picks the default decoding: constrained for embedded models (small
-    models need it), free otherwise."""
+    models need it), free otherwise. ``kv_shift`` (llama.cpp only, approximate): see
+    :class:`~picocontext.models.llamacpp_backend.LlamaCppModel`."""
     chosen: Engine = check_engine(engine) if engine is not None else _engine_for(name, model_dir)
+    if kv_shift and chosen != "llamacpp":
+        raise ModelError("KV shift is a llama.cpp setting; the MLX engine has no moved cache")
     resolved = resolve_model(name, model_dir=model_dir, progress=progress, log=log, engine=chosen)
     decoding = is_embedded(resolved) if constrained is None else constrained
     model: LocalModel
@@ -374,6 +378,7 @@ def load_model(
             revision=resolved.revision,
             prefix_cache=prefix_cache,
             constrained=decoding,
+            kv_shift=kv_shift,
         )
     else:
         from picocontext.models.mlx_backend import MLXModel

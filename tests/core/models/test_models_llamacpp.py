@@ -304,3 +304,35 @@ def test_replies_carry_their_log_probability_before_the_grammar(model: LlamaCppM
     assert free.logprob is not None and free.logprob <= 0.0
     forced = model.chat(ask("say something"), 8, grammar='start: "zebra"')
     assert forced.logprob is not None and forced.logprob < -0.01
+
+
+def test_kv_shift_moves_the_records_after_a_deletion_instead_of_recomputing_them(
+    gguf_dir: Path, model: LlamaCppModel
+) -> None:
+    """With ``kv_shift`` a prompt that lost a record from its middle computes far fewer
+    tokens than the plain prefix cache, which recomputes everything after the cut; while
+    nothing was cut, its greedy output is the plain cache's."""
+    records = [
+        " ".join(f"{word}{n}" for n in range(40)) for word in ("alpha", "bravo", "charlie", "delta")
+    ]
+    full = [ChatMessage(role="user", content=r) for r in records]
+    cut = [full[0], full[2], full[3]]  # the second record deleted
+    ids_cut = model.render_chat(cut)[0]
+    ids_full = model.render_chat(full)[0]
+    shared = next(i for i, (a, b) in enumerate(zip(ids_full, ids_cut, strict=False)) if a != b)
+    plain_calls: list[Any] = []
+    model.prefix_cache = True
+    model.reset_cache()
+    for messages in (full, cut):
+        plain_calls.append(model.chat(messages, 4))
+    with LlamaCppModel.load(
+        gguf_dir, model_id="tiny-gguf", context_tokens=4096, kv_shift=True
+    ) as shifting:
+        assert shifting.describe()["kvShift"] is True
+        assert any(n.startswith("KV shift: on") for n in shifting.settings_notes())
+        shifted = [shifting.chat(messages, 4) for messages in (full, cut)]
+    assert plain_calls[1].prefill_tokens == len(ids_cut) - shared
+    assert shifted[1].prefill_tokens is not None
+    assert shifted[1].prefill_tokens < (len(ids_cut) - shared) // 2
+    assert shifted[0].text == plain_calls[0].text  # identical before any cut
+    assert model.describe()["kvShift"] is False

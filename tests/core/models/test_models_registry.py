@@ -211,3 +211,8 @@ def test_importing_models_does_not_import_mlx() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_kv_shift_on_mlx_is_refused_before_anything_loads() -> None:
+    with pytest.raises(ModelError, match=re.escape("KV shift is a llama.cpp setting")):
+        registry.load_model("qwen2.5-coder-0.5b", engine="mlx", kv_shift=True)
