@@ -49,6 +49,10 @@ ENGINE_TIP = (
     "a CPU); MLX uses Metal on Apple silicon and float32 weights on other CPUs"
 )
 NO_POLICY = "Tick at least one policy to run a comparison."
+KV_SHIFT_TIP = (
+    "llama.cpp: after an edit, move the cached records behind the deleted ones instead of "
+    "computing them again (faster, approximate)"
+)
 
 
 class Controls(QFrame):
@@ -84,6 +88,7 @@ class Controls(QFrame):
             self.browse,
             self.decoding,
             self.prefix_cache,
+            self.kv_shift,
         ]
 
     # -- construction ---------------------------------------------------------------------
@@ -153,6 +158,9 @@ class Controls(QFrame):
         self.decoding.currentIndexChanged.connect(self._settings_changed)
         self.prefix_cache = QCheckBox("Prefix KV cache")
         self.prefix_cache.toggled.connect(self._settings_changed)
+        self.kv_shift = QCheckBox("KV shift")
+        self.kv_shift.setToolTip(KV_SHIFT_TIP)
+        self.kv_shift.toggled.connect(self._settings_changed)
         self.run_button = QPushButton("Run comparison")
         self.run_button.setDefault(True)
         self.run_button.setShortcut(QKeySequence("Ctrl+R"))
@@ -169,6 +177,7 @@ class Controls(QFrame):
         action_row = QHBoxLayout()
         action_row.addWidget(self.decoding)
         action_row.addWidget(self.prefix_cache)
+        action_row.addWidget(self.kv_shift)
         action_row.addStretch(1)
         action_row.addWidget(self.run_button)
         action_row.addWidget(self.resume_button)
@@ -190,6 +199,7 @@ class Controls(QFrame):
             self.model_dir.setText(str(settings.model_dir) if settings.model_dir else "")
             self.decoding.setCurrentIndex(1 if settings.constrained else 0)
             self.prefix_cache.setChecked(settings.prefix_cache)
+            self.kv_shift.setChecked(settings.kv_shift)
         finally:
             self._loading = False
         self.changed.emit()
@@ -220,6 +230,10 @@ class Controls(QFrame):
         if choice is ModelChoice.DIRECTORY and not directory:
             raise SetupError("Choose a local model directory first.")
         task = self.current_task()
+        engine = self.current_engine()
+        # a ticked box that the model, engine or cache choice has made meaningless (and
+        # greyed out) does not apply, rather than refusing the run
+        kv_shift = self.kv_shift.isChecked() and self._kv_shift_applies(choice, engine)
         try:
             return ComparisonSettings(
                 task=task,
@@ -227,9 +241,10 @@ class Controls(QFrame):
                 policies=policies,
                 model=choice,
                 model_dir=Path(directory) if choice is ModelChoice.DIRECTORY else None,
-                engine=self.current_engine(),
+                engine=engine,
                 constrained=bool(self.decoding.currentData()),
                 prefix_cache=self.prefix_cache.isChecked(),
+                kv_shift=kv_shift,
             )
         except ValueError as exc:
             raise SetupError(str(exc)) from None
@@ -308,11 +323,17 @@ class Controls(QFrame):
             self.engine_combo.setEnabled(real)
             self.decoding.setEnabled(real)
             self.prefix_cache.setEnabled(real)
+            self.kv_shift.setEnabled(self._kv_shift_applies(choice, self.current_engine()))
         any_policy = self.any_policy()
         self.run_button.setEnabled(not running and any_policy)
         self.run_button.setToolTip(RUN_TIP if any_policy else NO_POLICY)
         self._sync_resume(running)
         self.stop_button.setEnabled(running)
+
+    def _kv_shift_applies(self, choice: ModelChoice, engine: Engine) -> bool:
+        """KV shift is a llama.cpp setting that moves cached tokens: a real model on
+        llama.cpp with the prefix cache on."""
+        return choice.real and engine == "llamacpp" and self.prefix_cache.isChecked()
 
     def _sync_resume(self, running: bool) -> None:
         """**Resume** with finished/remaining, when a journal of these settings holds

@@ -456,6 +456,22 @@ def test_an_mlx_only_model_moves_the_engine_and_back(window: MainWindow) -> None
     assert window.controls.current_model() is ModelChoice.QWEN25_15  # llama.cpp's default
 
 
+def test_the_kv_shift_box_carries_the_setting_and_greys_out_where_it_cannot_apply(
+    window: MainWindow,
+) -> None:
+    controls = window.controls
+    controls.apply_settings(
+        ComparisonSettings(model=ModelChoice.QWEN25_05, engine="llamacpp", kv_shift=True)
+    )
+    assert controls.kv_shift.isChecked() and controls.kv_shift.isEnabled()
+    assert controls.current_settings().kv_shift  # what --kv-shift asked for reaches the run
+    controls.engine_combo.setCurrentIndex(controls.engine_combo.findData("mlx"))
+    assert not controls.kv_shift.isEnabled() and not controls.current_settings().kv_shift
+    controls.engine_combo.setCurrentIndex(controls.engine_combo.findData("llamacpp"))
+    controls.prefix_cache.setChecked(False)
+    assert not controls.kv_shift.isEnabled() and not controls.current_settings().kv_shift
+
+
 def test_the_engine_picker_is_off_for_the_scripted_model(window: MainWindow) -> None:
     window.controls.apply_settings(ComparisonSettings(model=ModelChoice.SCRIPTED))
     assert not window.controls.engine_combo.isEnabled()
