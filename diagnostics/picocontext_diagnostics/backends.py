@@ -82,13 +82,17 @@ def mlx_backend(
     constrained: bool | None = None,
     log: Callable[[str], None] | None = None,
     engine: str = "mlx",
+    kv_shift: bool = False,
 ) -> ModelHandle:
     """Load ``model`` — a registry name (``picocontext.models.MODELS``), or a local model
     directory; ``None`` = the engine's default model — on ``engine`` (``mlx`` or
     ``llamacpp``) as one object that is both token counter and backend.
-    ``prefix_cache``/``constrained`` default to the loader's defaults."""
+    ``prefix_cache``/``constrained`` default to the loader's defaults; ``kv_shift``
+    (llama.cpp only) is passed only when on."""
     resolve = _find_resolver()
     kwargs: dict[str, Any] = {"engine": engine}
+    if kv_shift:
+        kwargs["kv_shift"] = True
     if model is not None and Path(model).expanduser().is_dir():
         kwargs["model_dir"] = model
     elif model is not None:
@@ -179,6 +183,7 @@ def resolve_backend(
     base_urls: tuple[str, ...] = (),
     tokenizer_dir: str | None = None,
     server_kind: str | None = None,
+    kv_shift: bool = False,
 ) -> ModelHandle:
     """``deterministic`` (model settings must be absent), ``mlx`` or ``llamacpp`` (in
     process), or ``openai`` (needs ``base_urls`` and ``model``)."""
@@ -190,7 +195,7 @@ def resolve_backend(
             )
         return deterministic_backend()
     if name in ("mlx", "llamacpp"):
-        return mlx_backend(model, prefix_cache, constrained, log, engine=name)
+        return mlx_backend(model, prefix_cache, constrained, log, engine=name, kv_shift=kv_shift)
     if name == "openai":
         if model is None:
             raise BackendSetupError("--backend openai needs --model NAME")

@@ -61,6 +61,7 @@ EPILOG = (
 _BACKEND_ONLY = {
     "model": ("mlx", "llamacpp", "openai"),
     "prefix-cache": ("mlx", "llamacpp"),
+    "kv-shift": ("llamacpp",),
     "constrained": ("mlx", "llamacpp", "openai"),
     "decoding": ("mlx", "llamacpp", "openai"),
     "base-url": ("openai",),
@@ -168,6 +169,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             name, action=_Once, nargs="?", const="on", type=_nonempty, metavar="on|off", help=help
         )
+    switch(
+        "--kv-shift",
+        help="llamacpp only: after an edit, move the cached records behind the deleted ones "
+        "instead of computing them again (approximate; off by default, docs/models.md)",
+    )
     valued(
         "--decoding",
         "free|constrained",
@@ -558,6 +564,7 @@ def execute(
             _switch(args, "prefix-cache"),
             _constrained(args),
             log=lambda message: print(message, file=err, flush=True),
+            kv_shift="kv-shift" in args,
             base_urls=tuple(args["base-url"].split("\n")) if "base-url" in args else (),
             tokenizer_dir=args.get("tokenizer-dir"),
             server_kind=args.get("server-kind"),

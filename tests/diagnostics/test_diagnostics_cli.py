@@ -170,6 +170,8 @@ def test_profiles_run(tmp_path: Path) -> None:
         (["--config", "a.json", "--profile", "state"], "either --config or --profile"),
         (["--model", "x"], "--model applies only to --backend mlx"),
         (["--prefix-cache", "on"], "--prefix-cache applies only to --backend mlx"),
+        (["--kv-shift"], "--kv-shift applies only to --backend llamacpp"),
+        (["--backend", "mlx", "--kv-shift"], "--kv-shift applies only to --backend llamacpp"),
         (["--backend", "mlx", "--constrained", "yes"], "--constrained must be on or off"),
         (["--quiet=1"], "--quiet takes no value"),
     ],

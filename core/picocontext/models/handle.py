@@ -166,7 +166,10 @@ def handle_for(loaded: object, requested: str | None = None) -> ModelHandle:
         kind=kind,
         revision="unknown" if revision is None else str(revision),
         sampling=str(info.get("sampling", "greedy")) + ", temperature 0",
-        prefix_cache=switch(info.get("prefixCache")),
+        # KV shift changes what the cache computes, so reports and resumable journals
+        # keep it apart from a plain prefix cache
+        prefix_cache=switch(info.get("prefixCache"))
+        + (" + KV shift" if info.get("kvShift") else ""),
         constrained_decisions=switch(info.get("constrainedDecisions")),
         decoding=_decoding(info),
         details=_details(info),

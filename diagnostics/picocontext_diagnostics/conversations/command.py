@@ -242,6 +242,7 @@ def execute(
             None if "prefix-cache" not in args else args["prefix-cache"] == "on",
             None if "decoding" not in args else args["decoding"] == "constrained",
             log=lambda message: print(message, file=err, flush=True),
+            kv_shift="kv-shift" in args,
         )
         scale = bytes_per_token(args, handle.counter)
         quiet = "quiet" in args or "json" in args

@@ -16,6 +16,7 @@ import pytest
 from picocontext import CancelToken, ChatMessage, ModelError, Phase
 from picocontext.backend import ModelInput
 from picocontext.errors import Busy, Cancelled
+from picocontext.models import handle_for
 from picocontext.models.gguf import GGUF_FILE, install_gguf
 from picocontext.models.tiny import TINY_CHAT_TEMPLATE, write_tiny_gguf
 
@@ -330,6 +331,9 @@ def test_kv_shift_moves_the_records_after_a_deletion_instead_of_recomputing_them
     ) as shifting:
         assert shifting.describe()["kvShift"] is True
         assert any(n.startswith("KV shift: on") for n in shifting.settings_notes())
+        # reports and resumable journals keep a shifted cache apart from a plain one
+        assert handle_for(shifting).prefix_cache == "on + KV shift"
+        assert handle_for(model).prefix_cache == "on"
         shifted = [shifting.chat(messages, 4) for messages in (full, cut)]
     assert plain_calls[1].prefill_tokens == len(ids_cut) - shared
     assert shifted[1].prefill_tokens is not None
