@@ -175,7 +175,8 @@ class RunReport(BaseModel):
     the unedited history. 0 when nothing was edited."""
     edit_prefill_cost_tokens: int = 0
     """An accepted edit's balance, second half: prefill tokens it cost beyond a keep (the
-    cache restarts at the first changed record). 0 when nothing was edited."""
+    cache restarts at the first changed record): the engine's own count of the answer call
+    where it reports one, else estimated from the tokens. 0 when nothing was edited."""
 
     @property
     def succeeded(self) -> bool:

@@ -335,6 +335,9 @@ class _Run:
         # is valid only up to the first changed record).
         self.edit_saved_tokens = 0
         self.edit_prefill_cost = 0
+        # The edited answer prompt, what a keep's answer would have prefilled, and the cost
+        # estimated from the tokens: replaced by the engine's own count once it answers.
+        self._edit_estimate: tuple[PreparedPrompt, int, int] | None = None
         self.settings = settings or DecisionSettings()
         # One prefix per step: every call of this run renders the same system text and tool
         # specs before the history; the phase, the revision and the question trail after it.
@@ -533,13 +536,31 @@ class _Run:
     def attribute(self, before: Snapshot, after: PreparedPrompt) -> None:
         """Charge the accepted edit: the window its answer prompt saves against the unedited
         one, and the prefill it adds, counted against the last call's tokens (what the cache
-        holds) as the answer prompt's unshared tail minus the unedited prompt's."""
+        holds) as the answer prompt's unshared tail minus the unedited prompt's. When the
+        answer call runs and its engine reports what it computed, that count replaces the
+        estimate (:meth:`complete`): an engine that moves its cache (llama.cpp's KV shift)
+        recomputes far less than the unshared tail."""
         kept = self.prepare(before, Phase.COMPLETION, after.input.control_records)
         cached = self.calls[-1].token_ids if self.calls else ()
         self.edit_saved_tokens += kept.token_count - after.token_count
         tail_after = after.token_count - common_prefix(after.token_ids, cached)
         tail_kept = kept.token_count - common_prefix(kept.token_ids, cached)
-        self.edit_prefill_cost += max(tail_after - tail_kept, 0)
+        estimate = max(tail_after - tail_kept, 0)
+        self.edit_prefill_cost += estimate
+        self._edit_estimate = (after, tail_kept, estimate)
+
+    def measured_edit_cost(self, prompt: PreparedPrompt, response: ModelResponse) -> None:
+        """The edit's prefill cost from the engine's count of the answer call, in place of
+        the token estimate, when the engine reports one for the edited answer prompt and
+        computed less than a prefix cache must (it moved cached tokens). Never more than the
+        estimate: an engine that computed more (its cache off or cold) would have computed
+        more for a keep as well."""
+        estimated, self._edit_estimate = self._edit_estimate, None
+        if estimated is None or estimated[0] is not prompt or response.prefill_tokens is None:
+            return
+        _after, tail_kept, estimate = estimated
+        measured = max(response.prefill_tokens - tail_kept, 0)
+        self.edit_prefill_cost += min(measured, estimate) - estimate
 
     def commit(self, candidate: WorkingContext, response: ModelResponse, arguments: str) -> None:
         try:
@@ -576,6 +597,7 @@ class _Run:
         check_prompt(self.budget, self.usage, prompt.token_count, cap, cancel=self.cancel)
         self.final_prompt = prompt
         response = self.dispatch(prompt, cap)
+        self.measured_edit_cost(prompt, response)
         self.answer = response.text
         if response.tool_calls:
             raise InvalidContext("tools are disabled during completion")

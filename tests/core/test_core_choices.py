@@ -906,3 +906,27 @@ def test_the_question_judges_model_output_names_the_pair_each_answer_was_about()
         notes("Lamp price 30 EUR.", "Lamp price now 35 EUR."), backend, QUESTION_RULES
     )
     assert report.attempts[0].model_text == "n2 about n1: 35 EUR now."
+
+
+def test_an_engine_that_moves_its_cache_is_charged_what_it_computed() -> None:
+    """llama.cpp's KV shift computes far less than the unshared tail after an edit: the
+    engine's own count of the answer call replaces the estimate, and never raises it (an
+    engine that computed the whole prompt would have done so for a keep too)."""
+    estimate = run(kettle_snapshot(), chooser('"old-result"'))[1].edit_prefill_cost_tokens
+    for reported, expected in ((0, 0), (10**6, estimate)):
+        inner = chooser('"old-result"')
+
+        def counted(
+            prompt: PreparedPrompt,
+            max_tokens: int,
+            inner: ScriptedBackend = inner,
+            reported: int = reported,
+        ) -> ModelResponse:
+            response = inner.generate(prompt, max_tokens)
+            if prompt.input.phase is Phase.COMPLETION:
+                return response.model_copy(update={"prefill_tokens": reported})
+            return response
+
+        _, report = run(kettle_snapshot(), ScriptedBackend(counted))
+        assert report.edit_prefill_cost_tokens == expected
+    assert estimate > 0
