@@ -21,7 +21,9 @@ and the engine's own prompt count is compared with ours on every call (a mismatc
   computing them again (llama-server's ``--cache-reuse``). It is an approximation, which is
   why it is off by default and named in every report: the moved tokens' keys and values were
   computed while the deleted records were still before them. Greedy output is identical to a
-  cold prompt only while no edit has happened.
+  cold prompt while each prompt only extends the cached one; after a prompt that changed
+  something before its end (an edit, or a trailing question replaced by one that shares a
+  run of 16 tokens with it), it can differ.
 * **Constrained decoding.** The grammar of each protocol action comes from
   :mod:`picocontext.models.constrained` (the one place both engines take it from), as
   llguidance Lark. It is compiled locally first (a grammar llguidance rejects is one clear
