@@ -174,21 +174,17 @@ def _load_files(
     import their engine only when loading, so naming them costs nothing)."""
     from picocontext.models import LlamaCppModel, MLXModel
 
-    if settings.engine == "llamacpp":
-        return LlamaCppModel.load(
-            path,
-            model_id=model_id,
-            revision=revision,
-            prefix_cache=settings.prefix_cache,
-            constrained=settings.constrained,
-            kv_shift=settings.kv_shift,
-        )
-    return MLXModel.load(
+    engine: type[MLXModel] | type[LlamaCppModel]
+    engine = LlamaCppModel if settings.engine == "llamacpp" else MLXModel
+    # KV shift is a llama.cpp setting (the settings refuse it on MLX)
+    extra = {"kv_shift": settings.kv_shift} if engine is LlamaCppModel else {}
+    return engine.load(
         path,
         model_id=model_id,
         revision=revision,
         prefix_cache=settings.prefix_cache,
         constrained=settings.constrained,
+        **extra,
     )
 
 

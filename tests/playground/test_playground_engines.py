@@ -308,20 +308,22 @@ def test_an_embedded_model_on_llamacpp_gets_the_gguf_as_shipped(
     class Loaded:
         @classmethod
         def load(cls, path: Path, **kwargs: object) -> object:
-            asked.append(f"load {path.name} {kwargs['model_id']} {kwargs['revision']}")
+            asked.append(
+                f"load {path.name} {kwargs['model_id']} {kwargs['revision']} {kwargs['kv_shift']}"
+            )
             return object()  # not a model: wrap_model refuses it, after the load
 
     monkeypatch.setattr(embedded, "ensure_embedded_gguf", gguf)
     monkeypatch.setattr(embedded, "ensure_embedded_model", convert)
     monkeypatch.setattr(llamacpp_backend, "LlamaCppModel", Loaded)
     labels: list[str] = []
-    settings = ComparisonSettings(model=ModelChoice.QWEN25_05, engine="llamacpp")
+    settings = ComparisonSettings(model=ModelChoice.QWEN25_05, engine="llamacpp", kv_shift=True)
     with pytest.raises(SetupError, match="is not a token counter"):
         load_model(settings, lambda label, _f: labels.append(label))
     spec = embedded.get_spec("qwen2.5-coder-0.5b")
     assert asked == [
         "gguf qwen2.5-coder-0.5b",
-        f"load {tmp_path.name} {spec.title} {spec.revision}",
+        f"load {tmp_path.name} {spec.title} {spec.revision} True",  # KV shift reaches the engine
     ]
     assert labels == [
         f"Preparing the embedded {spec.title}…",
