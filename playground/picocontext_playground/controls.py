@@ -41,6 +41,7 @@ from picocontext_playground.settings import (
     Task,
     default_model,
     engine_label,
+    kv_shift_applies,
 )
 
 RUN_TIP = "Run every selected policy on the same task (Ctrl+R)"
@@ -331,9 +332,7 @@ class Controls(QFrame):
         self.stop_button.setEnabled(running)
 
     def _kv_shift_applies(self, choice: ModelChoice, engine: Engine) -> bool:
-        """KV shift is a llama.cpp setting that moves cached tokens: a real model on
-        llama.cpp with the prefix cache on."""
-        return choice.real and engine == "llamacpp" and self.prefix_cache.isChecked()
+        return kv_shift_applies(choice, engine, self.prefix_cache.isChecked())
 
     def _sync_resume(self, running: bool) -> None:
         """**Resume** with finished/remaining, when a journal of these settings holds

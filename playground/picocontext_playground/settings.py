@@ -137,6 +137,12 @@ def default_model(engine: Engine | None = None) -> ModelChoice:
     return ModelChoice(default_model_name(engine or default_engine()))
 
 
+def kv_shift_applies(model: ModelChoice, engine: Engine, prefix_cache: bool) -> bool:
+    """KV shift is a llama.cpp setting that moves cached tokens: a real model on llama.cpp
+    with the prefix cache on (the settings refuse it otherwise; the window greys it out)."""
+    return model.real and engine == "llamacpp" and prefix_cache
+
+
 def engine_for(model: object = ModelChoice.SCRIPTED, model_dir: object = None) -> Engine:
     """The engine a choice runs on when none is named: what a directory's layout needs, MLX
     for an MLX-only model, else :func:`default_engine`."""
@@ -208,9 +214,11 @@ class ComparisonSettings(BaseModel):
                 "(the embedded Qwen2.5-Coder and SmolLM2, or a directory with model.gguf); "
                 "choose the MLX engine for it"
             )
-        if self.kv_shift and not (self.model.real and self.engine == "llamacpp"):
-            raise ValueError("KV shift is a llama.cpp setting: it needs a real model on llamacpp")
-        if self.kv_shift and not self.prefix_cache:
+        if self.kv_shift and not kv_shift_applies(self.model, self.engine, self.prefix_cache):
+            if not kv_shift_applies(self.model, self.engine, True):
+                raise ValueError(
+                    "KV shift is a llama.cpp setting: it needs a real model on llamacpp"
+                )
             raise ValueError("KV shift moves cached tokens, so it needs the prefix cache on")
         return self
 
