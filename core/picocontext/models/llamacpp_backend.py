@@ -242,6 +242,9 @@ class LlamaCppModel(FormatBacked):
             )
         if context_tokens < 16:
             raise ModelError(f"context size {context_tokens} is too small (at least 16 tokens)")
+        if kv_shift and not prefix_cache:
+            # without the cache nothing is moved, yet every report would say KV shift is on
+            raise ModelError("KV shift moves cached tokens, so it needs the prefix cache on")
         engine = import_engine()
         _arch, trained = check_gguf(gguf)
         # llama.cpp caps a context at what the model was trained for; budgets use the real one.

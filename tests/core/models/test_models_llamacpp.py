@@ -340,3 +340,5 @@ def test_kv_shift_moves_the_records_after_a_deletion_instead_of_recomputing_them
     assert shifted[1].prefill_tokens < (len(ids_cut) - shared) // 2
     assert shifted[0].text == plain_calls[0].text  # identical before any cut
     assert model.describe()["kvShift"] is False
+    with pytest.raises(ModelError, match="needs the prefix cache on"):
+        LlamaCppModel.load(gguf_dir, prefix_cache=False, kv_shift=True)
