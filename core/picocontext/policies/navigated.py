@@ -69,6 +69,7 @@ from picocontext.policies.archive_view import asked_before, prefetch, replies
 from picocontext.policies.archive_view import with_index as with_index
 from picocontext.policies.history import (
     Counting,
+    HistorySplit,
     Unit,
     split_history,
     text_meter_for,
@@ -254,6 +255,10 @@ class NavigatedTurn(BaseModel):
     not reduced by ``close``."""
     refused: int = 0
     """Tool calls the executor refused (bad arguments, ids not readable now, no room)."""
+    dropped_ids: tuple[str, ...] = ()
+    """The oldest of ``archived_ids`` left out of the index: at the largest reading budget no
+    index of the whole archive let every leaf be reached, so only its newest part that does is
+    indexed (the model cannot read these records this turn; the index says so)."""
 
 
 @dataclass
@@ -264,6 +269,17 @@ class _Compiled:
     idf_leaves: int
     # Positions of leaves that are not records (a session tree's passages).
     order: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A tail rung whose archive the compiler refused, kept to index part of it later."""
+
+    split: HistorySplit
+    info: NavigatedTurn
+    nav_budget: int
+    per_call: int
+    error: SelfCheckFailed
 
 
 @dataclass
@@ -397,7 +413,10 @@ class NavigatedPolicy:
         # Showing fewer recent records directly frees reading budget (see tail_ladder).
         ladder = tail_ladder(int(cfg.tail_share * window))
         tried: set[tuple[str, ...]] = set()
-        failure: SelfCheckFailed | BudgetExceeded | None = None
+        dropped: tuple[str, ...] = ()
+        failure: BudgetExceeded | None = None
+        refused: _Refused | None = None  # the rung refused at the largest reading budget
+        built: tuple[_Compiled, Literal["reused", "incremental", "full"], float] | None = None
         for tail_tokens in ladder:
             split = split_history(snapshot, prepare, tail_tokens)
             if split.tail_ids in tried:
@@ -446,19 +465,42 @@ class NavigatedPolicy:
                 check(cancel)
                 continue
             try:
-                compiled, mode, seconds = self._compile(
+                built = self._compile(
                     str(snapshot.scope), split.archive, positions, nav_budget, text_counter, cancel
                 )
             except SelfCheckFailed as exc:
-                if nav_budget >= cap:
-                    raise  # a smaller tail cannot raise the reading budget any further
-                failure = exc
-                check(cancel)
-                continue
+                if refused is None or nav_budget > refused.nav_budget:
+                    refused = _Refused(split, info, nav_budget, per_call, exc)
+                if nav_budget < cap:
+                    check(cancel)
+                    continue  # a smaller tail leaves a larger reading budget
             break
         else:
-            assert failure is not None  # every rung either returned, raised or failed to fit
-            raise failure
+            if refused is None:
+                assert failure is not None  # every rung either returned, raised or failed
+                raise failure
+        if built is None:
+            # No tail leaves a reading budget at which the whole archive compiles: index the
+            # newest part of it that does, at the largest budget found, and say what is left out.
+            assert refused is not None
+            split, info, nav_budget, per_call = (
+                refused.split,
+                refused.info,
+                refused.nav_budget,
+                refused.per_call,
+            )
+            compiled, mode, seconds, kept = self._compile_newest(
+                str(snapshot.scope),
+                split.archive,
+                positions,
+                nav_budget,
+                text_counter,
+                refused.error,
+                cancel,
+            )
+            dropped = tuple(r.id for u in split.archive[: len(split.archive) - kept] for r in u)
+        else:
+            compiled, mode, seconds = built
         result = compiled.result
         manifest = result.manifests[compiled.budget]
         leaves = result.leaves[compiled.budget]
@@ -472,7 +514,7 @@ class NavigatedPolicy:
             counter=text_counter,
             protocol=PROTOCOL,
         )
-        archived = len(info.archived_ids)
+        archived = len(info.archived_ids) - len(dropped)
         index_text = nav.index()
         prefetched: tuple[ToolStep, ...] = ()
         if cfg.navigator is not None:
@@ -493,6 +535,7 @@ class NavigatedPolicy:
                 index_text,
                 f"({archived} archived records; reading budget {nav_budget} tokens, "
                 f"{nav.spent} used by this index.)",
+                *([left_out(dropped, positions)] if dropped else []),
             ]
         )
         index_record = Record(id=index_id, role=Role.USER, protected=True, body=body)
@@ -518,6 +561,7 @@ class NavigatedPolicy:
                 "engine_calls": sum(result.stats.engine_calls.values()) if mode != "reused" else 0,
                 "cache_hits": result.stats.cache_hits if mode != "reused" else 0,
                 "compile_seconds": seconds,
+                "dropped_ids": dropped,
                 "manifest": manifest,
                 "spent": nav.spent,
                 "shown_tokens": nav.shown_tokens,
@@ -544,6 +588,55 @@ class NavigatedPolicy:
         )
 
     # -- compiling --------------------------------------------------------------------------
+    def _compile_newest(
+        self,
+        scope: str,
+        archive: Sequence[Unit],
+        positions: dict[str, int],
+        nav_budget: int,
+        counter: TextCounter,
+        failed: SelfCheckFailed,
+        cancel: CancelToken | None,
+    ) -> tuple[_Compiled, Literal["reused", "incremental", "full"], float, int]:
+        """Compile the newest units of ``archive`` that pass the self-check at ``nav_budget``;
+        returns the compile and how many units it kept. The cut is searched by doubling how
+        many oldest units go, then bisecting back, so a long archive costs a few compiles,
+        not one per unit. Raises ``failed`` when not even the newest unit alone compiles.
+
+        Before this, such an archive stopped the whole run with the compiler's error (the
+        1.5B pressure run, step 8: 16 of 55 paged leaves unreachable within 1,152 tokens);
+        leaving its oldest records out is what a sliding window does, said in the index."""
+        seconds = 0.0
+        done: dict[int, tuple[_Compiled, Literal["reused", "incremental", "full"]]] = {}
+
+        def compiles(drop: int) -> bool:
+            nonlocal seconds
+            check(cancel)
+            try:
+                compiled, mode, spent = self._compile(
+                    scope, archive[drop:], positions, nav_budget, counter, cancel
+                )
+            except SelfCheckFailed:
+                return False
+            seconds += spent
+            done[drop] = (compiled, mode)
+            return True
+
+        last = len(archive) - 1  # drop at most this many: one unit stays to index
+        failing, drop = 0, 1  # dropping ``failing`` units is known not to compile
+        while drop <= last and not compiles(drop):
+            failing, drop = drop, (min(2 * drop, last) if drop < last else last + 1)
+        if drop > last:
+            raise failed
+        while drop - failing > 1:
+            middle = (failing + drop) // 2
+            if compiles(middle):
+                drop = middle
+            else:
+                failing = middle
+        compiled, mode = done[drop]
+        return compiled, mode, seconds, len(archive) - drop
+
     def _engine(self) -> DescriptorEngine:
         return LLMEngine(self.describer) if self.describer is not None else OfflineEngine()
 
@@ -626,6 +719,17 @@ class NavigatedPolicy:
 # (their lengths cross a budget step, a tail rung yields), and with one kept each switch
 # recompiled (40 LoCoMo questions on locomo-47: 2 budgets, 18 recompiles).
 BUDGETS_PER_SCOPE = 4
+
+
+def left_out(dropped: Sequence[str], positions: dict[str, int]) -> str:
+    """The index line naming the oldest records left out of it (:meth:`NavigatedPolicy.
+    _compile_newest`), so the model knows the archive is incomplete rather than empty there."""
+    first, last = positions[dropped[0]], positions[dropped[-1]]
+    where = f"#{first}" if first == last else f"#{first}-#{last}"
+    return (
+        f"({len(dropped)} oldest records, {where}, are left out of this index: the whole "
+        "archive does not fit the reading budget, so they cannot be read.)"
+    )
 
 
 def _budget_step(tokens: int, window: int) -> int:

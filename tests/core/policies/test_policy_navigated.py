@@ -35,6 +35,7 @@ from picocontext import (
     validate_snapshot,
 )
 from picocontext.build.compiler import compile_tree
+from picocontext.build.errors import SelfCheckFailed
 from picocontext.cancel import CancelToken as _Token
 from picocontext.manifest import HeuristicCounter, NavAction
 from picocontext.models import ByteCounter, ScriptedBackend
@@ -568,6 +569,62 @@ def test_an_archive_the_compiler_cannot_fit_is_a_report_failure() -> None:
     config = NavigatedConfig(nav_share=0.02, min_nav_tokens=1)
     report = NavigatedPolicy(config).turn(session_for(ledger(), scripted([])), BUDGET)
     assert report.failure is not None and "variant" in report.failure
+
+
+def test_an_archive_too_big_to_index_whole_is_indexed_from_its_newest_records() -> None:
+    """At the largest reading budget no index of the whole archive reaches every leaf (it
+    stopped a live run before); the turn indexes the newest whole units that do, answers, and
+    the index and the turn record name what was left out."""
+    config = NavigatedConfig(navigator=None, nav_share=0.15, min_nav_tokens=1)
+    session = session_for(ledger(turns=16), scripted([]))
+    policy = NavigatedPolicy(config)
+    report, info = turn_with_info(policy, session, BUDGET)
+    assert report.failure is None and info is not None and info.manifest is not None
+    dropped = info.dropped_ids
+    assert dropped and dropped == info.archived_ids[: len(dropped)]  # the oldest, in order
+    kept = info.archived_ids[len(dropped) :]
+    assert policy._refused  # the whole archive was refused
+    first = session.context.record(kept[0])
+    assert first is not None and first.role is not Role.TOOL  # whole groups
+    assert all(rid in info.manifest.nodes for rid in kept)
+    assert not any(rid in info.manifest.nodes for rid in dropped)
+    plan = policy.plan(session.counter, session.state, BUDGET)
+    assert plan.info.dropped_ids == dropped and plan.info.compiled == "reused"
+    body = index_text(plan)
+    assert f"({len(kept)} archived records;" in body
+    assert f"{len(dropped)} oldest records, #" in body and "cannot be read" in body
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_newest_part_that_compiles_is_found_in_few_compiles(data: st.DataObject) -> None:
+    """Whatever the largest archive suffix that compiles, the search keeps exactly it, in a
+    number of compiles logarithmic in the archive's length; none at all raises the error
+    the whole archive failed with."""
+    size = data.draw(st.integers(min_value=2, max_value=80), label="units")
+    fits = data.draw(st.integers(min_value=0, max_value=size - 1), label="largest suffix")
+    calls: list[int] = []
+    failed = SelfCheckFailed(100, ["oracle: whole archive"])
+    policy = NavigatedPolicy()
+
+    def compile_(scope: str, archive: Sequence[object], *rest: object) -> tuple[str, str, float]:
+        calls.append(len(archive))
+        if len(archive) > fits:
+            raise SelfCheckFailed(100, ["oracle: too big"])
+        return f"suffix-{len(archive)}", "full", 1.0
+
+    policy._compile = compile_  # type: ignore[method-assign,assignment]
+    archive = [(Record(id=f"r{i}", role=Role.USER, body="x"),) for i in range(size)]
+    counter = policy._counter(ByteCounter())
+    if fits == 0:
+        with pytest.raises(SelfCheckFailed) as caught:
+            policy._compile_newest("s", archive, {}, 100, counter, failed, None)
+        assert caught.value is failed
+    else:
+        got = policy._compile_newest("s", archive, {}, 100, counter, failed, None)
+        compiled = float(sum(1 for c in calls if c <= fits))  # 1 s per compile that passed
+        assert list(got) == [f"suffix-{fits}", "full", compiled, fits]
+    assert len(calls) <= 2 * size.bit_length() + 1
 
 
 def test_when_everything_fits_there_is_no_archive_and_no_tools() -> None:
