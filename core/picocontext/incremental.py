@@ -4,8 +4,9 @@ For each new editable unit the runtime asks short trailing questions after the s
 (the model's choice among earlier units, or the question judge's restatement and answer,
 :mod:`picocontext.choices`), remembers the units chosen for deletion, and applies them as one
 atomic :class:`~picocontext.edits.Edit` through the core's validator once the answer prompt
-would fill more than ``apply_at`` of the window. A turn without an edit is a keep, receipted
-like a model's ``keep_context`` call.
+would fill more than ``apply_at`` of the window, receipted like a model's ``edit_context``
+call. A turn without an edit is a keep, reported like a model's ``keep_context`` call; its
+answer prompt carries no receipt, so it is append-only's answer prompt.
 
 The decision runs against a :class:`DecisionRun` (the session's run of one turn: its budget,
 usage, report lists and model calls) and the session's :class:`DecisionMemory` (what it asked
@@ -40,7 +41,7 @@ from picocontext.choices import (
     replacement_edit,
     unit_text,
 )
-from picocontext.edits import EDIT_TOOL, KEEP_TOOL, edit_payload, keep_payload
+from picocontext.edits import EDIT_TOOL, edit_payload, keep_payload
 from picocontext.errors import BudgetExceeded, PicoContextError
 from picocontext.prompts import (
     ANSWER_OUTPUT_TOKENS,
@@ -187,15 +188,11 @@ class IncrementalDecision:
                 return
         self.run.keep_calls += 1
         arguments = keep_payload(current.revision)
-        self.run.final_prompt = self.run.prepare(
-            snapshot, Phase.COMPLETION, self.keep_receipt(current)
-        )
+        # No receipt: the model made no call, and a keep changes nothing it reads. So the
+        # answer after a keep is append-only's answer prompt token for token (same answer,
+        # same cache), where a receipt cost about 108 prompt tokens a step on the main job.
+        self.run.final_prompt = self.run.prepare(snapshot, Phase.COMPLETION)
         self.run.attempt(said, arguments, Outcome.KEPT, kept_detail(current.revision))
-
-    def keep_receipt(self, current: WorkingContext) -> tuple[Record, ...]:
-        """The receipt a keep answers with (the answer prompt of a step that edits nothing)."""
-        call = ModelToolCall(name=KEEP_TOOL, arguments=keep_payload(current.revision))
-        return self.run.receipts(current, ()).decision(0, (call,), kept_detail(current.revision))
 
     def room_needed(self) -> bool:
         """Whether the chosen deletions apply now: always when ``apply_at`` is 0, else when
@@ -212,10 +209,9 @@ class IncrementalDecision:
         """The token count of the unedited answer prompt on ``snapshot`` (kept for the last
         snapshot asked about)."""
         if self._answer_size is None or self._answer_size[0] is not snapshot:
-            # with the keep's receipt, as it is sent: reserving less let the judge's calls
-            # spend what the answer then lacked
-            receipt = self.keep_receipt(self.run.state)
-            tokens = self.run.prepare(snapshot, Phase.COMPLETION, receipt).token_count
+            # as it is sent after a keep: reserving less let the judge's calls spend what the
+            # answer then lacked
+            tokens = self.run.prepare(snapshot, Phase.COMPLETION).token_count
             self._answer_size = (snapshot, tokens)
         return self._answer_size[1]
 

@@ -119,17 +119,15 @@ def test_a_chosen_replacement_becomes_one_atomic_validated_edit_with_a_receipt()
     assert receipt[1].body == "Accepted revision 1. Answer the latest user request now."
 
 
-def test_none_keeps_the_revision_with_a_keep_receipt() -> None:
+def test_none_keeps_the_revision_and_answers_without_a_receipt() -> None:
     session, report = run(kettle_snapshot(), chooser('"none"'))
     assert report.failure is None
     assert session.context == kettle_snapshot()
     assert [a.outcome for a in report.attempts] == [Outcome.KEPT]
+    assert report.attempts[0].detail == "Kept revision 0. Answer the latest user request now."
     final = report.final_prompt
-    assert final is not None
-    assert (
-        final.input.control_records[1].body
-        == "Kept revision 0. Answer the latest user request now."
-    )
+    assert final is not None and final.input.control_records == ()
+    assert final.input.context == kettle_snapshot()
 
 
 def test_choice_prompts_are_short_trailing_questions_over_the_shared_prefix() -> None:
