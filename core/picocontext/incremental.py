@@ -114,7 +114,9 @@ class DecisionRun(Protocol):
         self, candidate: WorkingContext, response: ModelResponse, arguments: str
     ) -> None: ...
 
-    def attribute(self, before: Snapshot, after: PreparedPrompt) -> None: ...
+    def attribute(
+        self, before: Snapshot, after: PreparedPrompt, keep: tuple[Record, ...] | None = None
+    ) -> None: ...
 
     def attempt(
         self, response: ModelResponse, arguments: str, outcome: Outcome, detail: str
@@ -183,7 +185,7 @@ class IncrementalDecision:
                 self.run.final_prompt = self.run.prepare(
                     candidate.snapshot, Phase.COMPLETION, receipt
                 )
-                self.run.attribute(snapshot, self.run.final_prompt)
+                self.run.attribute(snapshot, self.run.final_prompt, keep=())
                 self.run.attempt(said, arguments, Outcome.EDITED, detail)
                 return
         self.run.keep_calls += 1

@@ -533,16 +533,23 @@ class _Run:
             )
         )
 
-    def attribute(self, before: Snapshot, after: PreparedPrompt) -> None:
-        """Charge the accepted edit: the window its answer prompt saves against the unedited
-        one, and the prefill it adds, counted against the last call's tokens (what the cache
-        holds) as the answer prompt's unshared tail minus the unedited prompt's. When the
-        answer call runs and its engine reports what it computed, that count replaces the
-        estimate (:meth:`complete`): an engine that moves its cache (llama.cpp's KV shift)
-        recomputes far less than the unshared tail."""
-        kept = self.prepare(before, Phase.COMPLETION, after.input.control_records)
+    def attribute(
+        self, before: Snapshot, after: PreparedPrompt, keep: tuple[Record, ...] | None = None
+    ) -> None:
+        """Charge the accepted edit: the window it frees (the unedited history against the
+        edited one, under the same receipt: what every later prompt is spared) and the prefill
+        it adds, counted against the last call's tokens (what the cache holds) as the answer
+        prompt's unshared tail minus the tail of the answer a keep would have sent. ``keep``
+        is the control records that keep answers with (``None``: a receipt like the edit's,
+        as after a model's ``keep_context`` call; the incremental decision's keep has none, so
+        there the edit's receipt is part of its prefill cost). When the answer call runs and
+        its engine reports what it computed, that count replaces the estimate
+        (:meth:`complete`): an engine that moves its cache (llama.cpp's KV shift) recomputes
+        far less than the unshared tail."""
+        unedited = self.prepare(before, Phase.COMPLETION, after.input.control_records)
+        self.edit_saved_tokens += unedited.token_count - after.token_count
+        kept = unedited if keep is None else self.prepare(before, Phase.COMPLETION, keep)
         cached = self.calls[-1].token_ids if self.calls else ()
-        self.edit_saved_tokens += kept.token_count - after.token_count
         tail_after = after.token_count - common_prefix(after.token_ids, cached)
         tail_kept = kept.token_count - common_prefix(kept.token_ids, cached)
         estimate = max(tail_after - tail_kept, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -316,25 +316,26 @@ def test_the_editable_policy_takes_the_protocol_as_its_config() -> None:
 
 
 def test_an_accepted_edit_is_charged_its_window_saving_and_its_re_prefill() -> None:
-    """The window saved is the unedited answer prompt minus the edited one; the prefill cost
-    is what the answer call must compute beyond a keep's tail, counted against the tokens of
-    the last call (the cache): everything from the first deleted record on."""
+    """The window saved is the unedited answer prompt minus the edited one, under the same
+    receipt (what later prompts are spared); the prefill cost is what the answer call must
+    compute beyond the tail of a keep's answer (no receipt), counted against the tokens of
+    the last call (the cache): everything from the first deleted record on, the edit's
+    receipt included."""
     backend = chooser('"old-result"')
     session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
     report = session.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL)
     counter = ByteCounter()
     final = report.final_prompt
-    assert final is not None
-    kept = counter.prepare(final.input.model_copy(update={"context": kettle_snapshot()}))
-    assert report.edit_window_saved_tokens == kept.token_count - final.token_count > 0
-    choice_ids = report.calls[0].token_ids
-    common = next(
-        i for i, (a, b) in enumerate(zip(final.token_ids, choice_ids, strict=False)) if a != b
+    assert final is not None and final.input.control_records  # the edit's receipt
+    unedited = counter.prepare(final.input.model_copy(update={"context": kettle_snapshot()}))
+    assert report.edit_window_saved_tokens == unedited.token_count - final.token_count > 0
+    kept = counter.prepare(
+        final.input.model_copy(update={"context": kettle_snapshot(), "control_records": ()})
     )
-    kept_common = next(
-        i for i, (a, b) in enumerate(zip(kept.token_ids, choice_ids, strict=False)) if a != b
+    cached = report.calls[0].token_ids
+    expected = (final.token_count - shared(final.token_ids, cached)) - (
+        kept.token_count - shared(kept.token_ids, cached)
     )
-    expected = (final.token_count - common) - (kept.token_count - kept_common)
     assert report.edit_prefill_cost_tokens == expected > 0
     _, keep = run(kettle_snapshot(), chooser('"none"'))
     assert (keep.edit_window_saved_tokens, keep.edit_prefill_cost_tokens) == (0, 0)
@@ -896,6 +897,13 @@ def test_one_pair_judges_only_the_record_most_alike_the_new_one() -> None:
 def test_fewer_than_one_pair_is_refused() -> None:
     with pytest.raises(ValueError, match="pairs"):
         ChoiceRules(pairs=0)
+
+
+def shared(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the common token prefix of ``a`` and ``b``."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def test_the_question_judges_model_output_names_the_pair_each_answer_was_about() -> None:
