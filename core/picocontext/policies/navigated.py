@@ -261,6 +261,10 @@ class NavigatedTurn(BaseModel):
     indexed (the model cannot read these records this turn; the index says so)."""
 
 
+# How a turn got its archive's manifest: reused from the cache, rebuilt incrementally, compiled.
+CompileMode = Literal["reused", "incremental", "full"]
+
+
 @dataclass
 class _Compiled:
     key: str
@@ -416,7 +420,7 @@ class NavigatedPolicy:
         dropped: tuple[str, ...] = ()
         failure: BudgetExceeded | None = None
         refused: _Refused | None = None  # the rung refused at the largest reading budget
-        built: tuple[_Compiled, Literal["reused", "incremental", "full"], float] | None = None
+        built: tuple[_Compiled, CompileMode, float] | None = None
         for tail_tokens in ladder:
             split = split_history(snapshot, prepare, tail_tokens)
             if split.tail_ids in tried:
@@ -597,7 +601,7 @@ class NavigatedPolicy:
         counter: TextCounter,
         failed: SelfCheckFailed,
         cancel: CancelToken | None,
-    ) -> tuple[_Compiled, Literal["reused", "incremental", "full"], float, int]:
+    ) -> tuple[_Compiled, CompileMode, float, int]:
         """Compile the newest units of ``archive`` that pass the self-check at ``nav_budget``;
         returns the compile and how many units it kept. The cut is searched by doubling how
         many oldest units go, then bisecting back, so a long archive costs a few compiles,
@@ -607,7 +611,7 @@ class NavigatedPolicy:
         1.5B pressure run, step 8: 16 of 55 paged leaves unreachable within 1,152 tokens);
         leaving its oldest records out is what a sliding window does, said in the index."""
         seconds = 0.0
-        done: dict[int, tuple[_Compiled, Literal["reused", "incremental", "full"]]] = {}
+        done: dict[int, tuple[_Compiled, CompileMode]] = {}
 
         def compiles(drop: int) -> bool:
             nonlocal seconds
@@ -648,7 +652,7 @@ class NavigatedPolicy:
         nav_budget: int,
         counter: TextCounter,
         cancel: CancelToken | None,
-    ) -> tuple[_Compiled, Literal["reused", "incremental", "full"], float]:
+    ) -> tuple[_Compiled, CompileMode, float]:
         cfg = self.config
         sessions = session_tree(archive, positions, cfg.passage_records) if cfg.sessions else None
         tree, order = sessions or (
