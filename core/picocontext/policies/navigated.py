@@ -608,7 +608,7 @@ class NavigatedPolicy:
         not one per unit. Raises ``failed`` when not even the newest unit alone compiles.
 
         Before this, such an archive stopped the whole run with the compiler's error (the
-        1.5B pressure run, step 8: 16 of 55 paged leaves unreachable within 1,152 tokens);
+        1.5B pressure run, step 7: 16 of 55 paged leaves unreachable within 1,152 tokens);
         leaving its oldest records out is what a sliding window does, said in the index."""
         seconds = 0.0
         done: dict[int, tuple[_Compiled, CompileMode]] = {}
