@@ -34,7 +34,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -493,12 +493,12 @@ class NavigatedPolicy:
                 refused.nav_budget,
                 refused.per_call,
             )
-            compiled, mode, seconds, kept = self._compile_newest(
-                str(snapshot.scope),
+            scope = str(snapshot.scope)
+            compiled, mode, seconds, kept = newest_that_compiles(
                 split.archive,
-                positions,
-                nav_budget,
-                text_counter,
+                lambda units: self._compile(
+                    scope, units, positions, nav_budget, text_counter, cancel
+                ),
                 refused.error,
                 cancel,
             )
@@ -592,55 +592,6 @@ class NavigatedPolicy:
         )
 
     # -- compiling --------------------------------------------------------------------------
-    def _compile_newest(
-        self,
-        scope: str,
-        archive: Sequence[Unit],
-        positions: dict[str, int],
-        nav_budget: int,
-        counter: TextCounter,
-        failed: SelfCheckFailed,
-        cancel: CancelToken | None,
-    ) -> tuple[_Compiled, CompileMode, float, int]:
-        """Compile the newest units of ``archive`` that pass the self-check at ``nav_budget``;
-        returns the compile and how many units it kept. The cut is searched by doubling how
-        many oldest units go, then bisecting back, so a long archive costs a few compiles,
-        not one per unit. Raises ``failed`` when not even the newest unit alone compiles.
-
-        Before this, such an archive stopped the whole run with the compiler's error (the
-        1.5B pressure run, step 7: 16 of 55 paged leaves unreachable within 1,152 tokens);
-        leaving its oldest records out is what a sliding window does, said in the index."""
-        seconds = 0.0
-        done: dict[int, tuple[_Compiled, CompileMode]] = {}
-
-        def compiles(drop: int) -> bool:
-            nonlocal seconds
-            check(cancel)
-            try:
-                compiled, mode, spent = self._compile(
-                    scope, archive[drop:], positions, nav_budget, counter, cancel
-                )
-            except SelfCheckFailed:
-                return False
-            seconds += spent
-            done[drop] = (compiled, mode)
-            return True
-
-        last = len(archive) - 1  # drop at most this many: one unit stays to index
-        failing, drop = 0, 1  # dropping ``failing`` units is known not to compile
-        while drop <= last and not compiles(drop):
-            failing, drop = drop, (min(2 * drop, last) if drop < last else last + 1)
-        if drop > last:
-            raise failed
-        while drop - failing > 1:
-            middle = (failing + drop) // 2
-            if compiles(middle):
-                drop = middle
-            else:
-                failing = middle
-        compiled, mode = done[drop]
-        return compiled, mode, seconds, len(archive) - drop
-
     def _engine(self) -> DescriptorEngine:
         return LLMEngine(self.describer) if self.describer is not None else OfflineEngine()
 
@@ -725,9 +676,54 @@ class NavigatedPolicy:
 BUDGETS_PER_SCOPE = 4
 
 
+def newest_that_compiles(
+    archive: Sequence[Unit],
+    compile_: Callable[[Sequence[Unit]], tuple[_Compiled, CompileMode, float]],
+    failed: SelfCheckFailed,
+    cancel: CancelToken | None,
+) -> tuple[_Compiled, CompileMode, float, int]:
+    """Compile the newest units of ``archive`` that pass the self-check (``compile_`` raises
+    :class:`SelfCheckFailed` when they do not); returns the compile, its mode, the seconds of
+    the compiles that passed and how many units it kept. The cut is searched by doubling how
+    many oldest units go, then bisecting back, so a long archive costs a few compiles, not
+    one per unit. Raises ``failed`` when not even the newest unit alone compiles.
+
+    Before this, such an archive stopped the whole run with the compiler's error (the 1.5B
+    pressure run, step 7: 16 of 55 paged leaves unreachable within 1,152 tokens); leaving its
+    oldest records out is what a sliding window does, said in the index."""
+    seconds = 0.0
+    done: dict[int, tuple[_Compiled, CompileMode]] = {}
+
+    def compiles(drop: int) -> bool:
+        nonlocal seconds
+        check(cancel)
+        try:
+            compiled, mode, spent = compile_(archive[drop:])
+        except SelfCheckFailed:
+            return False
+        seconds += spent
+        done[drop] = (compiled, mode)
+        return True
+
+    last = len(archive) - 1  # drop at most this many: one unit stays to index
+    failing, drop = 0, 1  # dropping ``failing`` units is known not to compile
+    while drop <= last and not compiles(drop):
+        failing, drop = drop, (min(2 * drop, last) if drop < last else last + 1)
+    if drop > last:
+        raise failed
+    while drop - failing > 1:
+        middle = (failing + drop) // 2
+        if compiles(middle):
+            drop = middle
+        else:
+            failing = middle
+    compiled, mode = done[drop]
+    return compiled, mode, seconds, len(archive) - drop
+
+
 def left_out(dropped: Sequence[str], positions: dict[str, int]) -> str:
-    """The index line naming the oldest records left out of it (:meth:`NavigatedPolicy.
-    _compile_newest`), so the model knows the archive is incomplete rather than empty there."""
+    """The index line naming the oldest records left out of it (:func:`newest_that_compiles`),
+    so the model knows the archive is incomplete rather than empty there."""
     first, last = positions[dropped[0]], positions[dropped[-1]]
     where = f"#{first}" if first == last else f"#{first}-#{last}"
     return (

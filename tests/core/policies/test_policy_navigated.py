@@ -47,6 +47,7 @@ from picocontext.policies.navigated import (
     NavigatedConfig,
     NavigatedTurn,
     NavPlan,
+    newest_that_compiles,
     tail_ladder,
     with_index,
 )
@@ -605,23 +606,20 @@ def test_the_newest_part_that_compiles_is_found_in_few_compiles(data: st.DataObj
     fits = data.draw(st.integers(min_value=0, max_value=size - 1), label="largest suffix")
     calls: list[int] = []
     failed = SelfCheckFailed(100, ["oracle: whole archive"])
-    policy = NavigatedPolicy()
 
-    def compile_(scope: str, archive: Sequence[object], *rest: object) -> tuple[str, str, float]:
-        calls.append(len(archive))
-        if len(archive) > fits:
+    def compile_(units: Sequence[object]) -> tuple[Any, Any, float]:
+        calls.append(len(units))
+        if len(units) > fits:
             raise SelfCheckFailed(100, ["oracle: too big"])
-        return f"suffix-{len(archive)}", "full", 1.0
+        return f"suffix-{len(units)}", "full", 1.0
 
-    policy._compile = compile_  # type: ignore[method-assign,assignment]
     archive = [(Record(id=f"r{i}", role=Role.USER, body="x"),) for i in range(size)]
-    counter = policy._counter(ByteCounter())
     if fits == 0:
         with pytest.raises(SelfCheckFailed) as caught:
-            policy._compile_newest("s", archive, {}, 100, counter, failed, None)
+            newest_that_compiles(archive, compile_, failed, None)
         assert caught.value is failed
     else:
-        got = policy._compile_newest("s", archive, {}, 100, counter, failed, None)
+        got = newest_that_compiles(archive, compile_, failed, None)
         compiled = float(sum(1 for c in calls if c <= fits))  # 1 s per compile that passed
         assert list(got) == [f"suffix-{fits}", "full", compiled, fits]
     assert len(calls) <= 2 * size.bit_length() + 1
