@@ -15,6 +15,7 @@ from picocontext_diagnostics.bench.main_job import (
     ratios,
     readme_command,
     report_costs,
+    step_costs,
 )
 
 SUMMARY = """\
@@ -114,15 +115,15 @@ def test_costs_are_summed_per_policy_and_joined_with_the_checks_by_name() -> Non
 
 
 def test_common_step_ratios_compare_only_the_steps_both_answered() -> None:
-    policies = merge(parse_summary(SUMMARY), report_costs(REPORT))
+    per_step = step_costs(REPORT)
     # append-only's second step made no call, so only the first step is compared
-    assert common_step_ratios(policies) == {
+    assert common_step_ratios(per_step) == {
         "steps": 1,
         "wall_s": 1.25,
         "prefill_tokens": 1.33,
         "input_tokens": 3.0,
     }
-    assert common_step_ratios({"editable": policies["editable"]}) == {}
+    assert common_step_ratios({"editable": per_step["editable"]}) == {}
 
 
 def test_ratios_need_both_columns() -> None:

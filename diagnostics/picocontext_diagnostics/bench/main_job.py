@@ -99,9 +99,16 @@ def report_costs(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         }
         for key, field in _COSTS.items():
             row[key] = sum(int(s.get(field) or 0) for s in steps)
-        row["per_step"] = [_step_costs(s) for s in steps]
         out[str(policy.get("label") or policy.get("name"))] = row
     return out
+
+
+def step_costs(report: dict[str, Any]) -> dict[str, list[dict[str, Any] | None]]:
+    """Per policy name: each step's costs (:func:`_step_costs`), for the common-step ratios."""
+    return {
+        str(policy.get("name") or ""): [_step_costs(s) for s in policy.get("steps") or ()]
+        for policy in report.get("policies") or ()
+    }
 
 
 def _step_costs(step: dict[str, Any]) -> dict[str, Any] | None:
@@ -142,18 +149,15 @@ def ratios(policies: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def common_step_ratios(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """editable / append-only over only the steps where both made model calls: the runs
-    differ in length when append-only runs out of window, and the whole-run ratios then also
-    charge editable for the steps it could still run."""
-    mine, base = policies.get("editable"), policies.get("append-only")
+def common_step_ratios(per_step: dict[str, list[dict[str, Any] | None]]) -> dict[str, Any]:
+    """editable / append-only over only the steps where both made model calls (``per_step``
+    by policy name, :func:`step_costs`): the runs differ in length when append-only runs out
+    of window, and the whole-run ratios then also charge editable for the steps it could
+    still run."""
+    mine, base = per_step.get("editable"), per_step.get("append-only")
     if not mine or not base:
         return {}
-    pairs = [
-        (a, b)
-        for a, b in zip(mine.get("per_step") or (), base.get("per_step") or (), strict=False)
-        if a is not None and b is not None
-    ]
+    pairs = [(a, b) for a, b in zip(mine, base, strict=False) if a is not None and b is not None]
     out: dict[str, Any] = {"steps": len(pairs)}
     for key in ("wall_s", "prefill_tokens", "input_tokens"):
         a, b = sum(p[0][key] for p in pairs), sum(p[1][key] for p in pairs)
@@ -204,15 +208,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_path.unlink(missing_ok=True)
         command = [*command, "--report", str(report_path)]
     code, seconds, output = run(command, args.out.with_suffix(".log"))
-    costs: dict[str, dict[str, Any]] = {}
+    report: dict[str, Any] = {}
     if report_path is not None and report_path.is_file():
         try:
-            costs = report_costs(json.loads(report_path.read_text(encoding="utf-8")))
+            report = json.loads(report_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             print(
                 f"main-job: could not read the run's report {report_path}: {exc}", file=sys.stderr
             )
-    policies = merge(parse_summary(output), costs)
+    policies = merge(parse_summary(output), report_costs(report))
     line = {
         "benchmark": "main-job",
         "command": shlex.join(command),
@@ -222,10 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "within_limit": seconds <= args.limit,
         "policies": policies,
         "ratios": ratios(policies),
-        "ratios_common_steps": common_step_ratios(policies),
+        "ratios_common_steps": common_step_ratios(step_costs(report)),
     }
-    for row in policies.values():
-        row.pop("per_step", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(line, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(line, separators=(",", ":")))
