@@ -57,9 +57,10 @@ from picocontext.backend import (
 )
 from picocontext.cancel import CancelToken
 from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
-from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
+from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
 from picocontext.models.gguf import GGUF_FILE
 from picocontext.models.handle import ModelDescription
+from picocontext.models.local import LocalModel
 from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.toolcalls import parse_text_tool_calls
 
@@ -164,7 +165,7 @@ def engine_lark(lark: str, tags: dict[str, int]) -> str:
     return "%llguidance {}\n" + out
 
 
-class LlamaCppModel(FormatBacked):
+class LlamaCppModel(LocalModel):
     """A GGUF model loaded in llama.cpp. Construct with :meth:`load` (or through
     :func:`picocontext.models.load_model` with ``engine="llamacpp"``).
 
@@ -192,15 +193,9 @@ class LlamaCppModel(FormatBacked):
     ) -> None:
         self._server = server
         self._tokenizer = tokenizer
-        self._path = path
-        self._model_id = model_id
-        self._revision = revision
-        self._prefix_cache = prefix_cache
-        self._constrained = constrained
         self.context_tokens = context_tokens
         self.threads = threads
         self.kv_shift = kv_shift
-        self.load_seconds = load_seconds
         self._vocab_size = vocab_size
         self._stop_ids = tuple(stop_ids)
         self._eos = self._stop_ids[0]
@@ -212,7 +207,14 @@ class LlamaCppModel(FormatBacked):
         self._decision_grammar: Any = None
         self.progress_listener: ProgressListener | None = None
         self.progress_interval = 0.1
-        self.notes: tuple[str, ...] = ()
+        self._init_settings(
+            path,
+            model_id=model_id,
+            revision=revision,
+            prefix_cache=prefix_cache,
+            constrained=constrained,
+            load_seconds=load_seconds,
+        )
         self._update_notes()
 
     # -- construction ---------------------------------------------------------------------
@@ -294,43 +296,11 @@ class LlamaCppModel(FormatBacked):
         self.close()
 
     # -- settings -------------------------------------------------------------------------
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def revision(self) -> str | None:
-        return self._revision
-
-    @property
-    def path(self) -> Path:
-        return self._path
+    engine_notes = ("engine: llama.cpp (GGUF as shipped)",)
 
     @property
     def tokenizer(self) -> HFChatTokenizer:
         return self._tokenizer
-
-    @property
-    def prefix_cache(self) -> bool:
-        return self._prefix_cache
-
-    @prefix_cache.setter
-    def prefix_cache(self, on: bool) -> None:
-        self._prefix_cache = on
-        self._update_notes()
-
-    @property
-    def constrained(self) -> bool:
-        return self._constrained
-
-    @constrained.setter
-    def constrained(self, on: bool) -> None:
-        self._constrained = on
-        self._update_notes()
-
-    @property
-    def decoding(self) -> str:
-        return "constrained" if self._constrained else "free"
 
     def reset_cache(self) -> None:
         """The next call starts cold (its prompt is computed whole), as the MLX model's does:
@@ -338,35 +308,18 @@ class LlamaCppModel(FormatBacked):
         with self._busy:
             self._cold_next = True
 
-    def settings_notes(self) -> tuple[str, ...]:
-        return (
-            f"model: {self._model_id}" + (f"@{self._revision}" if self._revision else ""),
-            "engine: llama.cpp (GGUF as shipped)",
-            f"prefix cache: {'on' if self._prefix_cache else 'off'}",
-            f"decoding: {self.decoding}",
-        ) + (("KV shift: on (moved cache after edits, approximate)",) if self.kv_shift else ())
-
-    def _update_notes(self) -> None:
-        self._format.set_settings_notes(self.settings_notes())
+    def extra_notes(self) -> tuple[str, ...]:
+        return ("KV shift: on (moved cache after edits, approximate)",) if self.kv_shift else ()
 
     def describe(self) -> ModelDescription:
         """Provenance for reports."""
-        return {
-            "backend": "llamacpp",
-            "model": self._model_id,
-            "modelRevision": self._revision,
-            "path": str(self._path),
-            "sampling": "greedy",
-            "prefixCache": self._prefix_cache,
-            "decoding": self.decoding,
-            "constrainedDecisions": self._constrained,
+        engine: ModelDescription = {
             "engine": engine_version(),
             "threads": self.threads,
             "contextTokens": self.context_tokens,
             "kvShift": self.kv_shift,
-            "loadSeconds": round(self.load_seconds, 3),
-            "notes": list(self.notes),
         }
+        return self._description("llamacpp", engine)
 
     def decision_grammar(self) -> Any:
         """The local llguidance state every grammar is compiled and checked with."""

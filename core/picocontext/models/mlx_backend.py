@@ -34,9 +34,10 @@ from picocontext.backend import (
 from picocontext.cancel import CancelToken
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL
 from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
-from picocontext.models.chatformat import ChatFormat, FormatBacked, HFChatTokenizer
+from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
 from picocontext.models.constrained import LogitsProcessor as LogitsProcessor
 from picocontext.models.handle import ModelDescription
+from picocontext.models.local import LocalModel
 from picocontext.models.mlx_worker import MLXWorker as MLXWorker
 from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
@@ -94,7 +95,7 @@ class Generation:
     seconds: float
 
 
-class MLXModel(FormatBacked):
+class MLXModel(LocalModel):
     """A loaded MLX model. Construct with :meth:`load` (or via :mod:`picocontext.models.registry`).
 
     ``prefix_cache`` keeps and trims the KV cache across calls; ``constrained`` (decoding
@@ -122,12 +123,6 @@ class MLXModel(FormatBacked):
         self._worker = worker
         self._model = model
         self._tokenizer = tokenizer
-        self._path = path
-        self._model_id = model_id
-        self._revision = revision
-        self._prefix_cache = prefix_cache
-        self._constrained = constrained
-        self.load_seconds = load_seconds
         self.prefill_step_size = prefill_step_size
         self._format = ChatFormat(HFChatTokenizer(tokenizer))
         _add_chatml_stops(tokenizer, self._format.tokenizer)
@@ -140,8 +135,14 @@ class MLXModel(FormatBacked):
         # ``progress_interval`` seconds, and at the start and end of each phase).
         self.progress_listener: ProgressListener | None = None
         self.progress_interval = 0.1
-        # Messages from model resolution (for example a fallback to the embedded model).
-        self.notes: tuple[str, ...] = ()
+        self._init_settings(
+            path,
+            model_id=model_id,
+            revision=revision,
+            prefix_cache=prefix_cache,
+            constrained=constrained,
+            load_seconds=load_seconds,
+        )
         self._update_notes()
 
     # -- construction ---------------------------------------------------------------------
@@ -210,18 +211,6 @@ class MLXModel(FormatBacked):
 
     # -- settings -------------------------------------------------------------------------
     @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def revision(self) -> str | None:
-        return self._revision
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
     def tokenizer(self) -> Any:
         """mlx-lm's TokenizerWrapper (the transformers tokenizer plus stop and tool info)."""
         return self._tokenizer
@@ -235,16 +224,9 @@ class MLXModel(FormatBacked):
     def worker(self) -> MLXWorker:
         return self._worker
 
-    @property
-    def prefix_cache(self) -> bool:
-        return self._prefix_cache
-
-    @prefix_cache.setter
-    def prefix_cache(self, on: bool) -> None:
-        self._prefix_cache = on
+    def _prefix_cache_changed(self, on: bool) -> None:
         if not on:
             self._worker.call(self._drop_cache)
-        self._update_notes()
 
     def reset_cache(self) -> None:
         """Forget every kept KV cache (on the worker thread, between calls), so the next call
@@ -252,47 +234,11 @@ class MLXModel(FormatBacked):
         with self._busy:
             self._worker.call(self._drop_cache)
 
-    @property
-    def constrained(self) -> bool:
-        return self._constrained
-
-    @constrained.setter
-    def constrained(self, on: bool) -> None:
-        self._constrained = on
-        self._update_notes()
-
-    @property
-    def decoding(self) -> str:
-        """``constrained`` or ``free``: how protocol actions are decoded."""
-        return "constrained" if self._constrained else "free"
-
-    def settings_notes(self) -> tuple[str, ...]:
-        return (
-            f"model: {self._model_id}" + (f"@{self._revision}" if self._revision else ""),
-            f"prefix cache: {'on' if self._prefix_cache else 'off'}",
-            f"decoding: {self.decoding}",
-        )
-
-    def _update_notes(self) -> None:
-        self._format.set_settings_notes(self.settings_notes())
-
     def describe(self) -> ModelDescription:
         """Provenance for reports."""
         from picocontext.models.blas import blas_status
 
-        return {
-            "backend": "mlx",
-            "model": self._model_id,
-            "modelRevision": self._revision,
-            "path": str(self._path),
-            "sampling": "greedy",
-            "prefixCache": self._prefix_cache,
-            "decoding": self.decoding,
-            "constrainedDecisions": self._constrained,
-            "blas": blas_status(),
-            "loadSeconds": round(self.load_seconds, 3),
-            "notes": list(self.notes),
-        }
+        return self._description("mlx", {"blas": blas_status()})
 
     def decision_grammar(self) -> Any:
         """The llguidance grammar state for constrained decoding (built once, lazily)."""
