@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from picocontext.errors import InvalidContext, StaleRevision
 from picocontext.records import Record, Scope
+from picocontext.strictjson import strict_loads
 from picocontext.textrules import utf8_len
 
 EDIT_TOOL = "edit_context"
@@ -64,33 +65,12 @@ class AppendTransaction(BaseModel):
     records: tuple[Record, ...]
 
 
-class _DuplicateKey(Exception):
-    pass
-
-
-def _pairs_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(name)
-
-
 def _load_object(arguments: str, limit: int, reason: str) -> dict[str, Any]:
     if utf8_len(arguments) > limit:
         raise InvalidContext(reason)
     try:
-        value = json.loads(
-            arguments,
-            object_pairs_hook=_pairs_no_duplicates,
-            parse_constant=_reject_constant,
-        )
-    except (ValueError, _DuplicateKey, RecursionError):
+        value = strict_loads(arguments)
+    except (ValueError, RecursionError):
         raise InvalidContext(reason) from None
     if not isinstance(value, dict):
         raise InvalidContext(reason)

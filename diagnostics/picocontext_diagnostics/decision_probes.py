@@ -52,6 +52,7 @@ from picocontext import (
     validate_snapshot,
 )
 from picocontext.policies import PolicyError, policy_registry
+from picocontext.strictjson import strict_loads
 from picocontext_diagnostics.errors import DiagnosticsError
 
 SCHEMA_FILENAME = "decision-probes-1.schema.json"
@@ -147,19 +148,6 @@ def generate_schema() -> dict[str, Any]:
 
 
 # -- reading -------------------------------------------------------------------------------
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -172,7 +160,7 @@ def parse_probes(text: str, source: str = "probes") -> tuple[DecisionProbe, ...]
     """Validate JSON text as a probe file; any problem is one :class:`ProbeFileError` line
     that names ``source`` and, past the top level, the probe (by id, else by position)."""
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = strict_loads(text)
     except json.JSONDecodeError as exc:
         raise ProbeFileError(
             f"{source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"

@@ -40,7 +40,8 @@ from picocontext.manifest.navigator import NavAction, Navigator
 from picocontext.manifest.runtime import FrontierEntry, LeafResolver, ViewLevel, render_line
 from picocontext.manifest.session import DEFAULT_PROTOCOL, ModeConfig, NavSession
 from picocontext.manifest.tokens import HeuristicCounter, TextCounter
-from picocontext.manifest.validate import reserved_tokens, unique_keys
+from picocontext.manifest.validate import reserved_tokens
+from picocontext.strictjson import unique_keys
 
 
 class NavCase(BaseModel):

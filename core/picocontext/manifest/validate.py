@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from picocontext.manifest.errors import ManifestInvalid
 from picocontext.manifest.model import Manifest, Node
+from picocontext.strictjson import DuplicateKey, unique_keys
 
 
 class Limits(BaseModel):
@@ -421,35 +422,6 @@ def chat_token_errors(manifest: Manifest, limits: Limits = DEFAULT_LIMITS) -> tu
                 f"{token}, which a model's chat template refuses to render; remove or reword it"
             )
     return errs.final()
-
-
-def _first_repeat(keys: Iterator[str]) -> str:
-    seen: set[str] = set()
-    for key in keys:
-        if key in seen:
-            return key
-        seen.add(key)
-    return ""
-
-
-class DuplicateKey(ValueError):
-    """A JSON object with a repeated key (raised by :func:`unique_keys`)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(
-            f"duplicate key {key[:80]!r} in one JSON object (a parser would silently keep "
-            "only the last value); remove or rename one"
-        )
-        self.key = key
-
-
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: an object with a repeated key is refused
-    with :class:`DuplicateKey`, naming the key."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise DuplicateKey(_first_repeat(k for k, _ in pairs))
-    return obj
 
 
 def _parse(data: bytes | str | Mapping[str, Any], limits: Limits) -> Manifest:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from picocontext import InputFileError, Record, Role, Snapshot, read_text_bounded
+from picocontext.strictjson import strict_loads
 from picocontext_diagnostics.errors import DiagnosticsError
 
 FORMAT: Literal["picocontext.conversation/1"] = "picocontext.conversation/1"
@@ -205,23 +206,10 @@ def _read_hint(message: str, max_bytes: int) -> str:
     return ""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_json(text: str, source: str) -> Any:
     """Strict JSON: no duplicate keys, no NaN/Infinity; errors give line and column."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        return strict_loads(text)
     except json.JSONDecodeError as exc:
         raise ConversationError(
             f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
