@@ -29,11 +29,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from picocontext.edits import Delete, Edit
+from picocontext.edits import Delete, Edit, Operation, Replace
 from picocontext.headers import header_field
 from picocontext.manifest.text import STOPWORDS, stem, terms
 from picocontext.prompts import CHOICE_NONE, NOT_SAID, choice_question
-from picocontext.records import Role, Snapshot
+from picocontext.records import Record, Role, Snapshot
 
 # Questions asked per step at most (about the newest new records); older new records are
 # reported as not asked. Bounds the cost of a first step over a long preloaded history.
@@ -95,10 +95,16 @@ class ChoiceRules:
     # against; each pair costs an answer call, and a restatement for an earlier unit not yet
     # restated.
     pairs: int = MAX_JUDGED_PAIRS
+    # Shortening: a record longer than this many characters (a tool result or an earlier
+    # user message, never the request being answered) is asked once which of its lines to
+    # keep, and replaced by them (``None``: never asked; :func:`shorten_candidates`).
+    shorten_over: int | None = None
 
     def __post_init__(self) -> None:
         if self.pairs < 1:
             raise ValueError("pairs must be at least 1")
+        if self.shorten_over is not None and self.shorten_over < 1:
+            raise ValueError("shorten_over must be at least 1")
 
     @property
     def lexical(self) -> bool:
@@ -487,11 +493,134 @@ def asks_about(text: str, question: str) -> bool:
     return any(not _is_value(w) for w in value_words(text) & value_words(question))
 
 
-def replacement_edit(snapshot: Snapshot, chosen: Sequence[Unit]) -> Edit | None:
-    """One atomic edit deleting every chosen unit whole, or ``None`` when nothing was
-    chosen. Ordered as the records are, so the receipt reads like the history."""
+def replacement_edit(
+    snapshot: Snapshot, chosen: Sequence[Unit], bodies: Mapping[str, str] | None = None
+) -> Edit | None:
+    """One atomic edit deleting every chosen unit whole and giving the records in ``bodies``
+    their new body (a record also deleted is only deleted), or ``None`` when there is
+    nothing to do. Ordered as the records are, so the receipt reads like the history."""
     doomed = {i for unit in chosen for i in unit.ids}
-    if not doomed:
+    shortened = dict(bodies or {})
+    operations: list[Operation] = []
+    for record in snapshot.records:
+        if record.id in doomed:
+            operations.append(Delete(record_id=record.id))
+        elif record.id in shortened:
+            operations.append(Replace(record_id=record.id, body=shortened[record.id]))
+    if not operations:
         return None
-    operations = tuple(Delete(record_id=r.id) for r in snapshot.records if r.id in doomed)
-    return Edit(scope=snapshot.scope, base_revision=snapshot.revision, operations=operations)
+    return Edit(scope=snapshot.scope, base_revision=snapshot.revision, operations=tuple(operations))
+
+
+# -- shortening ----------------------------------------------------------------------------
+# The reply that keeps a record whole.
+SHORTEN_ALL = "all"
+# A record is offered for shortening only with this many distinct lines at least (fewer
+# leave nothing worth choosing among) and at most (each line is a grammar alternative and
+# prompt-free, but a reply listing hundreds would not fit its output allowance).
+MIN_SHORTEN_LINES = 3
+MAX_SHORTEN_LINES = 200
+# Records asked about per step at most (the newest first).
+MAX_SHORTEN_PER_STEP = 4
+# A reply is applied only when the kept lines are at most this share of the body.
+SHORTEN_KEEPS_AT_MOST = 0.8
+# The answer-schema key that asks the grammar source for lines (an array of string enums
+# whose reply is the chosen lines as plain text, one per line, or ``all``); engines without
+# a local grammar drop ``x-`` keys and get the JSON form, which :func:`read_lines` reads too.
+BARE_LINES_KEY = "x-bare-lines"
+
+
+def record_lines(body: str) -> list[str]:
+    """The distinct non-blank lines of ``body``, in order, without their line ends: what a
+    shortening reply chooses among."""
+    seen: set[str] = set()
+    lines: list[str] = []
+    for raw in body.splitlines():
+        line = raw.rstrip()
+        if line.strip() and line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return lines
+
+
+def shorten_candidates(snapshot: Snapshot, asked: Iterable[str], over: int) -> list[Record]:
+    """The records a step asks to shorten, newest first, at most
+    :data:`MAX_SHORTEN_PER_STEP`: unprotected tool results and user messages not asked
+    before, longer than ``over`` characters, with enough distinct lines to choose among. The
+    request being answered (the last user record) is never offered: the answer needs it
+    whole."""
+    done = set(asked)
+    records = snapshot.records
+    last_user = max((i for i, r in enumerate(records) if r.role is Role.USER), default=-1)
+    found: list[Record] = []
+    for position in range(len(records) - 1, -1, -1):
+        record = records[position]
+        if position == last_user or record.protected or record.id in done:
+            continue
+        if record.role not in (Role.TOOL, Role.USER):
+            continue
+        lines = len(record_lines(record.body))
+        if len(record.body) > over and MIN_SHORTEN_LINES <= lines <= MAX_SHORTEN_LINES:
+            found.append(record)
+            if len(found) == MAX_SHORTEN_PER_STEP:
+                break
+    return found
+
+
+def lines_schema(lines: Sequence[str]) -> str:
+    """The shortening reply's schema: ``all``, or one or more of ``lines``; canonical JSON
+    for ``ModelInput``, marked for the bare form (:data:`BARE_LINES_KEY`)."""
+    schema: dict[str, object] = {
+        "anyOf": [
+            {"type": "string", "enum": [SHORTEN_ALL]},
+            {"type": "array", "items": {"type": "string", "enum": list(lines)}, "minItems": 1},
+        ],
+        BARE_LINES_KEY: True,
+    }
+    return json.dumps(schema, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class LinesReading:
+    """A shortening reply read against the record's lines: ``valid``; ``kept`` the indices
+    of the lines kept, in record order (``None``: keep the record whole); ``detail`` why."""
+
+    valid: bool
+    kept: tuple[int, ...] | None
+    detail: str
+
+
+def read_lines(text: str, lines: Sequence[str]) -> LinesReading:
+    """Read a shortening reply: ``all``, a JSON array of lines, or lines one per line (the
+    bare form, or free decoding). Every line must be one of the record's, compared without
+    surrounding spaces; one that is not makes the reply invalid (never applied), since a
+    line the record does not hold would put words in it. Kept lines return in record order,
+    whatever order the reply gave them, so an update that follows another stays after it."""
+    stripped = text.strip()
+    if stripped.strip(_EDGE).casefold() == SHORTEN_ALL:
+        return LinesReading(True, None, "keeps every line")
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        value = None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        written = [str(v) for v in value]
+    else:
+        written = [w for w in stripped.splitlines() if w.strip()]
+    index = {line.strip(): i for i, line in reversed(list(enumerate(lines)))}
+    kept: set[int] = set()
+    for line in written:
+        position = index.get(line.strip())
+        if position is None:
+            return LinesReading(
+                False, None, "a reply line is not a line of the record; nothing applied"
+            )
+        kept.add(position)
+    if not kept:
+        return LinesReading(False, None, "the reply names no line; nothing applied")
+    return LinesReading(True, tuple(sorted(kept)), f"keeps {len(kept)} of {len(lines)} lines")
+
+
+def shortened_body(lines: Sequence[str], kept: Sequence[int]) -> str:
+    """The record's new body: the kept lines, in record order."""
+    return "\n".join(lines[i] for i in kept)

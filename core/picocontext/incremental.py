@@ -25,6 +25,7 @@ from picocontext.cancel import CancelToken, check
 from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
+    SHORTEN_KEEPS_AT_MOST,
     AnswerVerdict,
     ChoiceRules,
     Option,
@@ -34,11 +35,16 @@ from picocontext.choices import (
     asks_about,
     judge_answer,
     judge_recheck,
+    lines_schema,
     none_schema,
     plan,
+    read_lines,
     read_question,
+    record_lines,
     relevant_lines,
     replacement_edit,
+    shorten_candidates,
+    shortened_body,
     unit_text,
 )
 from picocontext.edits import EDIT_TOOL, edit_payload, keep_payload
@@ -46,11 +52,13 @@ from picocontext.errors import BudgetExceeded, PicoContextError
 from picocontext.prompts import (
     ANSWER_OUTPUT_TOKENS,
     QUESTION_OUTPUT_TOKENS,
+    SHORTEN_OUTPUT_TOKENS,
     accepted_detail,
     answer_question,
     kept_detail,
     recheck_question,
     restate_question,
+    shorten_question,
 )
 from picocontext.receipts import Receipts
 from picocontext.records import Record, Snapshot
@@ -69,6 +77,8 @@ class DecisionMemory:
     pending: dict[str, Unit] = field(default_factory=dict)
     # The question each earlier unit answers (question judge), by (unit key, unit text).
     questions: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # Record ids already asked which of their lines to keep (``shorten_over``).
+    shorten_asked: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -162,11 +172,16 @@ class IncrementalDecision:
         pending = self.memory.pending
         for key in [k for k, u in pending.items() if not all(i in live for i in u.ids)]:
             del pending[key]
+        bodies = self.shorten(snapshot)
         chosen = self.ask_choices(snapshot, steps, list(pending.values()))
         pending.update((u.key, u) for u in chosen)
         replies = "; ".join(reply_line(c, self.rules.judge == "question") for c in self.run.choices)
         said = ModelResponse(text=replies)
-        edit = replacement_edit(snapshot, list(pending.values())) if self.room_needed() else None
+        # Shortened records are replaced at once (each is among the newest, so the re-prefill
+        # is short, and a long record left whole could fill the window before the next step
+        # can ask anything); deletions still wait until the room is needed.
+        deleting = self.room_needed()
+        edit = replacement_edit(snapshot, list(pending.values()) if deleting else [], bodies)
         if edit is not None:
             self.run.edit_calls += 1
             arguments = edit_payload(edit.base_revision, edit.operations)
@@ -181,7 +196,8 @@ class IncrementalDecision:
                 detail = accepted_detail(candidate.revision)
                 receipt = self.run.receipts(current, ()).decision(0, (call,), detail)
                 self.run.commit(candidate, said, arguments)
-                pending.clear()
+                if deleting:
+                    pending.clear()
                 self.run.final_prompt = self.run.prepare(
                     candidate.snapshot, Phase.COMPLETION, receipt
                 )
@@ -300,7 +316,19 @@ class IncrementalDecision:
         """One free-text trailing question after the shared prefix; returns the reply, its
         prompt, prefill and generated tokens. Raises BudgetExceeded when it cannot be
         afforded (keeping the answer's allowance)."""
-        prompt = self.run.prepare(snapshot, Phase.CHOICE, guidance=guidance)
+        response, prompt_tokens, prefill = self.ask(snapshot, guidance, cap)
+        return response.text, prompt_tokens, prefill, response.generated_tokens
+
+    def ask(
+        self, snapshot: Snapshot, guidance: str, cap: int, answer_schema_json: str | None = None
+    ) -> tuple[ModelResponse, int, int]:
+        """One trailing question after the shared prefix, its reply shaped by
+        ``answer_schema_json`` when given; returns the response, its prompt and prefill
+        tokens. Raises BudgetExceeded when it cannot be afforded (keeping the answer's
+        allowance)."""
+        prompt = self.run.prepare(
+            snapshot, Phase.CHOICE, guidance=guidance, answer_schema_json=answer_schema_json
+        )
         cap = min(cap, self.run.budget.edit_output_tokens)
         # Keep room for the answer itself, its prompt as well as its allowance: several
         # questions a step could otherwise spend what the answer needs.
@@ -314,7 +342,57 @@ class IncrementalDecision:
         )
         response = self.run.dispatch(prompt, cap)
         prefill = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
-        return response.text, prompt.token_count, prefill, response.generated_tokens
+        return response, prompt.token_count, prefill
+
+    def shorten(self, snapshot: Snapshot) -> dict[str, str]:
+        """``rules.shorten_over``: ask, for each long record not asked before (newest
+        first), which of its lines to keep; returns the new bodies to give them. A reply
+        that is not the record's own lines, hit its output limit or leaves out too little
+        changes nothing. A question the budget cannot afford ends the asking; its record
+        and the rest are asked at the next step."""
+        over = self.rules.shorten_over
+        if over is None:
+            return {}
+        bodies: dict[str, str] = {}
+        for record in shorten_candidates(snapshot, self.memory.shorten_asked, over):
+            check(self.run.cancel)
+            lines = record_lines(record.body)
+            guidance = shorten_question(record.id, len(lines))
+            try:
+                response, prompt_tokens, prefill = self.ask(
+                    snapshot, guidance, SHORTEN_OUTPUT_TOKENS, lines_schema(lines)
+                )
+            except BudgetExceeded:
+                break
+            self.memory.shorten_asked.add(record.id)
+            reading = read_lines(response.text, lines)
+            valid, detail = reading.valid, reading.detail
+            if response.tool_calls:
+                valid, detail = False, "a shortening is a reply, not a tool call; nothing applied"
+            elif response.reached_token_limit:
+                valid, detail = False, "the reply hit its output limit; nothing applied"
+            elif valid and reading.kept is not None:
+                body = shortened_body(lines, reading.kept)
+                if len(body) <= SHORTEN_KEEPS_AT_MOST * len(record.body):
+                    bodies[record.id] = body
+                    detail += f": shortened from {len(record.body):,} to {len(body):,} characters"
+                else:
+                    detail += "; too little left out to replace the record"
+            self.run.choices.append(
+                Choice(
+                    records=(record.id,),
+                    options=(),
+                    handles=(),
+                    reply=response.text,
+                    valid=valid,
+                    shorten=True,
+                    detail=detail,
+                    prompt_tokens=prompt_tokens,
+                    prefill_tokens=prefill,
+                    generated_tokens=response.generated_tokens,
+                )
+            )
+        return bodies
 
     def judge_by_answers(
         self, snapshot: Snapshot, question: Question, pairs: Sequence[Option], chosen: list[Unit]

@@ -300,3 +300,19 @@ def recheck_question(question: str, later: tuple[str, str]) -> str:
             "not answer the question.",
         ]
     )
+
+
+# Shortening (``shorten_over``): one trailing question per long record, answered by the lines
+# to keep, copied whole (the grammar offers only the record's own lines), or "all".
+SHORTEN_OUTPUT_TOKENS = 96
+
+
+def shorten_question(record_id: str, line_count: int) -> str:
+    """The trailing message that asks which lines of record ``record_id`` to keep."""
+    return "\n".join(
+        [
+            f"Record {header_field(record_id)} has {line_count} lines.",
+            "Copy the lines of it that a later request could need, exactly as written, one "
+            "per line, and leave out the rest. Reply all to keep every line.",
+        ]
+    )

@@ -86,6 +86,9 @@ class Choice(BaseModel):
     the same cached prompt); ``None`` when not measured."""
     overruled: bool = False
     """The margin rule turned the model's pick into none."""
+    shorten: bool = False
+    """The question asked which lines of ``records`` to keep (shortening), not what it
+    replaces; ``detail`` says what was kept."""
 
 
 class ToolStep(BaseModel):

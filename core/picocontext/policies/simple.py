@@ -107,6 +107,10 @@ class EditableConfig(BaseModel):
     # against (one answer call each). 1 asks about a quarter fewer calls on the decision
     # probes for about the same exact rate (docs/policies.md, "Fifth round").
     pairs: int = Field(default=MAX_JUDGED_PAIRS, ge=1, le=8)
+    # Incremental decisions: a tool result or earlier user message longer than this many
+    # characters is asked once which of its lines to keep (a reply can only be the record's
+    # own lines, or "all"), and replaced by them at once; None: never (docs/policies.md).
+    shorten_over: int | None = Field(default=None, ge=1)
 
     def choice_rules(self) -> ChoiceRules:
         """The incremental decision's rules for asking."""
@@ -120,6 +124,7 @@ class EditableConfig(BaseModel):
             newer_first=self.newer_first,
             recheck=self.recheck,
             pairs=self.pairs,
+            shorten_over=self.shorten_over,
         )
 
     def style(self, backend: object = None) -> EditStyle:

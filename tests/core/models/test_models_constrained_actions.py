@@ -285,6 +285,27 @@ def test_bare_words_need_a_string_enum_of_words() -> None:
         answer_lark({"type": "string", "enum": ["ok", ""], BARE_WORDS_KEY: True})
 
 
+def test_a_shortening_reply_is_all_or_record_lines_one_per_line(
+    grammar: DecisionGrammar, hf_tokenizer: Any
+) -> None:
+    from picocontext.choices import lines_schema
+
+    lines = ["FACT cell2=q-540d6c37", "Sweep 3, frame 0: relay idle", 'say "hi" \\ there']
+    lark = answer_lark(json.loads(lines_schema(lines)))
+    for text in ("all", lines[0], f"{lines[2]}\n{lines[0]}", "\n".join(lines)):
+        assert accepts(grammar, hf_tokenizer, lark, text)
+    for text in ("FACT cell2=q-540d6c3", "FACT cell2=q-999", f"{lines[0]}\n", "", "all\nall"):
+        assert not accepts(grammar, hf_tokenizer, lark, text)
+
+
+def test_bare_lines_need_a_list_of_lines() -> None:
+    from picocontext.choices import BARE_LINES_KEY
+    from picocontext.errors import ModelError
+
+    with pytest.raises(ModelError, match=BARE_LINES_KEY):
+        answer_lark({"anyOf": [{"type": "array", "items": {"enum": []}}], BARE_LINES_KEY: True})
+
+
 # -- the real model: constrained steps stop at the end of the structure ------------------------
 
 pytest.importorskip("mlx_lm")
