@@ -515,40 +515,64 @@ def replacement_edit(
 # -- shortening ----------------------------------------------------------------------------
 # The reply that keeps a record whole.
 SHORTEN_ALL = "all"
-# A record is offered for shortening only with this many distinct lines at least (fewer
-# leave nothing worth choosing among) and at most (each line is a grammar alternative and
-# prompt-free, but a reply listing hundreds would not fit its output allowance).
-MIN_SHORTEN_LINES = 3
-MAX_SHORTEN_LINES = 200
+# A record is offered for shortening only when its lines fall into this many kinds at least
+# (one kind leaves nothing to choose among) and at most (each kind is a lettered line of the
+# question, and a record of many kinds is not repetitive enough to gain).
+MIN_SHORTEN_KINDS = 2
+MAX_SHORTEN_KINDS = 12
 # Records asked about per step at most (the newest first).
 MAX_SHORTEN_PER_STEP = 4
 # A reply is applied only when the kept lines are at most this share of the body.
 SHORTEN_KEEPS_AT_MOST = 0.8
-# The answer-schema key that asks the grammar source for lines (an array of string enums
-# whose reply is the chosen lines as plain text, one per line, or ``all``); engines without
-# a local grammar drop ``x-`` keys and get the JSON form, which :func:`read_lines` reads too.
-BARE_LINES_KEY = "x-bare-lines"
+# The answer-schema key that asks the grammar source for a bare list (an array of a string
+# enum whose reply is its items as plain text, joined by the key's value, or ``all``);
+# engines without a local grammar drop ``x-`` keys and get the JSON form, which
+# :func:`read_kinds` reads too.
+BARE_LIST_KEY = "x-bare-list"
+_KIND_LETTERS = "ABCDEFGHIJKL"
+# A word holding a digit is a value (a counter, an id, a reading): lines that differ only in
+# such words are one kind.
+_VALUE_WORD = re.compile(r"\S*\d\S*")
 
 
-def record_lines(body: str) -> list[str]:
-    """The distinct non-blank lines of ``body``, in order, without their line ends: what a
-    shortening reply chooses among."""
-    seen: set[str] = set()
-    lines: list[str] = []
-    for raw in body.splitlines():
-        line = raw.rstrip()
-        if line.strip() and line not in seen:
-            seen.add(line)
-            lines.append(line)
-    return lines
+def line_shape(line: str) -> str:
+    """What a line says with its values blanked: ``Sweep 3, frame 7: idle`` and ``Sweep 4,
+    frame 0: idle`` are one kind."""
+    return _VALUE_WORD.sub("#", " ".join(line.split()))
+
+
+@dataclass(frozen=True, slots=True)
+class LineKind:
+    """Lines of one shape: their positions in the body's non-blank lines, in order."""
+
+    letter: str
+    shape: str
+    lines: tuple[int, ...]
+
+
+def body_lines(body: str) -> list[str]:
+    """The body's non-blank lines, in order, without their line ends."""
+    return [line.rstrip() for line in body.splitlines() if line.strip()]
+
+
+def line_kinds(lines: Sequence[str]) -> list[LineKind]:
+    """The kinds of ``lines`` (by :func:`line_shape`), in order of first appearance, lettered
+    A, B, …; more kinds than :data:`MAX_SHORTEN_KINDS` get no letters past the last (the
+    caller does not ask about such a record)."""
+    positions: dict[str, list[int]] = {}
+    for index, line in enumerate(lines):
+        positions.setdefault(line_shape(line), []).append(index)
+    return [
+        LineKind(letter, shape, tuple(where))
+        for letter, (shape, where) in zip(_KIND_LETTERS, positions.items(), strict=False)
+    ]
 
 
 def shorten_candidates(snapshot: Snapshot, asked: Iterable[str], over: int) -> list[Record]:
     """The records a step asks to shorten, newest first, at most
     :data:`MAX_SHORTEN_PER_STEP`: unprotected tool results and user messages not asked
-    before, longer than ``over`` characters, with enough distinct lines to choose among. The
-    request being answered (the last user record) is never offered: the answer needs it
-    whole."""
+    before, longer than ``over`` characters, whose lines fall into a few kinds. The request
+    being answered (the last user record) is never offered: the answer needs it whole."""
     done = set(asked)
     records = snapshot.records
     last_user = max((i for i, r in enumerate(records) if r.role is Role.USER), default=-1)
@@ -557,48 +581,47 @@ def shorten_candidates(snapshot: Snapshot, asked: Iterable[str], over: int) -> l
         record = records[position]
         if position == last_user or record.protected or record.id in done:
             continue
-        if record.role not in (Role.TOOL, Role.USER):
+        if record.role not in (Role.TOOL, Role.USER) or len(record.body) <= over:
             continue
-        lines = len(record_lines(record.body))
-        if len(record.body) > over and MIN_SHORTEN_LINES <= lines <= MAX_SHORTEN_LINES:
+        shapes = {line_shape(line) for line in body_lines(record.body)}
+        if MIN_SHORTEN_KINDS <= len(shapes) <= MAX_SHORTEN_KINDS:
             found.append(record)
             if len(found) == MAX_SHORTEN_PER_STEP:
                 break
     return found
 
 
-def lines_schema(lines: Sequence[str]) -> str:
-    """The shortening reply's schema: ``all``, or one or more of ``lines``; canonical JSON
-    for ``ModelInput``, marked for the bare form (:data:`BARE_LINES_KEY`)."""
+def kinds_schema(kinds: Sequence[LineKind]) -> str:
+    """The shortening reply's schema: ``all``, or one or more kinds' letters; canonical JSON
+    for ``ModelInput``, marked for the bare form (:data:`BARE_LIST_KEY`, comma-joined)."""
+    letters = [k.letter for k in kinds]
     schema: dict[str, object] = {
         "anyOf": [
             {"type": "string", "enum": [SHORTEN_ALL]},
-            {"type": "array", "items": {"type": "string", "enum": list(lines)}, "minItems": 1},
+            {"type": "array", "items": {"type": "string", "enum": letters}, "minItems": 1},
         ],
-        BARE_LINES_KEY: True,
+        BARE_LIST_KEY: ", ",
     }
     return json.dumps(schema, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
-class LinesReading:
-    """A shortening reply read against the record's lines: ``valid``; ``kept`` the indices
-    of the lines kept, in record order (``None``: keep the record whole); ``detail`` why."""
+class KindsReading:
+    """A shortening reply read against the record's kinds: ``valid``; ``kept`` the letters
+    kept, in order (``None``: keep the record whole); ``detail`` why."""
 
     valid: bool
-    kept: tuple[int, ...] | None
+    kept: tuple[str, ...] | None
     detail: str
 
 
-def read_lines(text: str, lines: Sequence[str]) -> LinesReading:
-    """Read a shortening reply: ``all``, a JSON array of lines, or lines one per line (the
-    bare form, or free decoding). Every line must be one of the record's, compared without
-    surrounding spaces; one that is not makes the reply invalid (never applied), since a
-    line the record does not hold would put words in it. Kept lines return in record order,
-    whatever order the reply gave them, so an update that follows another stays after it."""
+def read_kinds(text: str, kinds: Sequence[LineKind]) -> KindsReading:
+    """Read a shortening reply: ``all``, a JSON array of letters, or letters separated by
+    commas, spaces or lines (the bare form, or free decoding). A word that is not an offered
+    letter makes the reply invalid (never applied)."""
     stripped = text.strip()
     if stripped.strip(_EDGE).casefold() == SHORTEN_ALL:
-        return LinesReading(True, None, "keeps every line")
+        return KindsReading(True, None, "keeps every line")
     try:
         value = json.loads(stripped)
     except ValueError:
@@ -606,21 +629,25 @@ def read_lines(text: str, lines: Sequence[str]) -> LinesReading:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         written = [str(v) for v in value]
     else:
-        written = [w for w in stripped.splitlines() if w.strip()]
-    index = {line.strip(): i for i, line in reversed(list(enumerate(lines)))}
-    kept: set[int] = set()
-    for line in written:
-        position = index.get(line.strip())
-        if position is None:
-            return LinesReading(
-                False, None, "a reply line is not a line of the record; nothing applied"
-            )
-        kept.add(position)
+        written = [w for w in re.split(r"[\s,;]+", stripped) if w.strip(_EDGE)]
+    offered = {k.letter for k in kinds}
+    kept: set[str] = set()
+    for word in written:
+        letter = word.strip(_EDGE).upper()
+        if letter not in offered:
+            return KindsReading(False, None, f"{word!r} is not an offered kind; nothing applied")
+        kept.add(letter)
     if not kept:
-        return LinesReading(False, None, "the reply names no line; nothing applied")
-    return LinesReading(True, tuple(sorted(kept)), f"keeps {len(kept)} of {len(lines)} lines")
+        return KindsReading(False, None, "the reply names no kind; nothing applied")
+    ordered = tuple(k.letter for k in kinds if k.letter in kept)
+    lines = sum(len(k.lines) for k in kinds if k.letter in kept)
+    total = sum(len(k.lines) for k in kinds)
+    return KindsReading(
+        True, ordered, f"keeps kinds {', '.join(ordered)}: {lines} of {total} lines"
+    )
 
 
-def shortened_body(lines: Sequence[str], kept: Sequence[int]) -> str:
-    """The record's new body: the kept lines, in record order."""
-    return "\n".join(lines[i] for i in kept)
+def shortened_body(lines: Sequence[str], kinds: Sequence[LineKind], kept: Sequence[str]) -> str:
+    """The record's new body: the lines of the kept kinds, in record order."""
+    keep = {i for k in kinds if k.letter in kept for i in k.lines}
+    return "\n".join(line for i, line in enumerate(lines) if i in keep)

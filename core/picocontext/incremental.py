@@ -33,14 +33,15 @@ from picocontext.choices import (
     Question,
     Unit,
     asks_about,
+    body_lines,
     judge_answer,
     judge_recheck,
-    lines_schema,
+    kinds_schema,
+    line_kinds,
     none_schema,
     plan,
-    read_lines,
+    read_kinds,
     read_question,
-    record_lines,
     relevant_lines,
     replacement_edit,
     shorten_candidates,
@@ -356,23 +357,26 @@ class IncrementalDecision:
         bodies: dict[str, str] = {}
         for record in shorten_candidates(snapshot, self.memory.shorten_asked, over):
             check(self.run.cancel)
-            lines = record_lines(record.body)
-            guidance = shorten_question(record.id, len(lines))
+            lines = body_lines(record.body)
+            kinds = line_kinds(lines)
+            guidance = shorten_question(
+                record.id, [(k.letter, len(k.lines), lines[k.lines[0]]) for k in kinds]
+            )
             try:
                 response, prompt_tokens, prefill = self.ask(
-                    snapshot, guidance, SHORTEN_OUTPUT_TOKENS, lines_schema(lines)
+                    snapshot, guidance, SHORTEN_OUTPUT_TOKENS, kinds_schema(kinds)
                 )
             except BudgetExceeded:
                 break
             self.memory.shorten_asked.add(record.id)
-            reading = read_lines(response.text, lines)
+            reading = read_kinds(response.text, kinds)
             valid, detail = reading.valid, reading.detail
             if response.tool_calls:
                 valid, detail = False, "a shortening is a reply, not a tool call; nothing applied"
             elif response.reached_token_limit:
                 valid, detail = False, "the reply hit its output limit; nothing applied"
             elif valid and reading.kept is not None:
-                body = shortened_body(lines, reading.kept)
+                body = shortened_body(lines, kinds, reading.kept)
                 if len(body) <= SHORTEN_KEEPS_AT_MOST * len(record.body):
                     bodies[record.id] = body
                     detail += f": shortened from {len(record.body):,} to {len(body):,} characters"

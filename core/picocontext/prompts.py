@@ -302,17 +302,32 @@ def recheck_question(question: str, later: tuple[str, str]) -> str:
     )
 
 
-# Shortening (``shorten_over``): one trailing question per long record, answered by the lines
-# to keep, copied whole (the grammar offers only the record's own lines), or "all".
-SHORTEN_OUTPUT_TOKENS = 96
+# Shortening (``shorten_over``): one trailing question per long record, listing the kinds
+# its lines fall into (lines alike but for their values are one kind) and asking which a
+# later request could need; the reply is letters or "all". Measured first (docs/policies.md,
+# "Sixth round"): asked to copy the lines worth keeping, the 1.5B model copied the record's
+# first lines, telemetry, and left its one fact out.
+SHORTEN_OUTPUT_TOKENS = 16
+# A kind's example line is cut to this many characters.
+KIND_EXAMPLE_CHARS = 120
 
 
-def shorten_question(record_id: str, line_count: int) -> str:
-    """The trailing message that asks which lines of record ``record_id`` to keep."""
+def shorten_question(record_id: str, kinds: list[tuple[str, int, str]]) -> str:
+    """The trailing message that asks which kinds of line of record ``record_id`` to keep;
+    ``kinds`` are (letter, line count, example line)."""
+    total = sum(count for _, count, _ in kinds)
+    listed = []
+    for letter, count, example in kinds:
+        flat = " ".join(example.split())
+        if len(flat) > KIND_EXAMPLE_CHARS:
+            flat = flat[: KIND_EXAMPLE_CHARS - 1] + "…"
+        listed.append(
+            f"{letter}. {count} lines like: {flat}" if count > 1 else f"{letter}. 1 line: {flat}"
+        )
     return "\n".join(
         [
-            f"Record {header_field(record_id)} has {line_count} lines.",
-            "Copy the lines of it that a later request could need, exactly as written, one "
-            "per line, and leave out the rest. Reply all to keep every line.",
+            f"Record {header_field(record_id)} has {total} lines of {len(kinds)} kinds:",
+            *listed,
+            "Which kinds of line could a later request need? Reply with their letters, or all.",
         ]
     )

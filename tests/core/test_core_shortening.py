@@ -1,5 +1,5 @@
-"""Shortening (``shorten_over``): a long record is asked once which of its lines to keep, and
-replaced by them in one validated edit; a reply that is not the record's own lines is never
+"""Shortening (``shorten_over``): a long record is asked once which kinds of its lines to keep,
+and replaced by those lines in one validated edit; a reply that is not offered kinds is never
 applied, and the request being answered is never offered."""
 
 from __future__ import annotations
@@ -28,15 +28,19 @@ from picocontext import (
     Snapshot,
 )
 from picocontext.choices import (
-    BARE_LINES_KEY,
+    BARE_LIST_KEY,
+    MAX_SHORTEN_KINDS,
     MAX_SHORTEN_PER_STEP,
     SHORTEN_ALL,
     ChoiceRules,
     Unit,
-    read_lines,
-    record_lines,
+    body_lines,
+    line_kinds,
+    line_shape,
+    read_kinds,
     replacement_edit,
     shorten_candidates,
+    shortened_body,
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import policy_registry
@@ -64,12 +68,11 @@ def shortener(reply: Reply | str) -> ScriptedBackend:
     return ScriptedBackend(respond)
 
 
-def keep_first_line(prompt: PreparedPrompt) -> ModelResponse:
-    """Keep the first offered line of whichever record is asked about."""
+def keep_first_kind(prompt: PreparedPrompt) -> ModelResponse:
+    """Keep the first offered kind of whichever record is asked about."""
     schema = prompt.input.answer_schema
-    assert schema is not None and schema[BARE_LINES_KEY] is True
-    lines = schema["anyOf"][1]["items"]["enum"]
-    return ModelResponse(text=lines[0], generated_tokens=6)
+    assert schema is not None and schema[BARE_LIST_KEY] == ", "
+    return ModelResponse(text=schema["anyOf"][1]["items"]["enum"][0], generated_tokens=1)
 
 
 def run(
@@ -90,7 +93,7 @@ def asked_about(backend: ScriptedBackend) -> list[str]:
 def test_a_long_result_is_replaced_by_the_lines_kept_in_one_validated_edit() -> None:
     backend = shortener(
         lambda p: ModelResponse(
-            text=KEPT_LINE if "new-result" in (p.input.guidance or "") else SHORTEN_ALL,
+            text="A" if "new-result" in (p.input.guidance or "") else SHORTEN_ALL,
             generated_tokens=6,
         )
     )
@@ -101,7 +104,7 @@ def test_a_long_result_is_replaced_by_the_lines_kept_in_one_validated_edit() -> 
     assert asked_about(backend) == ["warranty-result", "new-result", "old-result"]
     shortened = {c.records[0]: c for c in report.choices}
     assert all(c.shorten and c.valid for c in shortened.values())
-    assert "keeps 1 of 25 lines" in shortened["new-result"].detail
+    assert "keeps kinds A: 1 of 25 lines" in shortened["new-result"].detail
     assert shortened["old-result"].detail == "keeps every line"
     assert [a.outcome for a in report.attempts] == [Outcome.EDITED]
     assert json.loads(report.attempts[0].arguments)["operations"] == [
@@ -120,25 +123,27 @@ def test_a_long_result_is_replaced_by_the_lines_kept_in_one_validated_edit() -> 
     assert report.edit_window_saved_tokens > 0
 
 
-def test_the_schema_offers_the_records_distinct_lines_and_all() -> None:
+def test_the_question_lists_the_kinds_of_line_and_the_schema_their_letters() -> None:
     backend = shortener(SHORTEN_ALL)
     run(ContextSession(kettle_snapshot(), ByteCounter(), backend), backend)
-    schema = next(p.input.answer_schema for p in backend.prompts if p.input.answer_schema)
+    prompt = next(p for p in backend.prompts if p.input.answer_schema)
+    schema = prompt.input.answer_schema
     assert schema is not None
     assert schema["anyOf"][0]["enum"] == [SHORTEN_ALL]
-    record = kettle_snapshot().record("warranty-result")
-    assert record is not None
-    assert schema["anyOf"][1]["items"]["enum"] == record_lines(record.body)
+    assert schema["anyOf"][1]["items"]["enum"] == ["A", "B"]
+    guidance = prompt.input.guidance or ""
+    assert guidance.splitlines()[:3] == [
+        "Record warranty-result has 25 lines of 2 kinds:",
+        "A. 1 line: Corvid kettle warranty: 18 months, heating plate included.",
+        "B. 24 lines like: Sweep 0: carton sealed; label reread; nothing changed.",
+    ]
 
 
 @pytest.mark.parametrize(
     ("response", "detail"),
     [
-        (ModelResponse(text="price EUR 54.90", generated_tokens=5), "not a line of the record"),
-        (
-            ModelResponse(text=KEPT_LINE, generated_tokens=96, reached_token_limit=True),
-            "output limit",
-        ),
+        (ModelResponse(text="A, Q", generated_tokens=3), "'Q' is not an offered kind"),
+        (ModelResponse(text="A, B, A", generated_tokens=16, reached_token_limit=True), "limit"),
         (
             ModelResponse(
                 text="", tool_calls=(ModelToolCall(name="keep_context", arguments="{}"),)
@@ -161,8 +166,7 @@ def test_a_reply_that_is_not_the_records_own_lines_is_never_applied(
 def test_all_or_too_little_left_out_keeps_the_record() -> None:
     record = kettle_snapshot().record("new-result")
     assert record is not None
-    most = "\n".join(record_lines(record.body)[:-1])
-    for reply in (SHORTEN_ALL, most):
+    for reply in (SHORTEN_ALL, "B"):
         backend = shortener(reply)
         session = ContextSession(kettle_snapshot(), ByteCounter(), backend)
         report = run(session, backend)
@@ -175,7 +179,7 @@ def test_all_or_too_little_left_out_keeps_the_record() -> None:
 def test_each_record_is_asked_once_across_steps_and_the_request_never() -> None:
     request = Record(id="request", role=Role.USER, body="Which kettle?\n" + NOISE)
     snapshot = Snapshot(scope=SCOPE, records=(*kettle_snapshot().records, request))
-    backend = shortener(keep_first_line)
+    backend = shortener(keep_first_kind)
     session = ContextSession(snapshot, ByteCounter(), backend)
     run(session, backend)
     assert "request" not in asked_about(backend)
@@ -192,7 +196,7 @@ def test_each_record_is_asked_once_across_steps_and_the_request_never() -> None:
 
 
 def test_a_step_asks_about_the_newest_few_records_only() -> None:
-    long = "\n".join(f"line {n}: reading {n * 7}" for n in range(12))
+    long = "FACT a=1\n" + "\n".join(f"line {n}: reading {n * 7}" for n in range(12))
     records = [Record(id="task", role=Role.USER, protected=True, body="Track the readings.")]
     records += [Record(id=f"r{i}", role=Role.USER, body=long) for i in range(6)]
     records.append(Record(id="ask", role=Role.USER, body="Report."))
@@ -206,11 +210,15 @@ def test_a_step_asks_about_the_newest_few_records_only() -> None:
         "r1",
         "r0",
     ]
-    # Short records and records of fewer than three distinct lines are not offered.
+    # Short records, records of one kind and records of too many kinds are not offered.
     assert shorten_candidates(snapshot, (), len(long)) == []
-    twice = Record(id="twice", role=Role.USER, body="same line\nsame line\nsame line\n" * 20)
-    alone = Snapshot(scope=SCOPE, records=(twice, Record(id="q", role=Role.USER, body="?")))
-    assert shorten_candidates(alone, (), 10) == []
+    alike = "\n".join(f"line {n}: reading {n * 7}" for n in range(40))
+    varied = "\n".join(f"{word} {n}" for n, word in enumerate("abcdefghijklmnopq"))
+    for body in (alike, varied):
+        record = Record(id="r", role=Role.USER, body=body)
+        alone = Snapshot(scope=SCOPE, records=(record, Record(id="q", role=Role.USER, body="?")))
+        assert shorten_candidates(alone, (), 10) == []
+    assert len({line_shape(line) for line in body_lines(varied)}) > MAX_SHORTEN_KINDS
 
 
 def test_a_deleted_record_is_only_deleted_even_when_shortened() -> None:
@@ -227,29 +235,33 @@ def test_a_deleted_record_is_only_deleted_even_when_shortened() -> None:
 
 
 LINES = [f"FACT k{n}=v{n}" if n % 4 == 0 else f"Sweep {n}: idle" for n in range(12)]
+KINDS = line_kinds(LINES)
 
 
-@given(st.lists(st.sampled_from(range(len(LINES))), min_size=1, max_size=20), st.booleans())
-def test_any_kept_lines_read_back_in_record_order(picked: list[int], as_json: bool) -> None:
-    written = [LINES[i] for i in picked]
-    text = json.dumps(written) if as_json else "\n".join(f"  {w} " for w in written)
-    reading = read_lines(text, LINES)
-    assert reading.valid and reading.kept == tuple(sorted(set(picked)))
+def test_lines_alike_but_for_their_values_are_one_kind() -> None:
+    assert [(k.letter, k.shape, k.lines) for k in KINDS] == [
+        ("A", "FACT #", (0, 4, 8)),
+        ("B", "Sweep # idle", (1, 2, 3, 5, 6, 7, 9, 10, 11)),
+    ]
+    assert shortened_body(LINES, KINDS, ("A",)) == "FACT k0=v0\nFACT k4=v4\nFACT k8=v8"
 
 
-@given(
-    st.lists(st.sampled_from(LINES), max_size=5),
-    st.text(min_size=1, max_size=20).filter(lambda t: t.strip() and "\n" not in t),
-)
-def test_a_reply_with_any_line_the_record_does_not_hold_is_invalid(
-    good: list[str], extra: str
-) -> None:
-    if (
-        extra.strip() in {line.strip() for line in LINES}
-        or extra.strip().strip("\"'`*.,;:!()[]{}<> \t\r").casefold() == SHORTEN_ALL
+@given(st.lists(st.sampled_from("AB"), min_size=1, max_size=4), st.sampled_from([", ", " ", "\n"]))
+def test_any_offered_letters_read_back_in_kind_order(picked: list[str], separator: str) -> None:
+    for text in (separator.join(picked), json.dumps(picked), separator.join(picked).lower()):
+        reading = read_kinds(text, KINDS)
+        assert reading.valid and reading.kept == tuple(sorted(set(picked)))
+
+
+@given(st.text(min_size=1, max_size=12).filter(lambda t: t.strip(" ,;\t\r\n")))
+def test_a_reply_with_any_word_that_is_no_offered_kind_is_invalid(extra: str) -> None:
+    words = [w for w in extra.replace(",", " ").replace(";", " ").split()]
+    edge = "\"'`*.,;:!()[]{}<> \t\r\n"
+    if all(w.strip(edge).upper() in {"A", "B"} for w in words) or (
+        extra.strip().strip(edge).casefold() == SHORTEN_ALL
     ):
         return
-    reading = read_lines("\n".join([*good, extra]), LINES)
+    reading = read_kinds(f"A, {extra}", KINDS)
     assert not reading.valid and reading.kept is None
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from picocontext.backend import ModelInput, Phase
-from picocontext.choices import BARE_LINES_KEY, BARE_WORDS_KEY, SHORTEN_ALL
+from picocontext.choices import BARE_LIST_KEY, BARE_WORDS_KEY, SHORTEN_ALL
 from picocontext.edits import EDIT_TOOL, KEEP_TOOL, MAX_EDIT_OPERATIONS
 from picocontext.errors import ModelError
 from picocontext.records import Snapshot
@@ -190,17 +190,24 @@ def bare_words(answer_schema: dict[str, Any]) -> list[str] | None:
     return words
 
 
-def bare_lines(answer_schema: dict[str, Any]) -> list[str] | None:
-    """The lines a shortening reply chooses among, from a schema marked with
-    ``BARE_LINES_KEY`` (:func:`picocontext.choices.lines_schema`), else ``None``."""
-    if answer_schema.get(BARE_LINES_KEY) is not True:
+def bare_list(answer_schema: dict[str, Any]) -> tuple[list[str], str] | None:
+    """The items a list reply chooses among and their separator, from a schema marked with
+    ``BARE_LIST_KEY`` (:func:`picocontext.choices.kinds_schema`), else ``None``."""
+    separator = answer_schema.get(BARE_LIST_KEY)
+    if separator is None:
         return None
     variants = answer_schema.get("anyOf")
     arrays = [v for v in variants or () if isinstance(v, dict) and v.get("type") == "array"]
-    lines = arrays[0].get("items", {}).get("enum") if len(arrays) == 1 else None
-    if not isinstance(lines, list) or not lines or not all(isinstance(w, str) and w for w in lines):
-        raise ModelError(f"{BARE_LINES_KEY} needs an array of a string enum of non-empty lines")
-    return lines
+    items = arrays[0].get("items", {}).get("enum") if len(arrays) == 1 else None
+    if (
+        not isinstance(separator, str)
+        or not separator
+        or not isinstance(items, list)
+        or not items
+        or not all(isinstance(w, str) and w for w in items)
+    ):
+        raise ModelError(f"{BARE_LIST_KEY} needs a separator and an array of a string enum")
+    return items, separator
 
 
 def _literal(text: str) -> str:
@@ -210,16 +217,17 @@ def _literal(text: str) -> str:
 def answer_lark(answer_schema: dict[str, Any]) -> str:
     """An answer that is exactly one JSON value of the task's answer schema, exactly one of
     the words of a string enum marked ``BARE_WORDS_KEY`` (:func:`bare_words`), or, marked
-    ``BARE_LINES_KEY``, ``all`` or lines of the record one per line (:func:`bare_lines`)."""
+    ``BARE_LIST_KEY``, ``all`` or items of a list joined by its separator (:func:`bare_list`)."""
     words = bare_words(answer_schema)
     if words is not None:
         return "start: " + " | ".join(_literal(w) for w in words) + "\n"
-    lines = bare_lines(answer_schema)
-    if lines is not None:
+    listed = bare_list(answer_schema)
+    if listed is not None:
+        items, separator = listed
         return (
-            f'start: {_literal(SHORTEN_ALL)} | line ("\\n" line)*\n'
-            + "line: "
-            + " | ".join(_literal(w) for w in lines)
+            f"start: {_literal(SHORTEN_ALL)} | item ({_literal(separator)} item)*\n"
+            + "item: "
+            + " | ".join(_literal(w) for w in items)
             + "\n"
         )
     return "start: answer\n" + _json_rule("answer", answer_schema)

@@ -285,25 +285,29 @@ def test_bare_words_need_a_string_enum_of_words() -> None:
         answer_lark({"type": "string", "enum": ["ok", ""], BARE_WORDS_KEY: True})
 
 
-def test_a_shortening_reply_is_all_or_record_lines_one_per_line(
+def test_a_shortening_reply_is_all_or_offered_letters_joined_by_commas(
     grammar: DecisionGrammar, hf_tokenizer: Any
 ) -> None:
-    from picocontext.choices import lines_schema
+    from picocontext.choices import kinds_schema, line_kinds
 
-    lines = ["FACT cell2=q-540d6c37", "Sweep 3, frame 0: relay idle", 'say "hi" \\ there']
-    lark = answer_lark(json.loads(lines_schema(lines)))
-    for text in ("all", lines[0], f"{lines[2]}\n{lines[0]}", "\n".join(lines)):
+    kinds = line_kinds(["FACT a=1", "Sweep 1: idle", "Sweep 2: idle", "REMOVE b"])
+    lark = answer_lark(json.loads(kinds_schema(kinds)))
+    for text in ("all", "A", "C, A", "A, B, C"):
         assert accepts(grammar, hf_tokenizer, lark, text)
-    for text in ("FACT cell2=q-540d6c3", "FACT cell2=q-999", f"{lines[0]}\n", "", "all\nall"):
+    for text in ("D", "A,B", "A, ", "a", "all, A", ""):
         assert not accepts(grammar, hf_tokenizer, lark, text)
 
 
-def test_bare_lines_need_a_list_of_lines() -> None:
-    from picocontext.choices import BARE_LINES_KEY
+def test_a_bare_list_needs_a_separator_and_items() -> None:
+    from picocontext.choices import BARE_LIST_KEY
     from picocontext.errors import ModelError
 
-    with pytest.raises(ModelError, match=BARE_LINES_KEY):
-        answer_lark({"anyOf": [{"type": "array", "items": {"enum": []}}], BARE_LINES_KEY: True})
+    for broken in (
+        {"anyOf": [{"type": "array", "items": {"enum": []}}], BARE_LIST_KEY: ", "},
+        {"anyOf": [{"type": "array", "items": {"enum": ["A"]}}], BARE_LIST_KEY: ""},
+    ):
+        with pytest.raises(ModelError, match=BARE_LIST_KEY):
+            answer_lark(broken)
 
 
 # -- the real model: constrained steps stop at the end of the structure ------------------------
