@@ -60,7 +60,7 @@ from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
 from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
 from picocontext.models.gguf import GGUF_FILE
 from picocontext.models.handle import ModelDescription
-from picocontext.models.local import LocalModel
+from picocontext.models.inprocess import InProcessModel
 from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.toolcalls import parse_text_tool_calls
 
@@ -165,7 +165,7 @@ def engine_lark(lark: str, tags: dict[str, int]) -> str:
     return "%llguidance {}\n" + out
 
 
-class LlamaCppModel(LocalModel):
+class LlamaCppModel(InProcessModel):
     """A GGUF model loaded in llama.cpp. Construct with :meth:`load` (or through
     :func:`picocontext.models.load_model` with ``engine="llamacpp"``).
 

@@ -37,7 +37,7 @@ from picocontext.errors import Busy, Cancelled, InvalidContext, ModelError
 from picocontext.models.chatformat import ChatFormat, HFChatTokenizer
 from picocontext.models.constrained import LogitsProcessor as LogitsProcessor
 from picocontext.models.handle import ModelDescription
-from picocontext.models.local import LocalModel
+from picocontext.models.inprocess import InProcessModel
 from picocontext.models.mlx_worker import MLXWorker as MLXWorker
 from picocontext.models.progress import GenerationProgress, ProgressListener
 from picocontext.models.toolcalls import parse_native_tool_calls, parse_text_tool_calls
@@ -95,7 +95,7 @@ class Generation:
     seconds: float
 
 
-class MLXModel(LocalModel):
+class MLXModel(InProcessModel):
     """A loaded MLX model. Construct with :meth:`load` (or via :mod:`picocontext.models.registry`).
 
     ``prefix_cache`` keeps and trims the KV cache across calls; ``constrained`` (decoding

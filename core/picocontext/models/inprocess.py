@@ -14,7 +14,7 @@ from picocontext.models.chatformat import FormatBacked
 from picocontext.models.handle import ModelDescription
 
 
-class LocalModel(FormatBacked):
+class InProcessModel(FormatBacked):
     """An in-process model's settings (subclasses call :meth:`_init_settings` once they
     have a ``_format``)."""
 
