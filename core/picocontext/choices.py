@@ -16,6 +16,10 @@ write the question a record answers and answer it from two records, so the quest
 against the two records (:func:`judge_answer`). :class:`ChoiceRules` also let the runtime pick
 by repeated content words and narrow the options to records sharing a content word.
 
+Shortening (``ChoiceRules.shorten_over``) asks of a long record which kinds of its lines (alike
+but for their values) a later request could need; the reply is letters, so it cannot add a
+word to the record.
+
 This module is pure: it plans questions, builds the answer schema (the one grammar source both
 engines consume, through ``ModelInput.answer_schema_json``), reads replies and builds the edit.
 The session (:mod:`picocontext.session`) runs the calls and owns receipts and budgets.

@@ -6,7 +6,9 @@ For each new editable unit the runtime asks short trailing questions after the s
 atomic :class:`~picocontext.edits.Edit` through the core's validator once the answer prompt
 would fill more than ``apply_at`` of the window, receipted like a model's ``edit_context``
 call. A turn without an edit is a keep, reported like a model's ``keep_context`` call; its
-answer prompt carries no receipt, so it is append-only's answer prompt.
+answer prompt carries no receipt, so it is append-only's answer prompt. With
+``ChoiceRules.shorten_over`` each long record is also asked once which kinds of its lines to
+keep, and the kept lines replace its body in the step's edit at once.
 
 The decision runs against a :class:`DecisionRun` (the session's run of one turn: its budget,
 usage, report lists and model calls) and the session's :class:`DecisionMemory` (what it asked
@@ -347,10 +349,10 @@ class IncrementalDecision:
 
     def shorten(self, snapshot: Snapshot) -> dict[str, str]:
         """``rules.shorten_over``: ask, for each long record not asked before (newest
-        first), which of its lines to keep; returns the new bodies to give them. A reply
-        that is not the record's own lines, hit its output limit or leaves out too little
-        changes nothing. A question the budget cannot afford ends the asking; its record
-        and the rest are asked at the next step."""
+        first), which kinds of its lines to keep; returns the new bodies to give them. A
+        reply that names anything but offered kinds, hit its output limit or leaves out too
+        little changes nothing. A question the budget cannot afford ends the asking; its
+        record and the rest are asked at the next step."""
         over = self.rules.shorten_over
         if over is None:
             return {}
