@@ -68,6 +68,7 @@ PUBLIC_API: dict[str, frozenset[str]] = {
             "RunReport",
             "scale_tokens",
             "Scope",
+            "strict_loads",
             "ScopeMismatch",
             "Snapshot",
             "SQLiteStore",

@@ -64,6 +64,7 @@ from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
 from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep, diff_snapshots
 from picocontext.session import ContextSession
+from picocontext.strictjson import strict_loads
 from picocontext.working import WorkingContext, validate_snapshot
 
 __version__ = "0.1.0"
@@ -134,6 +135,7 @@ __all__ = [
     "read_bounded",
     "read_text_bounded",
     "scale_tokens",
+    "strict_loads",
     "tools_json",
     "validate_snapshot",
 ]

@@ -49,10 +49,10 @@ from picocontext import (
     Snapshot,
     TokenCounter,
     read_text_bounded,
+    strict_loads,
     validate_snapshot,
 )
 from picocontext.policies import PolicyError, policy_registry
-from picocontext.strictjson import strict_loads
 from picocontext_diagnostics.errors import DiagnosticsError
 
 SCHEMA_FILENAME = "decision-probes-1.schema.json"

@@ -30,8 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from picocontext import InputFileError, Record, Role, Snapshot, read_text_bounded
-from picocontext.strictjson import strict_loads
+from picocontext import InputFileError, Record, Role, Snapshot, read_text_bounded, strict_loads
 from picocontext_diagnostics.errors import DiagnosticsError
 
 FORMAT: Literal["picocontext.conversation/1"] = "picocontext.conversation/1"
