@@ -100,8 +100,8 @@ class ChoiceRules:
     # restated.
     pairs: int = MAX_JUDGED_PAIRS
     # Shortening: a record longer than this many characters (a tool result or an earlier
-    # user message, never the request being answered) is asked once which of its lines to
-    # keep, and replaced by them (``None``: never asked; :func:`shorten_candidates`).
+    # user message, never the request being answered) is asked once which kinds of its lines
+    # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
     shorten_over: int | None = None
 
     def __post_init__(self) -> None:
@@ -559,20 +559,39 @@ def body_lines(body: str) -> list[str]:
     return [line.rstrip() for line in body.splitlines() if line.strip()]
 
 
-def line_kinds(lines: Sequence[str]) -> list[LineKind]:
-    """The kinds of ``lines`` (by :func:`line_shape`), in order of first appearance, lettered
-    A, B, …; more kinds than :data:`MAX_SHORTEN_KINDS` get no letters past the last (the
-    caller does not ask about such a record)."""
+def _shape_positions(lines: Sequence[str]) -> dict[str, list[int]]:
+    """Each shape of ``lines`` (:func:`line_shape`) with the positions of its lines, in order
+    of first appearance."""
     positions: dict[str, list[int]] = {}
     for index, line in enumerate(lines):
         positions.setdefault(line_shape(line), []).append(index)
+    return positions
+
+
+def _lettered(positions: dict[str, list[int]]) -> list[LineKind]:
     return [
         LineKind(letter, shape, tuple(where))
         for letter, (shape, where) in zip(_KIND_LETTERS, positions.items(), strict=False)
     ]
 
 
-def shorten_candidates(snapshot: Snapshot, asked: Iterable[str], over: int) -> list[Record]:
+def line_kinds(lines: Sequence[str]) -> list[LineKind]:
+    """The kinds of ``lines`` (by :func:`line_shape`), in order of first appearance, lettered
+    A, B, …; more kinds than :data:`MAX_SHORTEN_KINDS` get no letters past the last (such a
+    record is not offered, :func:`shorten_candidates`)."""
+    return _lettered(_shape_positions(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class Shortenable:
+    """A record a step asks to shorten, with its non-blank lines and their kinds."""
+
+    record: Record
+    lines: tuple[str, ...]
+    kinds: tuple[LineKind, ...]
+
+
+def shorten_candidates(snapshot: Snapshot, asked: Iterable[str], over: int) -> list[Shortenable]:
     """The records a step asks to shorten, newest first, at most
     :data:`MAX_SHORTEN_PER_STEP`: unprotected tool results and user messages not asked
     before, longer than ``over`` characters, whose lines fall into a few kinds. The request
@@ -580,16 +599,17 @@ def shorten_candidates(snapshot: Snapshot, asked: Iterable[str], over: int) -> l
     done = set(asked)
     records = snapshot.records
     last_user = max((i for i, r in enumerate(records) if r.role is Role.USER), default=-1)
-    found: list[Record] = []
+    found: list[Shortenable] = []
     for position in range(len(records) - 1, -1, -1):
         record = records[position]
         if position == last_user or record.protected or record.id in done:
             continue
         if record.role not in (Role.TOOL, Role.USER) or len(record.body) <= over:
             continue
-        shapes = {line_shape(line) for line in body_lines(record.body)}
-        if MIN_SHORTEN_KINDS <= len(shapes) <= MAX_SHORTEN_KINDS:
-            found.append(record)
+        lines = body_lines(record.body)
+        positions = _shape_positions(lines)
+        if MIN_SHORTEN_KINDS <= len(positions) <= MAX_SHORTEN_KINDS:
+            found.append(Shortenable(record, tuple(lines), tuple(_lettered(positions))))
             if len(found) == MAX_SHORTEN_PER_STEP:
                 break
     return found

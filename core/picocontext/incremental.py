@@ -35,11 +35,9 @@ from picocontext.choices import (
     Question,
     Unit,
     asks_about,
-    body_lines,
     judge_answer,
     judge_recheck,
     kinds_schema,
-    line_kinds,
     none_schema,
     plan,
     read_kinds,
@@ -357,10 +355,9 @@ class IncrementalDecision:
         if over is None:
             return {}
         bodies: dict[str, str] = {}
-        for record in shorten_candidates(snapshot, self.memory.shorten_asked, over):
+        for candidate in shorten_candidates(snapshot, self.memory.shorten_asked, over):
             check(self.run.cancel)
-            lines = body_lines(record.body)
-            kinds = line_kinds(lines)
+            record, lines, kinds = candidate.record, candidate.lines, candidate.kinds
             guidance = shorten_question(
                 record.id, [(k.letter, len(k.lines), lines[k.lines[0]]) for k in kinds]
             )

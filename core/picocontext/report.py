@@ -87,8 +87,8 @@ class Choice(BaseModel):
     overruled: bool = False
     """The margin rule turned the model's pick into none."""
     shorten: bool = False
-    """The question asked which lines of ``records`` to keep (shortening), not what it
-    replaces; ``detail`` says what was kept."""
+    """The question asked which kinds of the lines of ``records`` to keep (shortening), not
+    what it replaces; ``detail`` says what was kept."""
 
 
 class ToolStep(BaseModel):

@@ -203,8 +203,10 @@ def test_a_step_asks_about_the_newest_few_records_only() -> None:
     snapshot = Snapshot(scope=SCOPE, records=tuple(records))
     found = shorten_candidates(snapshot, (), 50)
     assert len(found) == MAX_SHORTEN_PER_STEP
-    assert [r.id for r in found] == ["r5", "r4", "r3", "r2"]
-    assert [r.id for r in shorten_candidates(snapshot, {"r5", "r3"}, 50)] == [
+    assert [c.record.id for c in found] == ["r5", "r4", "r3", "r2"]
+    assert found[0].lines == tuple(body_lines(long))
+    assert found[0].kinds == tuple(line_kinds(body_lines(long)))
+    assert [c.record.id for c in shorten_candidates(snapshot, {"r5", "r3"}, 50)] == [
         "r4",
         "r2",
         "r1",

@@ -16,7 +16,7 @@ from picocontext.models.handle import ModelDescription
 
 class InProcessModel(FormatBacked):
     """An in-process model's settings (subclasses call :meth:`_init_settings` once they
-    have a ``_format``)."""
+    have a ``_format``; it writes the settings into the format's notes)."""
 
     # Notes naming the engine, between the model and its cache and decoding settings.
     engine_notes: tuple[str, ...] = ()
@@ -37,7 +37,9 @@ class InProcessModel(FormatBacked):
         self._prefix_cache = prefix_cache
         self._constrained = constrained
         self.load_seconds = load_seconds
+        # Messages from model resolution (for example a fallback to the embedded model).
         self.notes: tuple[str, ...] = ()
+        self._update_notes()
 
     @property
     def model_id(self) -> str:

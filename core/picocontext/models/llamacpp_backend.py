@@ -215,7 +215,6 @@ class LlamaCppModel(InProcessModel):
             constrained=constrained,
             load_seconds=load_seconds,
         )
-        self._update_notes()
 
     # -- construction ---------------------------------------------------------------------
     @classmethod

@@ -143,7 +143,6 @@ class MLXModel(InProcessModel):
             constrained=constrained,
             load_seconds=load_seconds,
         )
-        self._update_notes()
 
     # -- construction ---------------------------------------------------------------------
     @classmethod

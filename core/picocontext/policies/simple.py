@@ -108,8 +108,9 @@ class EditableConfig(BaseModel):
     # probes for about the same exact rate (docs/policies.md, "Fifth round").
     pairs: int = Field(default=MAX_JUDGED_PAIRS, ge=1, le=8)
     # Incremental decisions: a tool result or earlier user message longer than this many
-    # characters is asked once which of its lines to keep (a reply can only be the record's
-    # own lines, or "all"), and replaced by them at once; None: never (docs/policies.md).
+    # characters is asked once which kinds of its lines to keep (a reply can only be offered
+    # kinds' letters, or "all"), and replaced by those lines at once; None: never
+    # (docs/policies.md).
     shorten_over: int | None = Field(default=None, ge=1)
 
     def choice_rules(self) -> ChoiceRules:
