@@ -431,9 +431,24 @@ def test_chosen_deletions_wait_until_the_window_needs_the_room_then_apply_togeth
     assert second.edit_window_saved_tokens > 0
 
 
+def test_at_apply_at_1_deletions_wait_until_the_answer_would_not_fit() -> None:
+    """The default (1.0) keeps a chosen record while the answer prompt and its allowance still
+    fit the window, to the token, and applies it in the first step where they would not."""
+    roomy = ContextSession(kettle_snapshot(), ByteCounter(), chooser('"old-result"'))
+    first = roomy.run(RunMode.EDITABLE, TEST_BUDGET, EditStyle.INCREMENTAL, apply_at=1.0)
+    needed = first.run_start_prompt_tokens + TEST_BUDGET.completion_output_tokens
+    for window, outcome in ((needed, Outcome.KEPT), (needed - 1, Outcome.EDITED)):
+        session = ContextSession(kettle_snapshot(), ByteCounter(), chooser('"old-result"'))
+        budget = TEST_BUDGET.model_copy(update={"context_window": window})
+        report = session.run(RunMode.EDITABLE, budget, EditStyle.INCREMENTAL, apply_at=1.0)
+        assert report.choices[0].chosen == "old-result"
+        assert [a.outcome for a in report.attempts] == [outcome]
+        assert (session.context.record("old-result") is None) is (outcome is Outcome.EDITED)
+
+
 def test_the_policy_config_carries_apply_at_and_refuses_a_share_outside_0_1() -> None:
     spec = policy_registry().get("editable")
-    assert spec.parse_config({}).apply_at == 0.75
+    assert spec.parse_config({}).apply_at == 1.0
     for bad in (-0.1, 1.5):
         with pytest.raises(PolicyError):
             spec.parse_config({"apply_at": bad})
