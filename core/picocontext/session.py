@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from picocontext.backend import (
@@ -614,27 +614,37 @@ class _Run:
     # -- tool-using policies --------------------------------------------------------------
     def tool_loop(self, loop: ToolLoop) -> None:
         """Bounded tool steps over ``loop.view``; the exchange accumulates as protected
-        control records (runtime ids never collide with caller ids)."""
+        control records (runtime ids never collide with caller ids).
+
+        A policy's executor keeps room for a short refusal on every call still to come, but
+        it cannot bound what the model writes into a call (a free-decoded ``look`` at sixteen
+        ids is a hundred tokens). So the window decides here as well: when another tool step
+        no longer fits, the model answers with what it has read; and when the forced answer
+        would not fit, the newest exchanges that were only refusals (they told the model
+        nothing) are left out of its prompt until it does. The report keeps every step."""
         validate_snapshot(loop.view)
         if not 1 <= loop.max_steps <= 16:
             raise InvalidContext("a tool policy allows 1...16 steps")
         current = self.s._state
         self.prefetch_steps = loop.prefetched
-        control: tuple[Record, ...] = loop.preamble
+        exchanges: list[Exchange] = []
         spec_json = tools_json(loop.tools)
         allowed = {t.name for t in loop.tools}
+        budget = self.budget
         for step in range(loop.max_steps):
             check(self.cancel)
             model_input = ModelInput(
                 context=loop.view,
                 phase=Phase.TOOLS,
-                control_records=control,
+                control_records=shown(loop.preamble, exchanges),
                 tools_json=spec_json,
                 system_text=loop.system_text,
                 guidance=loop.guidance,
                 answer_schema_json=self._answer_schema(Phase.TOOLS),
             )
             prompt = self.s._counter.prepare(model_input)
+            if exchanges and prompt.token_count > budget.context_window - budget.edit_output_tokens:
+                break  # no room for another step: answer with what was read
             response = self.step(prompt)
             if response.reached_token_limit:
                 raise BudgetExceeded("tool step hit its output limit")
@@ -654,17 +664,30 @@ class _Run:
                 )
                 for call in response.tool_calls
             )
-            control = (*control, *self.receipts(current, control).tools(step, calls, results))
+            receipts = self.receipts(current, shown(loop.preamble, exchanges))
+            informative = any(t.ok for t in self.tool_steps[-len(results) :])
+            exchanges.append(Exchange(receipts.tools(step, calls, results), informative))
         check(self.cancel)
-        final = ModelInput(
-            context=loop.view,
-            phase=Phase.COMPLETION,
-            control_records=control,
-            system_text=loop.system_text,
-            guidance=loop.final_guidance,
-            answer_schema_json=self._answer_schema(Phase.COMPLETION),
-        )
-        self.final_prompt = self.s._counter.prepare(final)
+
+        def final(kept: list[Exchange]) -> PreparedPrompt:
+            return self.s._counter.prepare(
+                ModelInput(
+                    context=loop.view,
+                    phase=Phase.COMPLETION,
+                    control_records=shown(loop.preamble, kept),
+                    system_text=loop.system_text,
+                    guidance=loop.final_guidance,
+                    answer_schema_json=self._answer_schema(Phase.COMPLETION),
+                )
+            )
+
+        prompt = final(exchanges)
+        room = budget.context_window - budget.completion_output_tokens
+        while prompt.token_count > room and any(not e.informative for e in exchanges):
+            last = max(i for i, e in enumerate(exchanges) if not e.informative)
+            exchanges = exchanges[:last] + exchanges[last + 1 :]
+            prompt = final(exchanges)
+        self.final_prompt = prompt
         self.complete()
 
     def run_tool(
@@ -693,6 +716,20 @@ class _Run:
             )
         )
         return outcome.text
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One tool step's receipt records, and whether any of its calls got a result (a step
+    of refusals only told the model nothing, so a full window may leave it out)."""
+
+    records: tuple[Record, ...]
+    informative: bool
+
+
+def shown(preamble: tuple[Record, ...], exchanges: Sequence[Exchange]) -> tuple[Record, ...]:
+    """The control records a tool-loop prompt carries: the preamble, then each exchange."""
+    return (*preamble, *(r for e in exchanges for r in e.records))
 
 
 def object_text(arguments: str) -> str:

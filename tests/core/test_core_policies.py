@@ -221,3 +221,78 @@ def test_many_steps_accumulate_valid_receipts() -> None:
         Snapshot(scope=SCOPE, records=report.calls[-1].input.context.records + control)
     )
     assert len({r.id for r in control}) == len(control)
+
+
+def _long_refused_calls(first_ok: bool) -> tuple[ScriptedBackend, list[Phase]]:
+    """A model whose calls are refused at length (the first gets a result when
+    ``first_ok``); it answers when asked without tools."""
+    phases: list[Phase] = []
+
+    def respond(prompt: PreparedPrompt, n: int) -> ModelResponse:
+        phases.append(prompt.input.phase)
+        if prompt.input.phase is Phase.COMPLETION:
+            return answer_from(prompt, 9)
+        if first_ok and len(phases) == 1:
+            return call("lookup", '{"id":"new-result"}')
+        return call("lookup", '{"id":"nope"}', n=40)
+
+    return ScriptedBackend(respond), phases
+
+
+def wordy_loop(state: WorkingContext) -> ToolLoop:
+    """``archive_loop`` whose refusals are long, as a pager's are: each refused exchange
+    costs more of the window than a policy can keep in reserve for every call to come."""
+    loop = archive_loop(state, 4)
+
+    def execute(name: str, arguments: str) -> ToolResult:
+        result = loop.execute(name, arguments)
+        return result if result.ok else ToolResult(ok=False, text="Refused. " + "x" * 1_500)
+
+    return replace(loop, execute=execute)
+
+
+def _tool_prompt_sizes(first_ok: bool) -> list[int]:
+    backend, _ = _long_refused_calls(first_ok)
+    s = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+    report = s.run_tools(wordy_loop, TEST_BUDGET)
+    return [c.token_count for c in report.calls if c.input.phase is Phase.TOOLS]
+
+
+@pytest.mark.parametrize("first_ok", [False, True])
+def test_a_window_filled_by_refused_calls_ends_the_steps_and_leaves_them_out_of_the_answer(
+    first_ok: bool,
+) -> None:
+    """Long refusals grow the prompt past what the executor could reserve: the loop
+    stops offering tools once another step would not fit, and the forced answer leaves out
+    the refusal-only exchanges until it fits; an exchange that got a result stays."""
+    sizes = _tool_prompt_sizes(first_ok)
+    edit_cap = TEST_BUDGET.edit_output_tokens
+    # room for the step that makes the first long refused call, not for one after it, and
+    # not for an answer that carries that call
+    window = sizes[int(first_ok)] + edit_cap + 100
+    budget = TEST_BUDGET.model_copy(update={"context_window": window})
+    backend, phases = _long_refused_calls(first_ok)
+    s = ContextSession(kettle_snapshot(), ByteCounter(), backend)
+    report = s.run_tools(wordy_loop, budget)
+    assert report.failure is None and report.answer  # answered, from the completion call
+    assert phases[-1] is Phase.COMPLETION and phases.count(Phase.TOOLS) < 4
+    assert [t.ok for t in report.tool_steps][: int(first_ok)] == [True] * int(first_ok)
+    final = report.final_prompt
+    assert final is not None
+    assert final.token_count + budget.completion_output_tokens <= window
+    kept = [r for r in final.input.control_records if r.role is Role.TOOL]
+    assert len(kept) == int(first_ok)  # the result stays, every refusal is left out
+    assert ("TODAY: Corvid kettle" in final.rendered) is first_ok
+    assert "Refused." not in final.rendered
+
+
+def test_the_first_tool_step_that_does_not_fit_is_still_a_failure() -> None:
+    """The policy's own view must fit: only steps after the first give way to the answer."""
+    sizes = _tool_prompt_sizes(False)
+    budget = TEST_BUDGET.model_copy(
+        update={"context_window": sizes[0] + TEST_BUDGET.edit_output_tokens - 1}
+    )
+    backend, phases = _long_refused_calls(False)
+    report = ContextSession(kettle_snapshot(), ByteCounter(), backend).run_tools(wordy_loop, budget)
+    assert report.failure is not None and "context window" in report.failure
+    assert phases == []
