@@ -44,6 +44,11 @@ class RunBudget(BaseModel):
         """Every token amount times ``factor`` (the attempt count unchanged)."""
         return self if factor == 1 else scale_tokens(self, factor, keep=("max_edit_attempts",))
 
+    def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
+        """Whether a prompt and the output reserved for it fit the window (the window half of
+        :func:`check_prompt`, for a caller that gives way instead of failing)."""
+        return prompt_tokens <= self.context_window - output_tokens
+
     def validate_ranges(self) -> None:
         ok = (
             0 < self.context_window <= MAX_CONTEXT_WINDOW
@@ -79,7 +84,7 @@ def check_prompt(
 ) -> None:
     """Window check then total check, exactly as the reference orders them."""
     check(cancel)
-    if prompt_tokens > budget.context_window - output_tokens:
+    if not budget.fits(prompt_tokens, output_tokens):
         raise BudgetExceeded("input plus reserved output exceeds the context window")
     if usage.used > budget.total_tokens - prompt_tokens - output_tokens - reserve:
         raise BudgetExceeded("total input/output allowance cannot reserve the next completion")

@@ -643,7 +643,7 @@ class _Run:
                 answer_schema_json=self._answer_schema(Phase.TOOLS),
             )
             prompt = self.s._counter.prepare(model_input)
-            if exchanges and prompt.token_count > budget.context_window - budget.edit_output_tokens:
+            if exchanges and not budget.fits(prompt.token_count, budget.edit_output_tokens):
                 break  # no room for another step: answer with what was read
             response = self.step(prompt)
             if response.reached_token_limit:
@@ -653,7 +653,7 @@ class _Run:
                 self.final_prompt = prompt
                 self.answer = response.text
                 return
-            results = [
+            outcomes = [
                 self.run_tool(loop, allowed, step, call, response) for call in response.tool_calls
             ]
             # An unknown name is model text: it is never echoed into the next prompt.
@@ -665,8 +665,8 @@ class _Run:
                 for call in response.tool_calls
             )
             receipts = self.receipts(current, shown(loop.preamble, exchanges))
-            informative = any(t.ok for t in self.tool_steps[-len(results) :])
-            exchanges.append(Exchange(receipts.tools(step, calls, results), informative))
+            records = receipts.tools(step, calls, [o.text for o in outcomes])
+            exchanges.append(Exchange(records, informative=any(o.ok for o in outcomes)))
         check(self.cancel)
 
         def final(kept: list[Exchange]) -> PreparedPrompt:
@@ -682,8 +682,10 @@ class _Run:
             )
 
         prompt = final(exchanges)
-        room = budget.context_window - budget.completion_output_tokens
-        while prompt.token_count > room and any(not e.informative for e in exchanges):
+        cap = budget.completion_output_tokens
+        while not budget.fits(prompt.token_count, cap) and any(
+            not e.informative for e in exchanges
+        ):
             last = max(i for i, e in enumerate(exchanges) if not e.informative)
             exchanges = exchanges[:last] + exchanges[last + 1 :]
             prompt = final(exchanges)
@@ -697,7 +699,7 @@ class _Run:
         step: int,
         call: ModelToolCall,
         response: ModelResponse,
-    ) -> str:
+    ) -> ToolResult:
         """Execute one call (an unknown name is refused) and record it as a tool step."""
         if call.name in allowed:
             outcome = loop.execute(call.name, call.arguments)
@@ -715,7 +717,7 @@ class _Run:
                 model_text=response.text,
             )
         )
-        return outcome.text
+        return outcome
 
 
 @dataclass(frozen=True, slots=True)
