@@ -44,6 +44,7 @@ from picocontext.choices import (
     read_question,
     relevant_lines,
     replacement_edit,
+    restate_excerpt,
     shorten_candidates,
     shortened_body,
     unit_text,
@@ -414,7 +415,9 @@ class IncrementalDecision:
             key = (option.unit.key, earlier)
             if key not in self.memory.questions:
                 reply, *spent = self.aside(
-                    snapshot, restate_question(option.unit.key, earlier), QUESTION_OUTPUT_TOKENS
+                    snapshot,
+                    restate_question(option.unit.key, restate_excerpt(earlier)),
+                    QUESTION_OUTPUT_TOKENS,
                 )
                 tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
                 self.memory.questions[key] = read_question(reply)

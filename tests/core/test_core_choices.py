@@ -36,20 +36,24 @@ from picocontext.choices import (
     MAX_CHOICES_PER_STEP,
     ChoiceRules,
     asks_about,
+    body_lines,
     content_words,
     judge_answer,
+    line_shape,
     plan,
     question_for,
     read_question,
     read_reply,
     relevant_lines,
     replacement_edit,
+    restate_excerpt,
     units,
     value_words,
 )
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import policy_registry
 from picocontext.policies.registry import PolicyError
+from picocontext.prompts import QUOTE_CHARS
 
 Reply = Callable[[PreparedPrompt], str]
 
@@ -657,6 +661,48 @@ def test_each_earlier_record_is_restated_once_across_steps() -> None:
         if (p.input.guidance or "").startswith("Record n1")
     ]
     assert len(restated) == 1
+
+
+def test_a_long_feed_is_restated_from_one_line_of_each_kind() -> None:
+    feed = "FACT heron=KX-7302-B\n" + "\n".join(
+        f"Sensor sweep 1, frame {t}: relay idle; notebook unchanged." for t in range(24)
+    )
+    excerpt = restate_excerpt(feed)
+    assert excerpt == (
+        "FACT heron=KX-7302-B\nSensor sweep 1, frame 0: relay idle; notebook unchanged. …"
+    )
+    # the restatement call quotes that excerpt, not the first 200 characters of the feed
+    backend = asker({"heron": "What is heron's value?"}, {"heron": "KX-7302-B."})
+    run_with(notes(feed, "FACT heron=KX-7355-F", task="Report heron."), backend, QUESTION_RULES)
+    restated = [p.input.guidance or "" for p in backend.prompts]
+    restated = [g for g in restated if g.startswith("Record n1")]
+    assert restated and "frame 0: relay idle; notebook unchanged. …" in restated[0]
+    assert "frame 1" not in restated[0]
+    # a long record without repeated kinds is quoted as before (cut at QUOTE_CHARS)
+    prose = "\n".join(f"Line about topic {w} and nothing else." for w in "abcdefghij")
+    assert restate_excerpt(prose) == prose
+    # so is a short one, whatever its kinds
+    short = "FACT heron=KX-1\nFACT dunlin=R5"
+    assert restate_excerpt(short) == short
+
+
+@given(st.lists(st.text(alphabet="ab1 \n", max_size=30), max_size=30))
+def test_a_restatement_excerpt_keeps_every_kind_and_adds_nothing(pieces: list[str]) -> None:
+    text = "\n".join(pieces)
+    excerpt = restate_excerpt(text)
+    if len(" ".join(text.split())) <= QUOTE_CHARS:
+        assert excerpt == text
+        return
+    if excerpt == text:
+        return
+    lines = body_lines(text)
+    kept = excerpt.removesuffix(" …").split("\n")
+    # one line of each kind, the first, in order; nothing that is not a line of the text
+    assert kept == [
+        lines[min(i for i, x in enumerate(lines) if line_shape(x) == shape)]
+        for shape in dict.fromkeys(line_shape(x) for x in lines)
+    ]
+    assert len(excerpt) < len(text)
 
 
 def test_a_reply_without_a_question_keeps_the_record_and_says_so() -> None:
