@@ -36,7 +36,7 @@ from typing import Literal
 from picocontext.edits import Delete, Edit, Operation, Replace
 from picocontext.headers import header_field
 from picocontext.manifest.text import STOPWORDS, stem, terms
-from picocontext.prompts import CHOICE_NONE, NOT_SAID, QUOTE_CHARS, choice_question
+from picocontext.prompts import CHOICE_NONE, NOT_SAID, choice_question, quoted_whole
 from picocontext.records import Record, Role, Snapshot
 
 # Questions asked per step at most (about the newest new records); older new records are
@@ -402,12 +402,12 @@ def relevant_lines(text: str, question: str) -> str:
 
 def restate_excerpt(text: str) -> str:
     """What the restatement question quotes of ``text``: the whole text when its quote would
-    not be cut (:data:`~picocontext.prompts.QUOTE_CHARS`), else the first line of each kind
+    not be cut (:func:`~picocontext.prompts.quoted_whole`), else the first line of each kind
     (:func:`line_kinds`) in order, marked cut with a final ``…``. A feed of one fact and
     twenty-four telemetry lines alike but for their counters is quoted by its fact and one
     telemetry line: the question the model writes comes from the same words, and the call
     prefills about a third fewer tokens (81 to 53 on the main job, docs/policies.md)."""
-    if len(" ".join(text.split())) <= QUOTE_CHARS:
+    if quoted_whole(text):
         return text
     lines = body_lines(text)
     firsts = [lines[where[0]] for where in _shape_positions(lines).values()]

@@ -247,9 +247,15 @@ ANSWER_OUTPUT_TOKENS = 24
 QUOTE_CHARS = 200
 
 
+def quoted_whole(text: str) -> bool:
+    """Whether a question quotes ``text`` whole (:data:`QUOTE_CHARS` once its whitespace is
+    flattened), rather than cut."""
+    return len(" ".join(text.split())) <= QUOTE_CHARS
+
+
 def _quote(text: str) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= QUOTE_CHARS else flat[: QUOTE_CHARS - 1] + "…"
+    return flat if quoted_whole(flat) else flat[: QUOTE_CHARS - 1] + "…"
 
 
 def restate_question(record_id: str, text: str) -> str:
