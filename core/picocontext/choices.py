@@ -99,6 +99,10 @@ class ChoiceRules:
     # against; each pair costs an answer call, and a restatement for an earlier unit not yet
     # restated.
     pairs: int = MAX_JUDGED_PAIRS
+    # The question judge: also ask about a new unit of several lines none of which shares a
+    # word with the question (off: kept without a call, since the answer prompt could quote
+    # only a line the runtime picked for no reason, its first).
+    ask_unrelated: bool = False
     # Shortening: a record longer than this many characters (a tool result or an earlier
     # user message, never the request being answered) is asked once which kinds of its lines
     # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
@@ -382,22 +386,29 @@ def unit_text(snapshot: Snapshot, unit: Unit) -> str:
     return " ".join(b for b in (bodies.get(i, "").strip() for i in unit.ids) if b)
 
 
-def relevant_lines(text: str, question: str) -> str:
+def lines_about(text: str, question: str) -> list[str]:
     """The lines of ``text`` that share a content word or value with ``question`` (a word on
-    more than half of the lines does not count), in order, or its first line when none does.
-    A one-line note is quoted whole; a long record (a feed with a table of telemetry) is
-    quoted by what the question is about, so the answer prompt does not pay for the whole
-    record again when the history already holds it."""
+    more than half of the lines does not count), in order; a one-line note whole, whatever it
+    says. Empty when a record of several lines has no line about the question."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) <= 1:
-        return text.strip()
+        return [text.strip()]
     words = [value_words(line) for line in lines]
     # A word on more than half the lines is the record's boilerplate ("notebook unchanged" on
     # every telemetry line), not what the question singles out.
     common = {w for w in set().union(*words) if 2 * sum(w in ws for ws in words) > len(lines)}
     asked = value_words(question) - common
-    shared = [line for line, ws in zip(lines, words, strict=True) if ws & asked]
-    return "\n".join(shared or lines[:1])
+    return [line for line, ws in zip(lines, words, strict=True) if ws & asked]
+
+
+def relevant_lines(text: str, question: str) -> str:
+    """What an answer prompt quotes of ``text``: its lines about ``question``
+    (:func:`lines_about`), or its first line when none is. A one-line note is quoted whole; a
+    long record (a feed with a table of telemetry) is quoted by what the question is about, so
+    the answer prompt does not pay for the whole record again when the history already holds
+    it."""
+    shared = lines_about(text, question) or [text.strip().splitlines()[0].strip()]
+    return "\n".join(shared)
 
 
 def restate_excerpt(text: str) -> str:

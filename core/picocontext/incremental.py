@@ -38,6 +38,7 @@ from picocontext.choices import (
     judge_answer,
     judge_recheck,
     kinds_schema,
+    lines_about,
     none_schema,
     plan,
     read_kinds,
@@ -430,6 +431,25 @@ class IncrementalDecision:
                         handles=(option.handle,),
                         valid=False,
                         detail=f"no question came back for {option.unit.key}; kept",
+                        prompt_tokens=tokens[0],
+                        prefill_tokens=tokens[1],
+                        generated_tokens=tokens[2],
+                    )
+                )
+                continue
+            if not self.rules.ask_unrelated and not lines_about(later, asked):
+                # A record of several lines with none about the question: the answer prompt
+                # could quote only its first line, which the question does not single out.
+                self.run.choices.append(
+                    Choice(
+                        records=new.ids,
+                        options=(option.unit.key,),
+                        handles=(option.handle,),
+                        asked=False,
+                        detail=(
+                            f"asked {asked!r} of {option.unit.key}: no line of {new.key} "
+                            "shares a word with it; kept without asking"
+                        ),
                         prompt_tokens=tokens[0],
                         prefill_tokens=tokens[1],
                         generated_tokens=tokens[2],

@@ -112,6 +112,9 @@ class EditableConfig(BaseModel):
     # against (one answer call each). 1 asks about a quarter fewer calls on the decision
     # probes for about the same exact rate (docs/policies.md, "Fifth round").
     pairs: int = Field(default=MAX_JUDGED_PAIRS, ge=1, le=8)
+    # The question judge: also ask about a new record of several lines none of which shares
+    # a word with the question (off: kept without a call; docs/policies.md, "Seventh round").
+    ask_unrelated: bool = False
     # Incremental decisions: a tool result or earlier user message longer than this many
     # characters is asked once which kinds of its lines to keep (a reply can only be offered
     # kinds' letters, or "all"), and replaced by those lines at once; None: never
@@ -130,6 +133,7 @@ class EditableConfig(BaseModel):
             newer_first=self.newer_first,
             recheck=self.recheck,
             pairs=self.pairs,
+            ask_unrelated=self.ask_unrelated,
             shorten_over=self.shorten_over,
         )
 
