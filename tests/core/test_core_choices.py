@@ -40,6 +40,7 @@ from picocontext.choices import (
     content_words,
     judge_answer,
     line_shape,
+    lines_about,
     plan,
     question_for,
     read_question,
@@ -53,6 +54,7 @@ from picocontext.choices import (
 from picocontext.models import ByteCounter, ScriptedBackend
 from picocontext.policies import policy_registry
 from picocontext.policies.registry import PolicyError
+from picocontext.policies.simple import EditableConfig
 from picocontext.prompts import QUOTE_CHARS
 
 Reply = Callable[[PreparedPrompt], str]
@@ -852,6 +854,40 @@ def test_a_long_record_is_quoted_by_the_lines_the_question_is_about() -> None:
     # a one-line note is quoted whole, whatever the question
     note = "Lamp price 30 EUR in the shop. Desk 90 EUR."
     assert relevant_lines(note, "What does the desk cost?") == note
+
+
+def test_a_feed_with_no_line_about_the_question_is_kept_without_an_answer_call() -> None:
+    telemetry = "\n".join(f"Sweep 2, frame {t}: notebook unchanged." for t in range(6))
+    heron, dunlin = "FACT heron=KX-7302-B", "FACT dunlin=R5:green/17\n" + telemetry
+    question = "What is heron's value?"
+    assert lines_about(dunlin, question) == []
+    assert lines_about(heron, "Who reviews PAY-41?") == [heron]  # one line: always about it
+    assert lines_about("FACT heron=KX-1\n" + telemetry, question) == ["FACT heron=KX-1"]
+
+    def judged(rules: ChoiceRules) -> tuple[ScriptedBackend, RunReport]:
+        backend = asker({"heron": question}, {"heron": "KX-7302-B."})
+        _session, report = run_with(notes(heron, dunlin, task="Report heron."), backend, rules)
+        assert report.failure is None
+        return backend, report
+
+    def answer_calls(backend: ScriptedBackend) -> list[str]:
+        guidance = [p.input.guidance or "" for p in backend.prompts]
+        return [g for g in guidance if g.startswith("Records,")]
+
+    # The feed shares the word "fact" with n1, so n1 is offered and restated; none of the
+    # feed's lines names heron, so the pair is kept with no answer call.
+    backend, report = judged(QUESTION_RULES)
+    assert answer_calls(backend) == []
+    (choice,) = report.choices
+    assert choice.options == ("n1",) and choice.chosen is None and not choice.asked
+    assert "no line of n2" in choice.detail and "kept without asking" in choice.detail
+    # ``ask_unrelated`` asks as before: the prompt quotes the feed's first line.
+    backend, report = judged(dataclasses.replace(QUESTION_RULES, ask_unrelated=True))
+    (call,) = answer_calls(backend)
+    assert "2. FACT dunlin=R5:green/17\n" in call and report.choices[0].asked
+    # The policy's config carries the switch through to the rules.
+    assert not EditableConfig().choice_rules().ask_unrelated
+    assert EditableConfig(ask_unrelated=True).choice_rules().ask_unrelated
 
 
 def test_values_decide_over_words_when_the_answer_repeats_one() -> None:
