@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
 
+from picocontext_diagnostics.bench import main_job
 from picocontext_diagnostics.bench.main_job import (
     ROOT,
     MainJobError,
@@ -133,3 +136,45 @@ def test_ratios_need_both_columns() -> None:
         "prefill_tokens": None,
         "input_tokens": None,
     }
+
+
+def _fake_job(monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """The README's first command replaced by a short Python script."""
+    monkeypatch.setattr(main_job, "readme_command", lambda _readme: [sys.executable, "-c", script])
+
+
+def test_a_run_that_fails_leaves_the_last_completed_result_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "main-job.json"
+    out.write_text('{"kept": true}\n', encoding="utf-8")
+    out.with_suffix(".log").write_text("the good run\n", encoding="utf-8")
+    _fake_job(
+        monkeypatch, "import sys; print('error: unrecognized arguments: --bogus'); sys.exit(2)"
+    )
+    assert main_job.main(["--out", str(out), "--bogus"]) == 1
+    captured = capsys.readouterr()
+    line = json.loads(captured.out.strip().splitlines()[-1])
+    # a run that failed in a second is not "within the limit"
+    assert line["exit_code"] == 2 and line["within_limit"] is False and line["policies"] == {}
+    assert "exit code 2" in captured.err and "--bogus" in captured.err
+    assert out.read_text(encoding="utf-8") == '{"kept": true}\n'
+    assert out.with_suffix(".log").read_text(encoding="utf-8") == "the good run\n"
+    assert json.loads(out.with_suffix(".failed.json").read_text(encoding="utf-8")) == line
+    assert "--bogus" in out.with_suffix(".failed.log").read_text(encoding="utf-8")
+    assert not out.with_suffix(".running.log").exists()
+
+
+def test_a_completed_run_writes_its_result_and_counts_the_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "main-job.json"
+    _fake_job(monkeypatch, f"import sys; print({SUMMARY!r}); sys.exit(3)")
+    assert main_job.main(["--out", str(out)]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["exit_code"] == 3 and line["within_limit"] is True
+    assert set(line["policies"]) == {"append-only", "editable"}
+    assert json.loads(out.read_text(encoding="utf-8")) == line
+    assert "Checks passed" in out.with_suffix(".log").read_text(encoding="utf-8")
+    assert main_job.main(["--out", str(out), "--limit", "0"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["within_limit"] is False

@@ -10,7 +10,9 @@ comes from the summary block the smoke prints (``<task> · <policy>: <state>`` f
 asks the run to write next to its own output (unless the command already names a report), and
 ``ratios`` divides editable's by append-only's when both ran (``ratios_common_steps`` over
 only the steps both answered, since append-only stops when it runs out of window). The whole
-output goes to a log file next to the JSON; the last line printed is one JSON object.
+output goes to a log file next to the JSON; the last line printed is one JSON object. A run
+that does not complete (a bad argument, a crash) writes ``<out>.failed.json`` and its log
+beside it instead, and leaves the last completed run's JSON, log and report alone.
 """
 
 from __future__ import annotations
@@ -205,38 +207,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_path: Path | None = None
     if "--report" not in command and any(w.startswith("--episode-smoke") for w in command):
         report_path = args.out.with_suffix(".report.json")
-        report_path.unlink(missing_ok=True)
         command = [*command, "--report", str(report_path)]
-    code, seconds, output = run(command, args.out.with_suffix(".log"))
+    # The run logs to a scratch file first: a run that fails (a bad argument, a crash) must not
+    # overwrite the log, the JSON or the report of the last run that completed.
+    scratch = args.out.with_suffix(".running.log")
+    started = time.time()
+    code, seconds, output = run(command, scratch)
     report: dict[str, Any] = {}
+    # Only a report this run wrote counts; an older one at the same path is another run's.
     if report_path is not None and report_path.is_file():
         try:
-            report = json.loads(report_path.read_text(encoding="utf-8"))
+            if report_path.stat().st_mtime >= started - 1.0:  # coarse file clocks
+                report = json.loads(report_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             print(
                 f"main-job: could not read the run's report {report_path}: {exc}", file=sys.stderr
             )
     policies = merge(parse_summary(output), report_costs(report))
+    # 3 is the smoke's "ran to the end, a policy failed a check": the job is built so that
+    # append-only runs out of window, so that is a completed run, not a broken one.
+    completed = code in (0, 3) and bool(policies)
     line = {
         "benchmark": "main-job",
         "command": shlex.join(command),
         "exit_code": code,
         "wall_seconds": round(seconds, 1),
         "limit_seconds": args.limit,
-        "within_limit": seconds <= args.limit,
+        "within_limit": completed and seconds <= args.limit,
         "policies": policies,
         "ratios": ratios(policies),
         "ratios_common_steps": common_step_ratios(step_costs(report)),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(line, indent=2) + "\n", encoding="utf-8")
+    out = args.out if completed else args.out.with_suffix(".failed.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(line, indent=2) + "\n", encoding="utf-8")
+    log = out.with_suffix(".log")
+    scratch.replace(log)
     print(json.dumps(line, separators=(",", ":")))
-    if not policies:
-        print("main-job: the run printed no per-policy summary", file=sys.stderr)
+    if not completed:
+        last = next((t.strip() for t in reversed(output.splitlines()) if t.strip()), "")
+        said = f"; its last line: {last[:300]}" if last else ""
+        print(
+            f"main-job: the run did not complete (exit code {code}"
+            f"{'' if policies else ', no per-policy summary'}){said}. Its output is in {log}; "
+            f"{args.out} is left as it was.",
+            file=sys.stderr,
+        )
         return 1
-    # 3 is the smoke's "ran to the end, a policy failed a check": the job is built so that
-    # append-only runs out of window, so that is a completed run, not a broken one.
-    return 0 if code in (0, 3) else 1
+    return 0
 
 
 if __name__ == "__main__":
