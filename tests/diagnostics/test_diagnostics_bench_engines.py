@@ -101,18 +101,6 @@ def test_a_missing_engine_says_how_to_install_it(
     assert "pip install 'picocontext[llamacpp]'" in err and len(err.splitlines()) == 1
 
 
-@pytest.fixture(scope="module")
-def tiny_gguf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("xllamacpp")
-    pytest.importorskip("transformers")
-    from picocontext.models.gguf import install_gguf
-    from picocontext.models.tiny import TINY_CHAT_TEMPLATE, write_tiny_gguf
-
-    work = tmp_path_factory.mktemp("engines-bench")
-    write_tiny_gguf(work / "tiny.gguf", arch="qwen2", context=12_288)
-    return install_gguf(work / "tiny.gguf", work / "model", chat_template=TINY_CHAT_TEMPLATE)
-
-
 def test_one_real_pair_through_llamacpp_prints_the_row_as_the_last_line(
     tiny_gguf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
