@@ -51,6 +51,7 @@ def test_a_trailing_call_computes_only_its_trailer(
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["benchmark"] == "trailing-calls" and last["engine"] == "llamacpp"
     assert last["prefix_tokens"] > 1000 and last["full_prefill_tps"] > 0
+    assert last["prefix_tokens"] // 2 < last["shared_tokens"] < last["prefix_tokens"]
     short, long = last["rows"]
     assert (short["words"], long["words"]) == (4, 40)
     assert 0 < short["trailer_tokens"] < long["trailer_tokens"]

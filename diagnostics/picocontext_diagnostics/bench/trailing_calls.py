@@ -17,7 +17,8 @@ bench measures both on the engine and model given (default: the platform's defau
   (``wall_s``); ``overhead_s`` is the wall time neither prefill nor decoding accounts for.
 
 Greedy, free decoding, one generated token a call. The last line printed is one JSON object
-``{"benchmark": "trailing-calls", "engine", "model", "prefix_tokens", "full_prefill_tps",
+``{"benchmark": "trailing-calls", "engine", "model", "prefix_tokens", "shared_tokens" (what
+every trailing prompt shares with the prefix: all but its closing guidance), "full_prefill_tps",
 "rows": [{"words", "trailer_tokens", "prefilled_tokens", "prefill_s", "prefill_tps",
 "wall_s", "overhead_s"}, ...]}``, each row the median of its repeats.
 """
@@ -84,6 +85,7 @@ def measure(model: Any, base: Any, sizes: Sequence[int], repeats: int) -> dict[s
 
     full_tps: list[float] = []
     rows: list[dict[str, Any]] = []
+    shared = 0
     for words in sizes:
         prompt = model.prepare(
             base.input.model_copy(update={"phase": Phase.CHOICE, "guidance": trailer(words)})
@@ -115,6 +117,7 @@ def measure(model: Any, base: Any, sizes: Sequence[int], repeats: int) -> dict[s
         )
     return {
         "prefix_tokens": base.token_count,
+        "shared_tokens": shared,
         "full_prefill_tps": round(statistics.median(full_tps), 2) if full_tps else None,
         "rows": rows,
     }
