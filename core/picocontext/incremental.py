@@ -424,37 +424,17 @@ class IncrementalDecision:
                 self.memory.questions[key] = read_question(reply)
             asked = self.memory.questions[key]
             if asked is None:
-                self.run.choices.append(
-                    Choice(
-                        records=new.ids,
-                        options=(option.unit.key,),
-                        handles=(option.handle,),
-                        valid=False,
-                        detail=f"no question came back for {option.unit.key}; kept",
-                        prompt_tokens=tokens[0],
-                        prefill_tokens=tokens[1],
-                        generated_tokens=tokens[2],
-                    )
-                )
+                why = f"no question came back for {option.unit.key}; kept"
+                self.run.choices.append(kept_pair(new, option, why, tokens, valid=False))
                 continue
             if not self.rules.ask_unrelated and not lines_about(later, asked):
                 # A record of several lines with none about the question: the answer prompt
                 # could quote only its first line, which the question does not single out.
-                self.run.choices.append(
-                    Choice(
-                        records=new.ids,
-                        options=(option.unit.key,),
-                        handles=(option.handle,),
-                        asked=False,
-                        detail=(
-                            f"asked {asked!r} of {option.unit.key}: no line of {new.key} "
-                            "shares a word with it; kept without asking"
-                        ),
-                        prompt_tokens=tokens[0],
-                        prefill_tokens=tokens[1],
-                        generated_tokens=tokens[2],
-                    )
+                why = (
+                    f"asked {asked!r} of {option.unit.key}: no line of {new.key} shares a "
+                    "word with it; kept without asking"
                 )
+                self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
             # Both records are quoted by the lines the question is about, and judged on them.
             older, newer = relevant_lines(earlier, asked), relevant_lines(later, asked)
@@ -577,6 +557,31 @@ def unshared(unit: Unit) -> Choice:
         asked=False,
         detail="no earlier record shares a content word with it (or enough of them): "
         "replaces nothing (no call)",
+    )
+
+
+def kept_pair(
+    new: Unit,
+    option: Option,
+    detail: str,
+    tokens: Sequence[int],
+    *,
+    valid: bool = True,
+    asked: bool = True,
+) -> Choice:
+    """The report of a judged pair kept without an answer; ``tokens`` are the prompt, prefill
+    and generated tokens its restatement spent."""
+    prompt, prefill, generated = tokens
+    return Choice(
+        records=new.ids,
+        options=(option.unit.key,),
+        handles=(option.handle,),
+        valid=valid,
+        asked=asked,
+        detail=detail,
+        prompt_tokens=prompt,
+        prefill_tokens=prefill,
+        generated_tokens=generated,
     )
 
 
