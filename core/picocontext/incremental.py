@@ -586,10 +586,13 @@ def kept_pair(
 
 
 def reply_line(choice: Choice, judged_pairs: bool) -> str:
-    """One choice in the decision's model output: the new record and the reply, and for the
-    question judge the earlier record the answer was about."""
+    """One choice in the decision's model output: the new record and the reply (``(no call)``
+    when the runtime decided without asking), and for the question judge the earlier record
+    the answer was about."""
     about = f" about {choice.options[0]}" if judged_pairs and len(choice.options) == 1 else ""
-    return f"{','.join(choice.records)}{about}: {choice.reply.strip()}"
+    # A choice made without a call has no reply; say so rather than show an empty one.
+    said = choice.reply.strip() if choice.asked else "(no call)"
+    return f"{','.join(choice.records)}{about}: {said}"
 
 
 def runtime_choice(unit: Unit, picked: Unit, share: float) -> Choice:

@@ -881,6 +881,8 @@ def test_a_feed_with_no_line_about_the_question_is_kept_without_an_answer_call()
     (choice,) = report.choices
     assert choice.options == ("n1",) and choice.chosen is None and not choice.asked
     assert "no line of n2" in choice.detail and "kept without asking" in choice.detail
+    # the step's model output says no call was made, rather than show an empty reply
+    assert report.attempts[0].model_text == "n2 about n1: (no call)"
     # ``ask_unrelated`` asks as before: the prompt quotes the feed's first line.
     backend, report = judged(dataclasses.replace(QUESTION_RULES, ask_unrelated=True))
     (call,) = answer_calls(backend)
