@@ -892,6 +892,27 @@ def test_a_feed_with_no_line_about_the_question_is_kept_without_an_answer_call()
     assert EditableConfig(ask_unrelated=True).choice_rules().ask_unrelated
 
 
+@given(
+    st.lists(st.text(alphabet="ab1 =\n", max_size=20), max_size=12),
+    st.text(alphabet="ab1 ?", max_size=12),
+)
+def test_lines_about_a_question_are_lines_of_the_text_in_order(
+    pieces: list[str], question: str
+) -> None:
+    text = "\n".join(pieces)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    about = lines_about(text, question)
+    if len(lines) <= 1:
+        assert about == [text.strip()]  # a one-line note is always about it
+    else:
+        # a subsequence of the text's lines, each sharing a word with the question
+        rest = iter(lines)
+        assert all(any(line == other for other in rest) for line in about)
+        assert all(value_words(line) & value_words(question) for line in about)
+    # what an answer prompt quotes is never empty for a text with a line in it
+    assert bool(relevant_lines(text, question)) == bool(lines)
+
+
 def test_values_decide_over_words_when_the_answer_repeats_one() -> None:
     # "same day": the old record's Thursday is not repeated by the new one, but the time is
     # what changed, and the answer repeats the new time.
