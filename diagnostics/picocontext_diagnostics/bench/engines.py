@@ -148,17 +148,25 @@ def first_prompts(model: Any, window: int | None = None) -> dict[str, Any]:
 
 
 # -- one call, timed by the backend's own progress reports ---------------------------------
-def timed_call(model: Any, prompt: Any, max_tokens: int) -> dict[str, Any]:
-    """One call on a cold cache; prefill = time to the first token, decode = the rest."""
+def reported_call(model: Any, prompt: Any, max_tokens: int) -> tuple[Any, Any, float]:
+    """One call with the backend's progress reports on: the response, its final report
+    (``elapsed`` and ``decode_seconds``, so prefill = ``elapsed - decode_seconds``) and the
+    caller's wall seconds around it."""
     last: list[Any] = []
     model.progress_listener = last.append
     model.progress_interval = 3600.0  # only the first and the final report matter
-    model.reset_cache()
+    started = time.perf_counter()
     try:
         response = model.generate(prompt, max_tokens)
     finally:
         model.progress_listener = None
-    done = last[-1]
+    return response, last[-1], time.perf_counter() - started
+
+
+def timed_call(model: Any, prompt: Any, max_tokens: int) -> dict[str, Any]:
+    """One call on a cold cache; prefill = time to the first token, decode = the rest."""
+    model.reset_cache()
+    response, done, _wall = reported_call(model, prompt, max_tokens)
     decode_s = done.decode_seconds
     prefill_s = done.elapsed - decode_s
     prefill = response.prefill_tokens if response.prefill_tokens is not None else 0

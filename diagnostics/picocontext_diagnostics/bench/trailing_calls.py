@@ -29,12 +29,12 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from picocontext import common_prefix
+from picocontext_diagnostics.bench.engines import APPEND, first_prompts, reported_call
 
 DEFAULT_SIZES = (4, 16, 48, 96)
 DEFAULT_REPEATS = 2
@@ -59,16 +59,7 @@ def trailer(words: int) -> str:
 def timed(model: Any, prompt: Any) -> dict[str, float | int]:
     """One call generating one token: engine-computed tokens, seconds to the first token from
     the backend's progress reports, and the caller's wall seconds."""
-    reports: list[Any] = []
-    model.progress_listener = reports.append
-    model.progress_interval = 3600.0  # only the first and the final report matter
-    started = time.perf_counter()
-    try:
-        response = model.generate(prompt, 1)
-    finally:
-        model.progress_listener = None
-    wall = time.perf_counter() - started
-    done = reports[-1]
+    response, done, wall = reported_call(model, prompt, 1)
     prefill_s = done.elapsed - done.decode_seconds
     computed = prompt.token_count if response.prefill_tokens is None else response.prefill_tokens
     return {
@@ -156,7 +147,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from picocontext import PicoContextError
     from picocontext.models import load_model
-    from picocontext_diagnostics.bench.engines import APPEND, first_prompts
 
     args = parser().parse_args(argv)
     try:
