@@ -103,6 +103,10 @@ class ChoiceRules:
     # word with the question (off: kept without a call, since the answer prompt could quote
     # only a line the runtime picked for no reason, its first).
     ask_unrelated: bool = False
+    # The question judge: also ask about a pair whose new unit says nothing on the question
+    # that the earlier one does not (off: kept without a call, the outcome any answer would
+    # give; :func:`adds_nothing`). On only to replay runs recorded before the rule.
+    ask_settled: bool = False
     # Shortening: a record longer than this many characters (a tool result or an earlier
     # user message, never the request being answered) is asked once which kinds of its lines
     # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
@@ -386,11 +390,49 @@ def unit_text(snapshot: Snapshot, unit: Unit) -> str:
     return " ".join(b for b in (bodies.get(i, "").strip() for i in unit.ids) if b)
 
 
+def statement_lines(text: str) -> list[str]:
+    """What a question reads ``text`` as, line by line: its non-blank lines; a JSON object or
+    array is read as its members, one ``"key": value`` line per scalar (or list of scalars)
+    under its innermost key. A tool's or an answer's JSON report of several values is then
+    quoted and judged by the member a question is about, as a record of several lines is by
+    its lines, instead of by the whole object."""
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            value = None
+        if isinstance(value, dict | list):
+            members = list(_members(value, None))
+            if members:
+                return members
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _scalar(value: object) -> bool:
+    return not isinstance(value, dict | list)
+
+
+def _members(value: object, key: str | None) -> Iterable[str]:
+    """The ``"key": value`` lines of a parsed JSON value, in document order."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from _members(item, str(name))
+        return
+    if isinstance(value, list) and not all(_scalar(item) for item in value):
+        for item in value:
+            yield from _members(item, key)
+        return
+    dumped = json.dumps(value, ensure_ascii=False)
+    yield dumped if key is None else f"{json.dumps(key, ensure_ascii=False)}: {dumped}"
+
+
 def lines_about(text: str, question: str) -> list[str]:
-    """The lines of ``text`` that share a content word or value with ``question`` (a word on
-    more than half of the lines does not count), in order; a one-line note whole, whatever it
-    says. Empty when a record of several lines has no line about the question."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The lines of ``text`` (:func:`statement_lines`) that share a content word or value with
+    ``question`` (a word on more than half of the lines does not count), in order; a one-line
+    note whole, whatever it says. Empty when a record of several lines has no line about the
+    question."""
+    lines = statement_lines(text)
     if len(lines) <= 1:
         return [text.strip()]
     words = [value_words(line) for line in lines]
@@ -407,7 +449,7 @@ def relevant_lines(text: str, question: str) -> str:
     long record (a feed with a table of telemetry) is quoted by what the question is about, so
     the answer prompt does not pay for the whole record again when the history already holds
     it."""
-    shared = lines_about(text, question) or [text.strip().splitlines()[0].strip()]
+    shared = lines_about(text, question) or statement_lines(text)[:1]
     return "\n".join(shared)
 
 
@@ -516,6 +558,14 @@ def judge_recheck(answer: str, question: str, earlier: str, later: str) -> Answe
     values = tuple(w for w in verdict.new if _is_value(w))
     stale = bool(values) and not verdict.old
     return AnswerVerdict(stale=stale, new=values, old=verdict.old, rechecked=True)
+
+
+def adds_nothing(question: str, earlier: str, later: str) -> bool:
+    """Whether ``later`` holds no word or value, beyond the question's own, that ``earlier``
+    lacks. Then no answer can repeat what only ``later`` says, so :func:`judge_answer` and
+    :func:`judge_recheck` keep ``earlier`` whatever the model replies: the runtime keeps it
+    without the call (same outcome, no tokens)."""
+    return not (value_words(later) - value_words(earlier) - value_words(question))
 
 
 def asks_about(text: str, question: str) -> bool:

@@ -34,6 +34,7 @@ from picocontext.choices import (
     Plan,
     Question,
     Unit,
+    adds_nothing,
     asks_about,
     judge_answer,
     judge_recheck,
@@ -438,6 +439,13 @@ class IncrementalDecision:
                 continue
             # Both records are quoted by the lines the question is about, and judged on them.
             older, newer = relevant_lines(earlier, asked), relevant_lines(later, asked)
+            if not self.rules.ask_settled and adds_nothing(asked, older, newer):
+                why = (
+                    f"asked {asked!r} of {option.unit.key}: {new.key} says nothing on it that "
+                    f"{option.unit.key} does not; kept without asking"
+                )
+                self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
+                continue
             guidance = answer_question(
                 asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
             )

@@ -35,10 +35,12 @@ from picocontext.choices import (
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
     ChoiceRules,
+    adds_nothing,
     asks_about,
     body_lines,
     content_words,
     judge_answer,
+    judge_recheck,
     line_shape,
     lines_about,
     plan,
@@ -48,6 +50,7 @@ from picocontext.choices import (
     relevant_lines,
     replacement_edit,
     restate_excerpt,
+    statement_lines,
     units,
     value_words,
 )
@@ -890,6 +893,70 @@ def test_a_feed_with_no_line_about_the_question_is_kept_without_an_answer_call()
     # The policy's config carries the switch through to the rules.
     assert not EditableConfig().choice_rules().ask_unrelated
     assert EditableConfig(ask_unrelated=True).choice_rules().ask_unrelated
+
+
+def test_a_json_report_is_read_as_its_members() -> None:
+    answer = '{"facts": {"dunlin": "R5:green/17", "heron": "KX-7302-B"}}'
+    assert statement_lines(answer) == ['"dunlin": "R5:green/17"', '"heron": "KX-7302-B"']
+    question = 'What is the value of the "heron" key in the current notebook?'
+    # quoted and judged by the member the question is about, like a record of several lines
+    assert relevant_lines(answer, question) == '"heron": "KX-7302-B"'
+    assert lines_about('{"facts": {"dunlin": "R5:green/17", "ibis": 4}}', question) == []
+    # lists of scalars stay one member; objects inside lists are read member by member
+    rows = '[{"id": 7, "tags": ["a", "b"]}, {"id": 8, "note": null}]'
+    assert statement_lines(rows) == ['"id": 7', '"tags": ["a", "b"]', '"id": 8', '"note": null']
+    assert statement_lines("[1, 2]") == ["[1, 2]"]
+    # one member, or text that only looks like JSON: read as it is
+    assert lines_about('{"heron": "KX-1"}', "Who reviews PAY-41?") == ['{"heron": "KX-1"}']
+    assert statement_lines("{not json}\nsecond") == ["{not json}", "second"]
+    assert statement_lines("{}") == ["{}"] and statement_lines("") == []
+
+
+def test_a_pair_whose_new_record_adds_nothing_to_the_question_is_kept_without_asking() -> None:
+    question = "What does the lamp cost?"
+    assert adds_nothing(question, "Lamp price 30 EUR in the shop.", "The lamp price is 30 EUR.")
+    assert not adds_nothing(question, "Lamp price 30 EUR.", "Lamp price 35 EUR.")
+    # the question's own words do not count: a model restates them
+    assert adds_nothing(question, "Lamp price 30 EUR.", "Lamp cost: price 30 EUR.")
+
+    def judged(rules: ChoiceRules) -> tuple[ScriptedBackend, RunReport]:
+        backend = asker({"30 EUR": question}, {"cost": "It costs 30 EUR."})
+        snapshot = notes("Lamp price 30 EUR in the shop.", "The lamp price is 30 EUR.")
+        _session, report = run_with(snapshot, backend, rules)
+        assert report.failure is None
+        return backend, report
+
+    backend, report = judged(QUESTION_RULES)
+    guidance = [p.input.guidance or "" for p in backend.prompts]
+    assert [g for g in guidance if g.startswith("Records,")] == []  # restated, never answered
+    (choice,) = report.choices
+    assert choice.chosen is None and not choice.asked and choice.options == ("n1",)
+    assert "n2 says nothing on it that n1 does not; kept without asking" in choice.detail
+    # ``ask_settled`` asks as before, and the answer keeps n1 as the rule said it would
+    backend, asked = judged(dataclasses.replace(QUESTION_RULES, ask_settled=True))
+    assert asked.choices[0].asked and asked.choices[0].chosen is None
+    assert len(backend.prompts) == len(guidance) + 1
+    assert not EditableConfig().choice_rules().ask_settled
+    assert EditableConfig(ask_settled=True).choice_rules().ask_settled
+
+
+WORDS = st.sampled_from(["lamp", "cost", "price", "30", "35", "eur", "shop", "now", "not said"])
+
+
+@given(
+    st.lists(WORDS, max_size=5),
+    st.lists(WORDS, max_size=5),
+    st.lists(WORDS, max_size=5),
+    st.lists(WORDS, max_size=6),
+)
+def test_no_answer_can_judge_a_settled_pair_stale(
+    question: list[str], earlier: list[str], later: list[str], answer: list[str]
+) -> None:
+    q, old, new, said = (" ".join(w) for w in (question, earlier, later, answer))
+    if adds_nothing(q, old, new):
+        # the rule skips only calls whose answer could not change the outcome
+        assert not judge_answer(said, q, old, new).stale
+        assert not judge_recheck(said, q, old, new).stale
 
 
 @given(

@@ -71,10 +71,10 @@ PROBES = [
 ]
 
 
-def record(tmp_path: Path, config: dict[str, Any]) -> Path:
+def record(tmp_path: Path, config: dict[str, Any], probes: list[dict[str, Any]] = PROBES) -> Path:
     """A tool-calls bench report of the probes run on the stand-in."""
     probes_file = tmp_path / "probes.json"
-    probes_file.write_text(json.dumps(PROBES), encoding="utf-8")
+    probes_file.write_text(json.dumps(probes), encoding="utf-8")
     recorded = decision_config({"decision": "incremental", **config})
     budget = decision_replay._budget()
     rows = [
@@ -211,3 +211,37 @@ def test_one_prompt_with_two_replies_makes_the_probe_unevaluable(tmp_path: Path)
     results = {r.probe: r for r in decision_replay.replay(rows, probes, recorded, {})}
     assert results["desk"].unevaluable == "the replay differs from the recorded run"
     assert results["lamp"].after is not None
+
+
+def test_a_run_recorded_before_the_settled_rule_replays_and_judges_the_rule(
+    tmp_path: Path,
+) -> None:
+    # n2 repeats n1 word for word: no answer can judge n1 out of date, so the settled rule
+    # keeps it without the answer call; n3's new price is still asked.
+    repeated = {
+        "id": "repeat",
+        "records": [
+            TASK,
+            note(1, "Lamp price 30 EUR."),
+            note(2, "Lamp price 30 EUR."),
+            note(3, "Lamp price 35 EUR."),
+        ],
+        "stale": ["n1", "n2"],
+    }
+    rows_file = record(tmp_path, {"ask_settled": True}, [*PROBES, repeated])
+    data = json.loads(rows_file.read_text(encoding="utf-8"))
+    del data["decision_config"]["ask_settled"]  # as a row written before the setting existed
+    rows_file.write_text(json.dumps(data), encoding="utf-8")
+    rows, recorded, files = decision_replay.load_rows(rows_file)
+    assert recorded["ask_settled"] is True  # replayed as it was asked
+    probes = {p.id: p for p in read_probes(files[0])}
+    results = {
+        r.probe: r for r in decision_replay.replay(rows, probes, recorded, {"ask_settled": False})
+    }
+    assert all(r.after is not None for r in results.values())
+    for result in results.values():
+        assert result.after is not None and result.before is not None
+        assert result.after["exact"] == result.before["exact"]
+    after, before = results["repeat"].after, results["repeat"].before
+    assert after is not None and before is not None
+    assert after["decision_calls"] == before["decision_calls"] - 1

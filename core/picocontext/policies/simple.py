@@ -115,6 +115,10 @@ class EditableConfig(BaseModel):
     # The question judge: also ask about a new record of several lines none of which shares
     # a word with the question (off: kept without a call; docs/policies.md, "Seventh round").
     ask_unrelated: bool = False
+    # The question judge: also ask about a pair whose new record says nothing on the question
+    # that the earlier one does not (off: kept without a call, as any answer would decide;
+    # on only to replay probe runs recorded before the rule, docs/policies.md "Eighth round").
+    ask_settled: bool = False
     # Incremental decisions: a tool result or earlier user message longer than this many
     # characters is asked once which kinds of its lines to keep (a reply can only be offered
     # kinds' letters, or "all"), and replaced by those lines at once; None: never
@@ -134,6 +138,7 @@ class EditableConfig(BaseModel):
             recheck=self.recheck,
             pairs=self.pairs,
             ask_unrelated=self.ask_unrelated,
+            ask_settled=self.ask_settled,
             shorten_over=self.shorten_over,
         )
 

@@ -48,6 +48,9 @@ from picocontext_diagnostics.errors import DiagnosticsError
 # Bytes per token of the replay's counter: the probe runs count real tokens, about four bytes.
 BYTES_PER_TOKEN = 4
 MAX_BYTES = 50_000_000
+# Decision settings newer than some recorded runs, with the value those runs behaved by: a
+# run recorded before ``ask_settled`` existed asked every settled pair too.
+ASKED_BEFORE: dict[str, Any] = {"ask_settled": True}
 
 
 class ReplayError(DiagnosticsError):
@@ -179,7 +182,8 @@ def load_rows(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any], list
     files = data.get("probe_files")
     if not isinstance(config, dict) or not isinstance(files, list):
         raise ReplayError(f"{path}: the report names no decision_config or probe_files")
-    return rows, config, [str(f) for f in files]
+    # Settings added after a run was recorded take the value that asks what it asked.
+    return rows, {**ASKED_BEFORE, **config}, [str(f) for f in files]
 
 
 def replay(
