@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from picocontext_diagnostics.bench import engines
 from picocontext_diagnostics.bench.engines import agreement, compare, main
 
 
@@ -131,3 +132,28 @@ def test_a_pair_that_fails_to_load_is_an_error_row_and_exit_1(
     assert main(argv) == 1
     (got,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
     assert "not a llama.cpp model directory" in got["error"]
+
+
+def test_the_cpu_is_named_with_the_vector_extensions_it_has(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: 26\n"
+        "flags\t\t: fpu sse avx2 fma f16c avx512f avx512_vnni\n",
+        encoding="utf-8",
+    )
+    real_open = open
+
+    def fake_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        return real_open(info if path == "/proc/cpuinfo" else path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert engines.cpu() == {
+        "model": "AMD EPYC",
+        "family": "26",
+        "simd": ["avx2", "fma", "f16c", "avx512f", "avx512_vnni"],
+    }
+    assert engines.environment()["cpu"]["family"] == "26"
+    info.unlink()  # no /proc (macOS): the platform's own name, no extensions claimed
+    assert engines.cpu()["simd"] == [] and engines.cpu()["model"]

@@ -438,12 +438,37 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
 
+# The vector extensions llama.cpp's and OpenBLAS's kernels can use, in the order they widen.
+SIMD_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def cpu() -> dict[str, Any]:
+    """The CPU the figures were measured on: its model name and vector extensions (Linux
+    reads them from /proc/cpuinfo). Speeds measured here differ by several times between
+    machines of one kind, so every engine row says which one ran it."""
+    name, family, flags = platform.processor() or platform.machine(), "", set[str]()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    name = value.strip()
+                elif key.strip() == "cpu family":
+                    family = value.strip()  # a hypervisor's "AMD EPYC" hides the generation
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": name, "family": family, "simd": [f for f in SIMD_FLAGS if f in flags]}
+
+
 def environment() -> dict[str, Any]:
     return {
         "machine": platform.machine(),
         "system": platform.system(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "cpu": cpu(),
     }
 
 

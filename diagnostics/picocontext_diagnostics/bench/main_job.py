@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from picocontext_diagnostics.bench.engines import cpu
+
 ROOT = Path(__file__).resolve().parents[3]
 LIMIT_SECONDS = 300.0
 _HEADER = re.compile(r"^(?P<task>.+?) · (?P<policy>.+?): (?P<state>.+)$")
@@ -237,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "policies": policies,
         "ratios": ratios(policies),
         "ratios_common_steps": common_step_ratios(step_costs(report)),
+        "cpu": cpu(),
     }
     out = args.out if completed else args.out.with_suffix(".failed.json")
     out.parent.mkdir(parents=True, exist_ok=True)
