@@ -107,6 +107,9 @@ class ChoiceRules:
     # that the earlier one does not (off: kept without a call, the outcome any answer would
     # give; :func:`adds_nothing`). On only to replay runs recorded before the rule.
     ask_settled: bool = False
+    # The question judge: read a JSON object record as its members (:func:`statement_lines`;
+    # off: as its text lines, one line for a one-line object).
+    json_members: bool = True
     # Shortening: a record longer than this many characters (a tool result or an earlier
     # user message, never the request being answered) is asked once which kinds of its lines
     # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
@@ -390,22 +393,22 @@ def unit_text(snapshot: Snapshot, unit: Unit) -> str:
     return " ".join(b for b in (bodies.get(i, "").strip() for i in unit.ids) if b)
 
 
-def statement_lines(text: str) -> list[str]:
+def statement_lines(text: str, members: bool = True) -> list[str]:
     """What a question reads ``text`` as, line by line: its non-blank lines; a JSON object or
     array is read as its members, one ``"key": value`` line per scalar (or list of scalars)
-    under its innermost key. A tool's or an answer's JSON report of several values is then
-    quoted and judged by the member a question is about, as a record of several lines is by
-    its lines, instead of by the whole object."""
+    under its innermost key (unless ``members`` is off). A tool's or an answer's JSON report of
+    several values is then quoted and judged by the member a question is about, as a record of
+    several lines is by its lines, instead of by the whole object."""
     stripped = text.strip()
-    if stripped[:1] in ("{", "["):
+    if members and stripped[:1] in ("{", "["):
         try:
             value = json.loads(stripped)
         except ValueError:
             value = None
         if isinstance(value, dict | list):
-            members = list(_members(value, None))
-            if members:
-                return members
+            read = list(_members(value, None))
+            if read:
+                return read
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -427,12 +430,12 @@ def _members(value: object, key: str | None) -> Iterable[str]:
     yield dumped if key is None else f"{json.dumps(key, ensure_ascii=False)}: {dumped}"
 
 
-def lines_about(text: str, question: str) -> list[str]:
+def lines_about(text: str, question: str, members: bool = True) -> list[str]:
     """The lines of ``text`` (:func:`statement_lines`) that share a content word or value with
     ``question`` (a word on more than half of the lines does not count), in order; a one-line
     note whole, whatever it says. Empty when a record of several lines has no line about the
     question."""
-    lines = statement_lines(text)
+    lines = statement_lines(text, members)
     if len(lines) <= 1:
         return [text.strip()]
     words = [value_words(line) for line in lines]
@@ -443,13 +446,13 @@ def lines_about(text: str, question: str) -> list[str]:
     return [line for line, ws in zip(lines, words, strict=True) if ws & asked]
 
 
-def relevant_lines(text: str, question: str) -> str:
+def relevant_lines(text: str, question: str, members: bool = True) -> str:
     """What an answer prompt quotes of ``text``: its lines about ``question``
     (:func:`lines_about`), or its first line when none is. A one-line note is quoted whole; a
     long record (a feed with a table of telemetry) is quoted by what the question is about, so
     the answer prompt does not pay for the whole record again when the history already holds
     it."""
-    shared = lines_about(text, question) or statement_lines(text)[:1]
+    shared = lines_about(text, question, members) or statement_lines(text, members)[:1]
     return "\n".join(shared)
 
 

@@ -428,7 +428,8 @@ class IncrementalDecision:
                 why = f"no question came back for {option.unit.key}; kept"
                 self.run.choices.append(kept_pair(new, option, why, tokens, valid=False))
                 continue
-            if not self.rules.ask_unrelated and not lines_about(later, asked):
+            members = self.rules.json_members
+            if not self.rules.ask_unrelated and not lines_about(later, asked, members):
                 # A record of several lines with none about the question: the answer prompt
                 # could quote only its first line, which the question does not single out.
                 why = (
@@ -438,7 +439,8 @@ class IncrementalDecision:
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
             # Both records are quoted by the lines the question is about, and judged on them.
-            older, newer = relevant_lines(earlier, asked), relevant_lines(later, asked)
+            older = relevant_lines(earlier, asked, members)
+            newer = relevant_lines(later, asked, members)
             if not self.rules.ask_settled and adds_nothing(asked, older, newer):
                 why = (
                     f"asked {asked!r} of {option.unit.key}: {new.key} says nothing on it that "

@@ -910,6 +910,11 @@ def test_a_json_report_is_read_as_its_members() -> None:
     assert lines_about('{"heron": "KX-1"}', "Who reviews PAY-41?") == ['{"heron": "KX-1"}']
     assert statement_lines("{not json}\nsecond") == ["{not json}", "second"]
     assert statement_lines("{}") == ["{}"] and statement_lines("") == []
+    # ``json_members`` off reads the object as its text, as before the rule
+    assert statement_lines(answer, members=False) == [answer]
+    assert relevant_lines(answer, question, members=False) == answer
+    assert EditableConfig().choice_rules().json_members
+    assert not EditableConfig(json_members=False).choice_rules().json_members
 
 
 def test_a_pair_whose_new_record_adds_nothing_to_the_question_is_kept_without_asking() -> None:

@@ -230,10 +230,12 @@ def test_a_run_recorded_before_the_settled_rule_replays_and_judges_the_rule(
     }
     rows_file = record(tmp_path, {"ask_settled": True}, [*PROBES, repeated])
     data = json.loads(rows_file.read_text(encoding="utf-8"))
-    del data["decision_config"]["ask_settled"]  # as a row written before the setting existed
+    for key in ("ask_settled", "json_members"):  # as a row written before the settings
+        del data["decision_config"][key]
     rows_file.write_text(json.dumps(data), encoding="utf-8")
     rows, recorded, files = decision_replay.load_rows(rows_file)
     assert recorded["ask_settled"] is True  # replayed as it was asked
+    assert recorded["json_members"] is False
     probes = {p.id: p for p in read_probes(files[0])}
     results = {
         r.probe: r for r in decision_replay.replay(rows, probes, recorded, {"ask_settled": False})

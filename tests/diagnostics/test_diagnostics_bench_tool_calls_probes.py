@@ -110,6 +110,20 @@ def test_shipped_schema_is_generated_and_accepts_the_shipped_probes() -> None:
     jsonschema.validate(json.loads(default_probes_path().read_text(encoding="utf-8")), shipped)
 
 
+@pytest.mark.parametrize(
+    "path",
+    sorted((RESOURCES / "probes").glob("*.json")),
+    ids=lambda p: p.name,
+)
+def test_every_shipped_probe_file_loads_and_fits_the_schema(path: Path) -> None:
+    # the opt-in files (held out, feeds, JSON results) are run by name: a typo in one would
+    # only show when someone runs it
+    shipped = json.loads((RESOURCES / "schemas" / SCHEMA_FILENAME).read_text(encoding="utf-8"))
+    jsonschema.validate(json.loads(path.read_text(encoding="utf-8")), shipped)
+    probes = read_probes(path)
+    assert probes and len({p.id for p in probes}) == len(probes)
+
+
 def test_shipped_probe_set_is_large_and_varied() -> None:
     probes = read_probes(default_probes_path())
     assert len(probes) >= 40

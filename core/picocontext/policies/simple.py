@@ -119,6 +119,9 @@ class EditableConfig(BaseModel):
     # that the earlier one does not (off: kept without a call, as any answer would decide;
     # on only to replay probe runs recorded before the rule, docs/policies.md "Eighth round").
     ask_settled: bool = False
+    # The question judge: read a record whose body is a JSON object or array as its
+    # ``"key": value`` members, like lines (off: as its text; docs/policies.md "Eighth round").
+    json_members: bool = True
     # Incremental decisions: a tool result or earlier user message longer than this many
     # characters is asked once which kinds of its lines to keep (a reply can only be offered
     # kinds' letters, or "all"), and replaced by those lines at once; None: never
@@ -139,6 +142,7 @@ class EditableConfig(BaseModel):
             pairs=self.pairs,
             ask_unrelated=self.ask_unrelated,
             ask_settled=self.ask_settled,
+            json_members=self.json_members,
             shorten_over=self.shorten_over,
         )
 

@@ -49,8 +49,9 @@ from picocontext_diagnostics.errors import DiagnosticsError
 BYTES_PER_TOKEN = 4
 MAX_BYTES = 50_000_000
 # Decision settings newer than some recorded runs, with the value those runs behaved by: a
-# run recorded before ``ask_settled`` existed asked every settled pair too.
-ASKED_BEFORE: dict[str, Any] = {"ask_settled": True}
+# run recorded before ``ask_settled`` existed asked every settled pair too, and read a JSON
+# record as its text.
+ASKED_BEFORE: dict[str, Any] = {"ask_settled": True, "json_members": False}
 
 
 class ReplayError(DiagnosticsError):
