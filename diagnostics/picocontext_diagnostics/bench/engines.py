@@ -438,7 +438,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
 
-# The vector extensions llama.cpp's and OpenBLAS's kernels can use, in the order they widen.
+# The vector extensions whose kernels llama.cpp and OpenBLAS can pick (AVX2 and up).
 SIMD_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 
