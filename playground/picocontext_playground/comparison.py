@@ -44,7 +44,7 @@ from picocontext_diagnostics import (
     order_lookup_episode,
     sequential_budget,
 )
-from picocontext_diagnostics.episodes.episode_runner import cold_cache
+from picocontext_diagnostics.episodes.episode_runner import cold_cache, warm_backend
 from picocontext_diagnostics.evaluation.journal import Journal
 from picocontext_playground.model_loader import LoadedModel
 from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView, policy_label
@@ -279,6 +279,7 @@ def run_comparison(
     done = 0
     status = ""
     cancelled = False
+    warmed = False
     events.progress(0, total)
     try:
         for index, policy in enumerate(policies, start=1):
@@ -297,6 +298,9 @@ def run_comparison(
                 outcomes.append(outcome)
                 events.outcome(outcome)
                 continue
+            if not warmed:  # nor pays the engine's one-time costs for the others
+                warm_backend(model.raw)
+                warmed = True
             cold_cache(model.raw)  # no policy profits from another's prompts
             status = _status(
                 settings, len(episode.steps), policy_label(policy.name), index, len(policies)

@@ -312,6 +312,21 @@ def test_every_episode_starts_with_a_cold_prefix_cache() -> None:
     assert len(runs) == episodes and all(runs)
 
 
+class WarmTracking(CacheTracking):
+    def warm_up(self) -> None:
+        self.log.append("warm")
+
+
+def test_the_engine_is_warmed_once_before_the_first_episode() -> None:
+    """The first episode must not carry the engine's one-time costs (the grammar state, the
+    first pass over the weights) that every later one is spared."""
+    config = EvaluationConfig(seeds=(17,), repetitions=2, step_count=2, limits=WIDE)
+    backend = WarmTracking()
+    runner_for(config, backend).run()
+    assert backend.log.count("warm") == 1 and backend.log[0] == "warm"
+    assert backend.log[1] == "reset"  # then cold, like every episode
+
+
 class Recording(DeterministicNotebookBackend):
     def __init__(self) -> None:
         super().__init__()

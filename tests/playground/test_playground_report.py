@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,33 @@ def test_tool_call_summary_counts_verbs_and_refusals() -> None:
     assert tool_calls_text([]) == "tool calls 0"
     assert clip_result("") == "(empty result)"
     assert clip_result("abcdef", limit=4) == "abcd… (+2 more characters in the prompt)"
+
+
+def test_the_engine_is_warmed_once_before_the_first_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first column must not carry the engine's one-time costs (on the main job about
+    2.5 s of append-only's step 1) that the next column is spared."""
+    model = scripted_model()
+    log: list[str] = []
+
+    class Engine:
+        def warm_up(self) -> None:
+            log.append("warm")
+
+        def reset_cache(self) -> None:
+            log.append("cold")
+
+    model.raw = Engine()  # an in-process engine's hooks; the calls stay the stand-in's
+    generate = model.backend.generate
+
+    def logged(*args: Any, **kwargs: Any) -> Any:
+        log.append("call")
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model.backend, "generate", logged)
+    settings = ComparisonSettings(task=Task.STATE_UPDATES, policies=("append-only", "editable"))
+    result = run_comparison(settings, model, PrintEvents(lambda _line: None))
+    assert result.completed and len(result.outcomes) == 2
+    assert log.count("warm") == 1 and log[:2] == ["warm", "cold"]
+    assert log.count("cold") == 2 and "call" in log  # each policy still starts cold

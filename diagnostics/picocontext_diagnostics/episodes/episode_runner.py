@@ -286,6 +286,14 @@ def _check(cancel: CancelToken | None) -> None:
         cancel.check()
 
 
+def warm_backend(backend: object) -> None:
+    """Pay an in-process engine's one-time costs before the first policy or episode runs
+    (a backend without any is left alone), so the first column is not charged for them."""
+    warm = getattr(backend, "warm_up", None)
+    if callable(warm):
+        warm()
+
+
 def cold_cache(backend: object) -> None:
     """Start the next episode or policy from a cold prefix cache (a backend without one is
     left alone), so no run profits from prompts another run left behind."""

@@ -31,6 +31,7 @@ from picocontext_diagnostics.episodes.episode_runner import (
     StepCallback,
     StepReport,
     cold_cache,
+    warm_backend,
 )
 from picocontext_diagnostics.episodes.fixtures import (
     Scenario,
@@ -98,6 +99,9 @@ class EvaluationRunner:
         self.workers = workers
         self.pool = tuple(pool) or ((counter, backend),)
         self.traces = traces
+        # Pool members whose one-time engine costs are paid (by id): the first episode on
+        # each would otherwise carry them.
+        self._warmed: set[int] = set()
 
     def episodes(self) -> list[Episode]:
         """The generated episode of every seed, in configuration order."""
@@ -193,6 +197,9 @@ class EvaluationRunner:
     ) -> EvaluationResult:
         """One isolated episode on its pool member, from a cold prefix cache."""
         counter, backend = self.pool[(order - 1) % len(self.pool)]
+        if id(backend) not in self._warmed:
+            self._warmed.add(id(backend))
+            warm_backend(backend)
         cold_cache(backend)
         limits = self.config.limits
         report = EpisodeRunner(counter, backend, self.turn).run(

@@ -342,3 +342,20 @@ def test_kv_shift_moves_the_records_after_a_deletion_instead_of_recomputing_them
     assert model.describe()["kvShift"] is False
     with pytest.raises(ModelError, match="needs the prefix cache on"):
         LlamaCppModel.load(gguf_dir, prefix_cache=False, kv_shift=True)
+
+
+def test_warm_up_pays_the_one_time_costs_and_leaves_the_cache_cold(model: LlamaCppModel) -> None:
+    turn = ask("first question")
+    model.reset_cache()
+    before = model.chat(turn, 8)
+    model.constrained = True
+    try:
+        model._decision_grammar = None  # as just loaded
+        model.warm_up()
+        assert model._decision_grammar is not None  # built now, not in the first decision
+        after = model.chat(turn, 8)
+    finally:
+        model.constrained = False
+    # the next call starts cold, as a comparison's first policy does, and answers the same
+    assert after.prefill_tokens == len(model.render_chat(turn)[0])
+    assert (after.text, after.generated_tokens) == (before.text, before.generated_tokens)
