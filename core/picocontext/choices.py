@@ -399,25 +399,48 @@ def statement_lines(text: str, members: bool = True) -> list[str]:
     under its innermost key (unless ``members`` is off). A tool's or an answer's JSON report of
     several values is then quoted and judged by the member a question is about, as a record of
     several lines is by its lines, instead of by the whole object."""
-    stripped = text.strip()
-    if members and stripped[:1] in ("{", "["):
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            value = None
-        if isinstance(value, dict | list):
-            read = list(_members(value, None))
-            if read:
-                return read
+    read = _json_members(text) if members else None
+    if read:
+        return [
+            value if key is None else f"{json.dumps(key, ensure_ascii=False)}: {value}"
+            for key, value in read
+        ]
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def members_missing(earlier: str, later: str) -> tuple[str, ...]:
+    """The member keys of JSON record ``earlier`` that JSON record ``later`` lacks, sorted
+    (none when either is not a JSON object or array). A result that gives tea's price alone
+    cannot replace a price list of tea and coffee: whatever its answer about tea, deleting the
+    list would lose coffee's price."""
+    old, new = _json_members(earlier), _json_members(later)
+    if not old or not new:
+        return ()
+    return tuple(sorted({k for k, _ in old if k} - {k for k, _ in new if k}))
+
+
+def _json_members(text: str) -> list[tuple[str | None, str]] | None:
+    """The ``(innermost key, JSON value)`` members of ``text`` when it is a JSON object or
+    array, in document order; ``None`` when it is not."""
+    stripped = text.strip()
+    if stripped[:1] not in ("{", "["):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    return list(_members(value, None))
 
 
 def _scalar(value: object) -> bool:
     return not isinstance(value, dict | list)
 
 
-def _members(value: object, key: str | None) -> Iterable[str]:
-    """The ``"key": value`` lines of a parsed JSON value, in document order."""
+def _members(value: object, key: str | None) -> Iterable[tuple[str | None, str]]:
+    """The members of a parsed JSON value, in document order: each scalar (or list of
+    scalars) with its innermost key."""
     if isinstance(value, dict):
         for name, item in value.items():
             yield from _members(item, str(name))
@@ -426,8 +449,7 @@ def _members(value: object, key: str | None) -> Iterable[str]:
         for item in value:
             yield from _members(item, key)
         return
-    dumped = json.dumps(value, ensure_ascii=False)
-    yield dumped if key is None else f"{json.dumps(key, ensure_ascii=False)}: {dumped}"
+    yield key, json.dumps(value, ensure_ascii=False)
 
 
 def lines_about(text: str, question: str, members: bool = True) -> list[str]:

@@ -40,6 +40,7 @@ from picocontext.choices import (
     judge_recheck,
     kinds_schema,
     lines_about,
+    members_missing,
     none_schema,
     plan,
     read_kinds,
@@ -410,10 +411,19 @@ class IncrementalDecision:
         BudgetExceeded when a call cannot be afforded; what was chosen before stays chosen."""
         new = question.new
         later = unit_text(snapshot, new)
+        members = self.rules.json_members
         for option in pairs:
             check(self.run.cancel)
             earlier = unit_text(snapshot, option.unit)
             tokens = [0, 0, 0]
+            missing = members_missing(earlier, later) if members else ()
+            if missing:
+                why = (
+                    f"{new.key} lacks what {option.unit.key} says of {', '.join(missing)}, so it "
+                    "cannot replace it; kept without asking"
+                )
+                self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
+                continue
             key = (option.unit.key, earlier)
             if key not in self.memory.questions:
                 reply, *spent = self.aside(
@@ -428,7 +438,6 @@ class IncrementalDecision:
                 why = f"no question came back for {option.unit.key}; kept"
                 self.run.choices.append(kept_pair(new, option, why, tokens, valid=False))
                 continue
-            members = self.rules.json_members
             if not self.rules.ask_unrelated and not lines_about(later, asked, members):
                 # A record of several lines with none about the question: the answer prompt
                 # could quote only its first line, which the question does not single out.

@@ -43,6 +43,7 @@ from picocontext.choices import (
     judge_recheck,
     line_shape,
     lines_about,
+    members_missing,
     plan,
     question_for,
     read_question,
@@ -915,6 +916,31 @@ def test_a_json_report_is_read_as_its_members() -> None:
     assert relevant_lines(answer, question, members=False) == answer
     assert EditableConfig().choice_rules().json_members
     assert not EditableConfig(json_members=False).choice_rules().json_members
+
+
+def test_a_json_record_cannot_replace_one_with_members_it_lacks() -> None:
+    prices, tea = '{"prices": {"tea": 3.2, "coffee": 2.8}}', '{"prices": {"tea": 3.5}}'
+    assert members_missing(prices, tea) == ("coffee",)
+    assert members_missing(tea, prices) == ()  # the fuller list covers tea
+    assert members_missing(prices, "Tea is 3.5 now.") == ()  # only between JSON records
+    rows = '[{"sku": "A", "stock": 1}]'
+    assert members_missing(rows, '[{"sku": "A", "stock": 0}, {"sku": "B", "stock": 2}]') == ()
+
+    def judged(rules: ChoiceRules) -> tuple[ScriptedBackend, RunReport]:
+        backend = asker({"tea": "What does tea cost?"}, {"tea": "Tea costs 3.5."})
+        _session, report = run_with(notes(prices, tea, task="Keep the price list."), backend, rules)
+        assert report.failure is None
+        return backend, report
+
+    # no restatement and no answer: whatever the model said of tea, coffee would be lost
+    backend, report = judged(QUESTION_RULES)
+    assert backend.prompts == [] or all(p.input.guidance is None for p in backend.prompts)
+    (choice,) = report.choices
+    assert choice.chosen is None and not choice.asked
+    assert "n2 lacks what n1 says of coffee, so it cannot replace it" in choice.detail
+    # read as text (the rule belongs to the member reading), the answer about tea deletes n1
+    _backend, asked = judged(dataclasses.replace(QUESTION_RULES, json_members=False))
+    assert asked.choices[0].chosen == "n1"
 
 
 def test_a_pair_whose_new_record_adds_nothing_to_the_question_is_kept_without_asking() -> None:
