@@ -110,6 +110,10 @@ class ChoiceRules:
     # The question judge: read a JSON object record as its members (:func:`statement_lines`;
     # off: as its text lines, one line for a one-line object).
     json_members: bool = True
+    # The question judge: an earlier unit alike but for its values to a unit already restated
+    # takes that unit's question when it names no value (:func:`shared_question`; off: every
+    # earlier unit is restated by the model).
+    reuse_questions: bool = True
     # Shortening: a record longer than this many characters (a tool result or an earlier
     # user message, never the request being answered) is asked once which kinds of its lines
     # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
@@ -406,6 +410,41 @@ def statement_lines(text: str, members: bool = True) -> list[str]:
             for key, value in read
         ]
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+# A value inside a line for :func:`text_shape`: a piece holding a digit between spaces, ``=``
+# and ``:``, so ``heron=KX-7302-B`` keeps its key (``heron=#``) where :func:`line_shape`
+# blanks the whole word.
+_KEYED_VALUE = re.compile(r"[^\s=:]*\d[^\s=:]*")
+
+
+def text_shape(text: str, members: bool = True) -> tuple[str, ...]:
+    """The distinct shapes of ``text``'s statement lines, in order of first appearance, with
+    their values blanked but their keys kept: two readings of one sensor, or two feeds alike
+    but for their counters, have one shape; readings of two sensors (``North zone`` and
+    ``South zone``) or two keys (``heron=…`` and ``dunlin=…``) do not."""
+    lines = statement_lines(text, members)
+    return tuple(dict.fromkeys(_KEYED_VALUE.sub("#", " ".join(line.split())) for line in lines))
+
+
+def shared_question(
+    earlier: str, known: Mapping[tuple[str, str], str | None], members: bool = True
+) -> tuple[str, str] | None:
+    """A question already restated for another unit (``known``: by unit key and text) whose
+    text has ``earlier``'s shape (:func:`text_shape`) and that names no value, as ``(unit key,
+    question)``; ``None`` when there is none. Such a question is what ``earlier`` answers too:
+    the two texts differ only in values and the question names none of them, so the
+    restatement call is not made again. A question naming a value ("How many skylarks in
+    transect 3?") belongs to its own record and is never reused."""
+    shape = text_shape(earlier, members)
+    if not shape:
+        return None
+    for (key, text), question in known.items():
+        if question is None or any(_is_value(w) for w in value_words(question)):
+            continue
+        if text_shape(text, members) == shape:
+            return key, question
+    return None
 
 
 def members_missing(earlier: str, later: str) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from picocontext.choices import (
     relevant_lines,
     replacement_edit,
     restate_excerpt,
+    shared_question,
     shorten_candidates,
     shortened_body,
     unit_text,
@@ -82,6 +83,8 @@ class DecisionMemory:
     pending: dict[str, Unit] = field(default_factory=dict)
     # The question each earlier unit answers (question judge), by (unit key, unit text).
     questions: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # The unit whose question a unit alike but for its values took, by the same key.
+    alike: dict[tuple[str, str], str] = field(default_factory=dict)
     # Record ids already asked which of their lines to keep (``shorten_over``).
     shorten_asked: set[str] = field(default_factory=set)
 
@@ -425,14 +428,26 @@ class IncrementalDecision:
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
             key = (option.unit.key, earlier)
+            alike = ""
             if key not in self.memory.questions:
-                reply, *spent = self.aside(
-                    snapshot,
-                    restate_question(option.unit.key, restate_excerpt(earlier)),
-                    QUESTION_OUTPUT_TOKENS,
+                shared = (
+                    shared_question(earlier, self.memory.questions, members)
+                    if self.rules.reuse_questions
+                    else None
                 )
-                tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-                self.memory.questions[key] = read_question(reply)
+                if shared is not None:
+                    self.memory.questions[key] = shared[1]
+                    self.memory.alike[key] = shared[0]
+                else:
+                    reply, *spent = self.aside(
+                        snapshot,
+                        restate_question(option.unit.key, restate_excerpt(earlier)),
+                        QUESTION_OUTPUT_TOKENS,
+                    )
+                    tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
+                    self.memory.questions[key] = read_question(reply)
+            if key in self.memory.alike:
+                alike = f" (restated for {self.memory.alike[key]}, alike but for its values)"
             asked = self.memory.questions[key]
             if asked is None:
                 why = f"no question came back for {option.unit.key}; kept"
@@ -442,8 +457,8 @@ class IncrementalDecision:
                 # A record of several lines with none about the question: the answer prompt
                 # could quote only its first line, which the question does not single out.
                 why = (
-                    f"asked {asked!r} of {option.unit.key}: no line of {new.key} shares a "
-                    "word with it; kept without asking"
+                    f"asked {asked!r} of {option.unit.key}{alike}: no line of {new.key} shares "
+                    "a word with it; kept without asking"
                 )
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
@@ -452,8 +467,8 @@ class IncrementalDecision:
             newer = relevant_lines(later, asked, members)
             if not self.rules.ask_settled and adds_nothing(asked, older, newer):
                 why = (
-                    f"asked {asked!r} of {option.unit.key}: {new.key} says nothing on it that "
-                    f"{option.unit.key} does not; kept without asking"
+                    f"asked {asked!r} of {option.unit.key}{alike}: {new.key} says nothing on it "
+                    f"that {option.unit.key} does not; kept without asking"
                 )
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
@@ -480,7 +495,10 @@ class IncrementalDecision:
                     handles=(option.handle,),
                     reply=answer,
                     chosen=option.unit.key if verdict.stale else None,
-                    detail=f"asked {asked!r} of {option.unit.key}: {verdict.explain()}; {outcome}",
+                    detail=(
+                        f"asked {asked!r} of {option.unit.key}{alike}: {verdict.explain()}; "
+                        f"{outcome}"
+                    ),
                     prompt_tokens=tokens[0],
                     prefill_tokens=tokens[1],
                     generated_tokens=tokens[2],

@@ -51,7 +51,9 @@ from picocontext.choices import (
     relevant_lines,
     replacement_edit,
     restate_excerpt,
+    shared_question,
     statement_lines,
+    text_shape,
     units,
     value_words,
 )
@@ -969,6 +971,64 @@ def test_a_pair_whose_new_record_adds_nothing_to_the_question_is_kept_without_as
     assert len(backend.prompts) == len(guidance) + 1
     assert not EditableConfig().choice_rules().ask_settled
     assert EditableConfig(ask_settled=True).choice_rules().ask_settled
+
+
+def test_a_record_alike_but_for_its_values_shares_the_question_already_restated() -> None:
+    north, warmer, south = "North zone: 8.1 °C", "North zone: 10.4 °C", "South zone: 9.0 °C"
+    assert text_shape(north) == text_shape(warmer) != text_shape(south)
+
+    def feed(sweep: int, value: str) -> str:
+        lines = (f"Sensor sweep {sweep}, frame {t}: idle." for t in range(4 + sweep))
+        return f"FACT heron={value}\n" + "\n".join(lines)
+
+    # feeds alike but for their values and length; a JSON report by its members
+    assert text_shape(feed(1, "KX-7302-B")) == text_shape(feed(3, "KX-7318-D"))
+    assert text_shape(feed(1, "KX-1")) != text_shape(feed(1, "KX-1").replace("heron", "dunlin"))
+    # a key glued to its value stays: heron's feed never takes the question of dunlin's
+    assert text_shape("FACT heron=KX-7302-B") != text_shape("FACT dunlin=R5:green/17")
+    assert text_shape("FACT heron=KX-7302-B") == text_shape("FACT heron=KX-7318-D")
+    assert text_shape('{"facts": {"heron": "KX-1"}}') == text_shape('{"facts": {"heron": "KX-2"}}')
+    question = "What is the temperature in the north zone?"
+    known: dict[tuple[str, str], str | None] = {("n1", north): question}
+    assert shared_question(warmer, known) == ("n1", question)
+    assert shared_question(south, known) is None
+    assert shared_question("", known) is None
+    assert shared_question(warmer, {("n1", north): None}) is None  # no question came back
+    # a question naming a value belongs to its own record, whatever the shapes say
+    counted = {("n1", "Transect 3: 4 skylarks counted."): "How many skylarks in transect 3?"}
+    assert shared_question("Transect 4: 3 skylarks counted.", counted) is None
+
+
+def test_the_judge_restates_a_shape_once_and_says_whose_question_it_took() -> None:
+    snapshot = notes(
+        "North zone: 8.1 °C.",
+        "North zone: 10.4 °C.",
+        "North zone: 12.0 °C.",
+        task="Report the north zone temperature.",
+    )
+
+    def judged(rules: ChoiceRules) -> tuple[ContextSession, RunReport, list[str]]:
+        backend = asker(
+            {"zone": "What is the temperature in the north zone?"},
+            {"12.0": "It is 12.0 °C now.", "10.4": "It is 10.4 °C now."},
+        )
+        session, report = run_with(snapshot, backend, rules)
+        assert report.failure is None
+        guidance = [p.input.guidance or "" for p in backend.prompts]
+        return session, report, [g for g in guidance if "Write the one question" in g]
+
+    session, report, restated = judged(QUESTION_RULES)
+    assert len(restated) == 1 and restated[0].startswith("Record n1:")
+    assert session.context.ids == ["task", "n3"]  # both earlier readings replaced
+    about_n3 = [c for c in report.choices if c.records == ("n3",)]
+    assert [c.options for c in about_n3] == [("n2",)] and about_n3[0].chosen == "n2"
+    assert "(restated for n1, alike but for its values)" in about_n3[0].detail
+    # off, the model restates n2 as well, and the outcome is the same
+    session, report, restated = judged(dataclasses.replace(QUESTION_RULES, reuse_questions=False))
+    assert [r.split(":")[0] for r in restated] == ["Record n1", "Record n2"]
+    assert session.context.ids == ["task", "n3"]
+    assert EditableConfig().choice_rules().reuse_questions
+    assert not EditableConfig(reuse_questions=False).choice_rules().reuse_questions
 
 
 WORDS = st.sampled_from(["lamp", "cost", "price", "30", "35", "eur", "shop", "now", "not said"])

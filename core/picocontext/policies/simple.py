@@ -122,6 +122,11 @@ class EditableConfig(BaseModel):
     # The question judge: read a record whose body is a JSON object or array as its
     # ``"key": value`` members, like lines (off: as its text; docs/policies.md "Eighth round").
     json_members: bool = True
+    # The question judge: an earlier record alike but for its values to one already restated
+    # (a second reading of the same sensor) takes that record's question when the question
+    # names no value, without a restatement call (off: the model restates every record;
+    # docs/policies.md "Ninth round").
+    reuse_questions: bool = True
     # Incremental decisions: a tool result or earlier user message longer than this many
     # characters is asked once which kinds of its lines to keep (a reply can only be offered
     # kinds' letters, or "all"), and replaced by those lines at once; None: never
@@ -143,6 +148,7 @@ class EditableConfig(BaseModel):
             ask_unrelated=self.ask_unrelated,
             ask_settled=self.ask_settled,
             json_members=self.json_members,
+            reuse_questions=self.reuse_questions,
             shorten_over=self.shorten_over,
         )
 

@@ -51,7 +51,11 @@ MAX_BYTES = 50_000_000
 # Decision settings newer than some recorded runs, with the value those runs behaved by: a
 # run recorded before ``ask_settled`` existed asked every settled pair too, and read a JSON
 # record as its text.
-ASKED_BEFORE: dict[str, Any] = {"ask_settled": True, "json_members": False}
+ASKED_BEFORE: dict[str, Any] = {
+    "ask_settled": True,
+    "json_members": False,
+    "reuse_questions": False,
+}
 
 
 class ReplayError(DiagnosticsError):
