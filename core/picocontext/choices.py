@@ -114,6 +114,10 @@ class ChoiceRules:
     # takes that unit's question when it names no value (:func:`shared_question`; off: every
     # earlier unit is restated by the model).
     reuse_questions: bool = True
+    # The question judge: never replace an earlier unit by one that leaves some of its lines
+    # unsaid (:func:`lines_left_out`): the pair is kept without the answer call (off: the
+    # answer decides alone, as before the rule).
+    guard_lines: bool = True
     # Shortening: a record longer than this many characters (a tool result or an earlier
     # user message, never the request being answered) is asked once which kinds of its lines
     # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
@@ -423,8 +427,46 @@ def text_shape(text: str, members: bool = True) -> tuple[str, ...]:
     their values blanked but their keys kept: two readings of one sensor, or two feeds alike
     but for their counters, have one shape; readings of two sensors (``North zone`` and
     ``South zone``) or two keys (``heron=…`` and ``dunlin=…``) do not."""
-    lines = statement_lines(text, members)
-    return tuple(dict.fromkeys(_KEYED_VALUE.sub("#", " ".join(line.split())) for line in lines))
+    return tuple(dict.fromkeys(_keyed_shape(line) for line in statement_lines(text, members)))
+
+
+def _keyed_shape(line: str) -> str:
+    return _KEYED_VALUE.sub("#", " ".join(line.split()))
+
+
+def lines_left_out(
+    earlier: str, later: str, question: str, members: bool = True
+) -> tuple[str, ...]:
+    """The lines of ``earlier`` (:func:`statement_lines`) that deleting it for ``later`` would
+    lose: not about ``question`` (:func:`lines_about`) and of no line shape ``later`` has
+    (:func:`text_shape`). A price list's coffee line when a note gives tea's new price alone;
+    never a feed's telemetry when the newer feed carries the same kinds of lines, nor any line
+    of a one-line record (it is about the question by definition). Between two JSON records
+    the keys decide instead (:func:`members_missing`): a member whose value is a word, such
+    as an assignee's name, is updated by the same key, not lost."""
+    if members and _json_members(earlier) and _json_members(later):
+        return ()
+    about = set(lines_about(earlier, question, members))
+    newer = statement_lines(later, members)
+    shapes = {_keyed_shape(line) for line in newer}
+    keys = {_line_key(line) for line in newer} - {None}
+    return tuple(
+        line
+        for line in statement_lines(earlier, members)
+        if line not in about and _keyed_shape(line) not in shapes and _line_key(line) not in keys
+    )
+
+
+# A line's key: what comes before its first ``:`` or ``=``, when that is short
+# (``worker: 2 replicas, degraded`` → ``worker``), so a later ``worker: …, healthy`` says it
+# again, whatever its value.
+MAX_LINE_KEY_CHARS = 40
+_LINE_KEY = re.compile(rf"^\s*([^:=]{{1,{MAX_LINE_KEY_CHARS}}}?)\s*[:=]")
+
+
+def _line_key(line: str) -> str | None:
+    found = _LINE_KEY.match(line)
+    return " ".join(found.group(1).lower().split()) if found else None
 
 
 def shared_question(

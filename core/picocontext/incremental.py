@@ -40,6 +40,7 @@ from picocontext.choices import (
     judge_recheck,
     kinds_schema,
     lines_about,
+    lines_left_out,
     members_missing,
     none_schema,
     plan,
@@ -472,6 +473,19 @@ class IncrementalDecision:
                 )
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
+            left_out = (
+                lines_left_out(earlier, later, asked, members) if self.rules.guard_lines else ()
+            )
+            if left_out:
+                # Whatever the answer, deleting the earlier unit would lose these lines.
+                shown = ", ".join(repr(_short(line)) for line in left_out[:2])
+                more = f" and {len(left_out) - 2} more" if len(left_out) > 2 else ""
+                why = (
+                    f"asked {asked!r} of {option.unit.key}{alike}: {new.key} leaves unsaid "
+                    f"{shown}{more}, so it cannot replace it; kept without asking"
+                )
+                self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
+                continue
             guidance = answer_question(
                 asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
             )
@@ -581,6 +595,11 @@ class IncrementalDecision:
             prefill_tokens=prefill,
             generated_tokens=response.generated_tokens,
         )
+
+
+def _short(line: str, limit: int = 60) -> str:
+    """A line as a detail quotes it: at most ``limit`` characters, cut with an ellipsis."""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def unshared(unit: Unit) -> Choice:

@@ -43,6 +43,7 @@ from picocontext.choices import (
     judge_recheck,
     line_shape,
     lines_about,
+    lines_left_out,
     members_missing,
     plan,
     question_for,
@@ -1029,6 +1030,63 @@ def test_the_judge_restates_a_shape_once_and_says_whose_question_it_took() -> No
     assert session.context.ids == ["task", "n3"]
     assert EditableConfig().choice_rules().reuse_questions
     assert not EditableConfig(reuse_questions=False).choice_rules().reuse_questions
+
+
+def test_a_record_is_never_replaced_by_one_that_leaves_some_of_its_lines_unsaid() -> None:
+    prices, tea = "Tea: 3.20\nCoffee: 2.80", "Tea: 3.50"
+    question = "What does tea cost?"
+    assert lines_left_out(prices, tea, question) == ("Coffee: 2.80",)
+    # a line the newer record says again, by its shape or by its key, is not lost
+    assert lines_left_out(prices, "Tea: 3.50\nCoffee: 2.90", question) == ()
+    status = "api: 3 replicas, healthy\nworker: 2 replicas, degraded"
+    newer = "api: 3 replicas, healthy\nworker: 2 replicas, healthy"
+    assert lines_left_out(status, newer, "How many api replicas run?") == ()
+    feed = "FACT heron=KX-7302-B\n" + "\n".join(f"Sweep 1, frame {t}: idle." for t in range(6))
+    later = feed.replace("KX-7302-B", "KX-7318-D").replace("Sweep 1", "Sweep 3")
+    assert lines_left_out(feed, later, "What is heron's value?") == ()
+    # a one-line record is about its question by definition; two JSON records go by their keys
+    assert lines_left_out("Tea 3.20, coffee 2.80.", tea, question) == ()
+    ana, ben = '{"tea": 3.2, "who": "ana"}', '{"tea": 3.5, "who": "ben"}'
+    assert lines_left_out(ana, ben, question) == ()
+    # a JSON report beside a note: the note does not say the build's duration
+    build = '{"build": 812, "result": "passed", "duration_s": 431}'
+    left = lines_left_out(build, "Build 812 passed, as CI said.", "What was build 812's result?")
+    assert left == ('"duration_s": 431',)
+
+    def judged(rules: ChoiceRules) -> tuple[ContextSession, RunReport, ScriptedBackend]:
+        backend = asker({"Tea": question}, {"tea": "Tea costs 3.50 now."})
+        session, report = run_with(notes(prices, tea, task="Keep the price list."), backend, rules)
+        assert report.failure is None
+        return session, report, backend
+
+    session, report, backend = judged(QUESTION_RULES)
+    assert session.context.ids == ["task", "n1", "n2"]  # coffee's price stays
+    (choice,) = report.choices
+    assert choice.chosen is None and not choice.asked
+    assert "n2 leaves unsaid 'Coffee: 2.80', so it cannot replace it" in choice.detail
+    assert not [p for p in backend.prompts if (p.input.guidance or "").startswith("Records,")]
+    # off, the answer about tea alone deletes the list, coffee and all
+    session, _report, _backend = judged(dataclasses.replace(QUESTION_RULES, guard_lines=False))
+    assert session.context.ids == ["task", "n2"]
+    assert EditableConfig().choice_rules().guard_lines
+    assert not EditableConfig(guard_lines=False).choice_rules().guard_lines
+
+
+@given(
+    st.lists(st.text(alphabet="ab1 =:\n", max_size=16), max_size=8),
+    st.text(alphabet="ab1 =:\n", max_size=30),
+    st.text(alphabet="ab1 ?", max_size=12),
+)
+def test_a_record_repeated_in_full_leaves_nothing_unsaid(
+    pieces: list[str], extra: str, question: str
+) -> None:
+    earlier = "\n".join(pieces)
+    left = lines_left_out(earlier, earlier + "\n" + extra, question)
+    assert left == ()
+    # what it reports is always lines of the earlier record, none about the question
+    some = lines_left_out(earlier, extra, question)
+    assert set(some) <= set(statement_lines(earlier))
+    assert not set(some) & set(lines_about(earlier, question))
 
 
 WORDS = st.sampled_from(["lamp", "cost", "price", "30", "35", "eur", "shop", "now", "not said"])

@@ -127,6 +127,11 @@ class EditableConfig(BaseModel):
     # names no value, without a restatement call (off: the model restates every record;
     # docs/policies.md "Ninth round").
     reuse_questions: bool = True
+    # The question judge: never replace an earlier record by one that leaves some of its lines
+    # unsaid (lines neither about the question nor of a kind the new record repeats); such a
+    # pair is kept without the answer call (off: the answer decides alone; docs/policies.md
+    # "Ninth round").
+    guard_lines: bool = True
     # Incremental decisions: a tool result or earlier user message longer than this many
     # characters is asked once which kinds of its lines to keep (a reply can only be offered
     # kinds' letters, or "all"), and replaced by those lines at once; None: never
@@ -149,6 +154,7 @@ class EditableConfig(BaseModel):
             ask_settled=self.ask_settled,
             json_members=self.json_members,
             reuse_questions=self.reuse_questions,
+            guard_lines=self.guard_lines,
             shorten_over=self.shorten_over,
         )
 

@@ -55,6 +55,7 @@ ASKED_BEFORE: dict[str, Any] = {
     "ask_settled": True,
     "json_members": False,
     "reuse_questions": False,
+    "guard_lines": False,
 }
 
 
