@@ -15,6 +15,7 @@ from typing import Any
 from picocontext.backend import ChatMessage, ModelResponse
 from picocontext.models.chatformat import FormatBacked
 from picocontext.models.handle import ModelDescription
+from picocontext.models.progress import ProgressListener
 
 # Tokens the warm-up generation may decode: one is enough to run every layer once.
 WARM_UP_TOKENS = 2
@@ -26,6 +27,8 @@ class InProcessModel(FormatBacked):
 
     # Notes naming the engine, between the model and its cache and decoding settings.
     engine_notes: tuple[str, ...] = ()
+    # Who hears the streamed progress of each call (the playground's live line), if anyone.
+    progress_listener: ProgressListener | None = None
 
     def _init_settings(
         self,
@@ -116,10 +119,16 @@ class InProcessModel(FormatBacked):
         about 2 s for Qwen's) and a first short generation (weights paged in, buffers
         allocated). A comparison calls it before its first policy, so that column is not
         charged for them (on the main job they were about 2.5 s of append-only's step 1).
-        The cache is cold afterwards."""
+        The cache is cold afterwards, and no progress is reported for it: the window's live
+        line would otherwise show it as the first policy's step 1 ("generated 2 of at most 2
+        tokens")."""
         if self._constrained:
             self.decision_grammar()
-        self.chat([ChatMessage(role="user", content="Hi")], WARM_UP_TOKENS)
+        listener, self.progress_listener = self.progress_listener, None
+        try:
+            self.chat([ChatMessage(role="user", content="Hi")], WARM_UP_TOKENS)
+        finally:
+            self.progress_listener = listener
         self.reset_cache()
 
     def _update_notes(self) -> None:

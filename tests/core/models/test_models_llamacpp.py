@@ -25,6 +25,7 @@ pytest.importorskip("transformers")
 
 from picocontext.models import llamacpp_backend
 from picocontext.models.llamacpp_backend import LlamaCppModel, engine_lark
+from picocontext.models.progress import GenerationProgress
 
 
 @pytest.fixture(scope="module")
@@ -359,3 +360,17 @@ def test_warm_up_pays_the_one_time_costs_and_leaves_the_cache_cold(model: LlamaC
     # the next call starts cold, as a comparison's first policy does, and answers the same
     assert after.prefill_tokens == len(model.render_chat(turn)[0])
     assert (after.text, after.generated_tokens) == (before.text, before.generated_tokens)
+
+
+def test_warm_up_reports_no_progress_and_keeps_the_listener(model: LlamaCppModel) -> None:
+    """The window's live line must not show the warm-up as the first policy's step 1."""
+    heard: list[GenerationProgress] = []
+    model.progress_listener = heard.append
+    try:
+        model.warm_up()
+        assert heard == []
+        assert model.progress_listener == heard.append
+        model.chat(ask("first question"), 4)
+        assert heard  # the listener still hears real calls
+    finally:
+        model.progress_listener = None
