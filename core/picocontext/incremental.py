@@ -429,7 +429,6 @@ class IncrementalDecision:
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
             key = (option.unit.key, earlier)
-            alike = ""
             if key not in self.memory.questions:
                 shared = (
                     shared_question(earlier, self.memory.questions, members)
@@ -447,43 +446,20 @@ class IncrementalDecision:
                     )
                     tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
                     self.memory.questions[key] = read_question(reply)
-            if key in self.memory.alike:
-                alike = f" (restated for {self.memory.alike[key]}, alike but for its values)"
+            source = self.memory.alike.get(key)
+            alike = f" (restated for {source}, alike but for its values)" if source else ""
             asked = self.memory.questions[key]
             if asked is None:
                 why = f"no question came back for {option.unit.key}; kept"
                 self.run.choices.append(kept_pair(new, option, why, tokens, valid=False))
                 continue
-            if not self.rules.ask_unrelated and not lines_about(later, asked, members):
-                # A record of several lines with none about the question: the answer prompt
-                # could quote only its first line, which the question does not single out.
-                why = (
-                    f"asked {asked!r} of {option.unit.key}{alike}: no line of {new.key} shares "
-                    "a word with it; kept without asking"
-                )
-                self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
-                continue
             # Both records are quoted by the lines the question is about, and judged on them.
             older = relevant_lines(earlier, asked, members)
             newer = relevant_lines(later, asked, members)
-            if not self.rules.ask_settled and adds_nothing(asked, older, newer):
-                why = (
-                    f"asked {asked!r} of {option.unit.key}{alike}: {new.key} says nothing on it "
-                    f"that {option.unit.key} does not; kept without asking"
-                )
-                self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
-                continue
-            left_out = (
-                lines_left_out(earlier, later, asked, members) if self.rules.guard_lines else ()
-            )
-            if left_out:
-                # Whatever the answer, deleting the earlier unit would lose these lines.
-                shown = ", ".join(repr(_short(line)) for line in left_out[:2])
-                more = f" and {len(left_out) - 2} more" if len(left_out) > 2 else ""
-                why = (
-                    f"asked {asked!r} of {option.unit.key}{alike}: {new.key} leaves unsaid "
-                    f"{shown}{more}, so it cannot replace it; kept without asking"
-                )
+            pair = (option.unit.key, earlier, older), (new.key, later, newer)
+            settled = self.settled(asked, *pair)
+            if settled is not None:
+                why = f"asked {asked!r} of {option.unit.key}{alike}: {settled}; kept without asking"
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
             guidance = answer_question(
@@ -520,6 +496,29 @@ class IncrementalDecision:
             )
             if verdict.stale:
                 chosen.append(option.unit)
+
+    def settled(
+        self, asked: str, earlier: tuple[str, str, str], later: tuple[str, str, str]
+    ) -> str | None:
+        """Why the pair is kept whatever the model would answer ``asked``, or ``None`` when the
+        answer must decide. ``earlier`` and ``later`` are each a unit's key, text and quoted
+        lines."""
+        (old_key, old_text, older), (new_key, new_text, newer) = earlier, later
+        members = self.rules.json_members
+        if not self.rules.ask_unrelated and not lines_about(new_text, asked, members):
+            # A record of several lines with none about the question: the answer prompt
+            # could quote only its first line, which the question does not single out.
+            return f"no line of {new_key} shares a word with it"
+        if not self.rules.ask_settled and adds_nothing(asked, older, newer):
+            return f"{new_key} says nothing on it that {old_key} does not"
+        if self.rules.guard_lines:
+            # Whatever the answer, deleting the earlier unit would lose these lines.
+            left_out = lines_left_out(old_text, new_text, asked, members)
+            if left_out:
+                shown = ", ".join(repr(_short(line)) for line in left_out[:2])
+                more = f" and {len(left_out) - 2} more" if len(left_out) > 2 else ""
+                return f"{new_key} leaves unsaid {shown}{more}, so it cannot replace it"
+        return None
 
     def recheck(
         self, snapshot: Snapshot, asked: str, older: str, newer: tuple[str, str]
