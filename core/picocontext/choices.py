@@ -446,13 +446,18 @@ def lines_left_out(
     as an assignee's name, is updated by the same key, not lost."""
     if members and _json_members(earlier) and _json_members(later):
         return ()
+    lines = statement_lines(earlier, members)
+    if len(lines) <= 1:
+        # lines_about gives such a record back whole, which for a one-member JSON report is
+        # not its member line: it is about the question, whatever the reading
+        return ()
     about = set(lines_about(earlier, question, members))
     newer = statement_lines(later, members)
     shapes = {_keyed_shape(line) for line in newer}
     keys = {_line_key(line) for line in newer} - {None}
     return tuple(
         line
-        for line in statement_lines(earlier, members)
+        for line in lines
         if line not in about and _keyed_shape(line) not in shapes and _line_key(line) not in keys
     )
 

@@ -1046,6 +1046,9 @@ def test_a_record_is_never_replaced_by_one_that_leaves_some_of_its_lines_unsaid(
     assert lines_left_out(feed, later, "What is heron's value?") == ()
     # a one-line record is about its question by definition; two JSON records go by their keys
     assert lines_left_out("Tea 3.20, coffee 2.80.", tea, question) == ()
+    # a one-member JSON report too, though it is read as its member line
+    answer = '{"facts": {"heron": "KX-7302-B"}}'
+    assert lines_left_out(answer, "FACT heron=KX-7318-D\nSweep 3: idle", "What is heron?") == ()
     ana, ben = '{"tea": 3.2, "who": "ana"}', '{"tea": 3.5, "who": "ben"}'
     assert lines_left_out(ana, ben, question) == ()
     # a JSON report beside a note: the note does not say the build's duration
