@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -85,7 +85,8 @@ class _NoArgs(BaseModel):
 
 class _LookArgs(BaseModel):
     model_config = _STRICT
-    ids: list[str] = Field(min_length=1, max_length=16)
+    # each id non-empty, as the offered schema's items say (``_ID_SCHEMA``)
+    ids: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, max_length=16)
 
 
 class _NodeArgs(BaseModel):

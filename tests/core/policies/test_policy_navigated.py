@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import picocontext.policies.navigated as navigated_module
@@ -818,6 +818,7 @@ def test_a_chat_model_writes_the_descriptors_when_given() -> None:
         ).map(json.dumps),
     ),
 )
+@example(name="look", raw='{"ids": [""]}')  # found by a fresh clone's run: an empty id
 def test_argument_parser_accepts_exactly_the_schema(name: str, raw: str) -> None:
     try:
         parsed = parse_arguments(name, raw)
