@@ -118,6 +118,10 @@ class ChoiceRules:
     # unsaid (:func:`lines_left_out`): the pair is kept without the answer call (off: the
     # answer decides alone, as before the rule).
     guard_lines: bool = True
+    # The question judge: a pair whose question and values only one side has match a pair
+    # already answered by those values takes that answer's verdict, without a call
+    # (:func:`value_change`; off: every pair is asked, as before the rule).
+    reuse_answers: bool = True
     # Shortening: a record longer than this many characters (a tool result or an earlier
     # user message, never the request being answered) is asked once which kinds of its lines
     # to keep, and replaced by those lines (``None``: never asked; :func:`shorten_candidates`).
@@ -669,6 +673,30 @@ def judge_recheck(answer: str, question: str, earlier: str, later: str) -> Answe
     values = tuple(w for w in verdict.new if _is_value(w))
     stale = bool(values) and not verdict.old
     return AnswerVerdict(stale=stale, new=values, old=verdict.old, rechecked=True)
+
+
+ValueChange = tuple[str, frozenset[str], frozenset[str]]
+
+
+def value_change(question: str, earlier: str, later: str) -> ValueChange:
+    """What an answer to ``question`` over ``earlier`` then ``later`` is judged by, when it
+    repeats a value: the question and the values (words with a digit) only one side has,
+    beyond the question's own. Two pairs with one change (``FACT heron=KX-7302-B`` then
+    ``FACT heron=KX-7318-D``, and the same two values in two JSON reports) get the same
+    value-decided verdict from one reply (:func:`judge_answer`), so the answer is asked once."""
+    asked = value_words(question)
+    old_words, new_words = value_words(earlier), value_words(later)
+    return (
+        question,
+        frozenset(w for w in old_words - new_words - asked if _is_value(w)),
+        frozenset(w for w in new_words - old_words - asked if _is_value(w)),
+    )
+
+
+def decided_by_values(verdict: AnswerVerdict) -> bool:
+    """Whether ``verdict`` came from the values the answer repeated (then any pair with the
+    same :func:`value_change` gets it from the same reply)."""
+    return any(_is_value(w) for w in verdict.new + verdict.old)
 
 
 def adds_nothing(question: str, earlier: str, later: str) -> bool:

@@ -34,8 +34,10 @@ from picocontext.choices import (
     Plan,
     Question,
     Unit,
+    ValueChange,
     adds_nothing,
     asks_about,
+    decided_by_values,
     judge_answer,
     judge_recheck,
     kinds_schema,
@@ -53,6 +55,7 @@ from picocontext.choices import (
     shorten_candidates,
     shortened_body,
     unit_text,
+    value_change,
 )
 from picocontext.edits import EDIT_TOOL, edit_payload, keep_payload
 from picocontext.errors import BudgetExceeded, PicoContextError
@@ -86,6 +89,9 @@ class DecisionMemory:
     questions: dict[tuple[str, str], str | None] = field(default_factory=dict)
     # The unit whose question a unit alike but for its values took, by the same key.
     alike: dict[tuple[str, str], str] = field(default_factory=dict)
+    # The reply and verdict of each pair decided by its values, by its question and the
+    # values only one side had (:func:`value_change`), with the pair it was asked of.
+    answers: dict[ValueChange, tuple[str, str, AnswerVerdict]] = field(default_factory=dict)
     # Record ids already asked which of their lines to keep (``shorten_over``).
     shorten_asked: set[str] = field(default_factory=set)
 
@@ -462,6 +468,33 @@ class IncrementalDecision:
                 why = f"asked {asked!r} of {option.unit.key}{alike}: {settled}; kept without asking"
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
+            change = value_change(asked, older, newer)
+            known = self.memory.answers.get(change) if self.rules.reuse_answers else None
+            if known is not None:
+                reply, where, verdict = known
+                outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
+                why = (
+                    f"asked {asked!r} of {option.unit.key}{alike}: the same values changed "
+                    f"in {where}, answered {_short(reply)!r} ({verdict.explain()}); {outcome} "
+                    "without asking"
+                )
+                prompt, prefill, generated = tokens
+                self.run.choices.append(
+                    Choice(
+                        records=new.ids,
+                        options=(option.unit.key,),
+                        handles=(option.handle,),
+                        chosen=option.unit.key if verdict.stale else None,
+                        asked=False,
+                        detail=why,
+                        prompt_tokens=prompt,
+                        prefill_tokens=prefill,
+                        generated_tokens=generated,
+                    )
+                )
+                if verdict.stale:
+                    chosen.append(option.unit)
+                continue
             guidance = answer_question(
                 asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
             )
@@ -477,6 +510,9 @@ class IncrementalDecision:
                 again, verdict, *spent = self.recheck(snapshot, asked, older, (new.key, newer))
                 tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
                 answer = f"{answer} / over {new.key} alone: {again}"
+            if decided_by_values(verdict):
+                where = f"{new.key} over {option.unit.key}"
+                self.memory.answers.setdefault(change, (answer, where, verdict))
             outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
             self.run.choices.append(
                 Choice(

@@ -39,6 +39,7 @@ from picocontext.choices import (
     asks_about,
     body_lines,
     content_words,
+    decided_by_values,
     judge_answer,
     judge_recheck,
     line_shape,
@@ -56,6 +57,7 @@ from picocontext.choices import (
     statement_lines,
     text_shape,
     units,
+    value_change,
     value_words,
 )
 from picocontext.models import ByteCounter, ScriptedBackend
@@ -1073,6 +1075,52 @@ def test_a_record_is_never_replaced_by_one_that_leaves_some_of_its_lines_unsaid(
     assert session.context.ids == ["task", "n2"]
     assert EditableConfig().choice_rules().guard_lines
     assert not EditableConfig(guard_lines=False).choice_rules().guard_lines
+
+
+def test_a_change_of_values_already_answered_is_not_asked_again() -> None:
+    question = "What does the lamp cost?"
+    # one change, said twice in other words: the judge reads the values only one side has
+    first = value_change(question, "FACT lamp=30 EUR", "FACT lamp=35 EUR")
+    assert first == (question, frozenset({"30"}), frozenset({"35"}))
+    assert value_change(question, '{"lamp": "30 EUR"}', '"lamp": "35 EUR"') == first
+    assert value_change(question, "Lamp 30 EUR", "Lamp 36 EUR") != first
+    assert value_change("What does it cost now?", "Lamp 30 EUR", "Lamp 35 EUR") != first
+    # only a verdict the values decided is one any pair with the same change shares
+    assert decided_by_values(judge_answer("It is 35 EUR.", question, "Lamp 30 EUR", "Lamp 35 EUR"))
+    assert not decided_by_values(judge_answer("In the shop.", question, "Lamp 30", "Shop lamp"))
+    snapshot = notes(
+        "Lamp price 30 EUR.",
+        "Lamp price 30 EUR, says the shop.",
+        "Lamp price now 35 EUR.",
+        task="Report the lamp price.",
+    )
+
+    def judged(rules: ChoiceRules) -> tuple[ContextSession, RunReport, list[str]]:
+        backend = asker(
+            {"30 EUR": question},
+            {"35 EUR": "It costs 35 EUR now.", "30 EUR": "It costs 30 EUR."},
+        )
+        session, report = run_with(snapshot, backend, rules)
+        assert report.failure is None
+        guidance = [p.input.guidance or "" for p in backend.prompts]
+        return session, report, [g for g in guidance if g.startswith("Records,")]
+
+    session, report, answered = judged(QUESTION_RULES)
+    assert session.context.ids == ["task", "n3"]
+    # n2 over n1 (no value changed: asked), n3 over n1 (asked), n3 over n2 (the same change)
+    assert len(answered) == 2
+    by_pair = {(c.records, c.options): c for c in report.choices}
+    reused = by_pair[(("n3",), ("n2",))]
+    # its tokens are n2's restatement alone (the question it needed), no answer
+    assert reused.chosen == "n2" and not reused.asked and not reused.reply
+    assert "the same values changed in n3 over n1, answered 'It costs 35 EUR now.'" in (
+        reused.detail
+    )
+    # off, the model is asked the third answer too, and the outcome is the same
+    session, report, answered = judged(dataclasses.replace(QUESTION_RULES, reuse_answers=False))
+    assert session.context.ids == ["task", "n3"] and len(answered) == 3
+    assert EditableConfig().choice_rules().reuse_answers
+    assert not EditableConfig(reuse_answers=False).choice_rules().reuse_answers
 
 
 @given(

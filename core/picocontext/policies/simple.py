@@ -132,6 +132,11 @@ class EditableConfig(BaseModel):
     # pair is kept without the answer call (off: the answer decides alone; docs/policies.md
     # "Ninth round").
     guard_lines: bool = True
+    # The question judge: a pair with the same question and the same values only one record
+    # has as a pair already answered by those values takes that verdict without a call (the
+    # same change seen again in the assistant's own reports; off: every pair is asked;
+    # docs/policies.md "Tenth round").
+    reuse_answers: bool = True
     # Incremental decisions: a tool result or earlier user message longer than this many
     # characters is asked once which kinds of its lines to keep (a reply can only be offered
     # kinds' letters, or "all"), and replaced by those lines at once; None: never
@@ -155,6 +160,7 @@ class EditableConfig(BaseModel):
             json_members=self.json_members,
             reuse_questions=self.reuse_questions,
             guard_lines=self.guard_lines,
+            reuse_answers=self.reuse_answers,
             shorten_over=self.shorten_over,
         )
 
