@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from picocontext import PreparedPrompt, RunBudget, RunReport, ToolStep
+from picocontext.report import Choice
 from picocontext_diagnostics.verdict import Verdict, VerdictRow
 from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView
 from picocontext_playground.runverdict import headline, result_verdict
@@ -190,6 +191,9 @@ class StepDoc(BaseModel):
     prefetch_calls: tuple[ToolStep, ...] = ()
     """What the policy's runtime called for the model before its first step
     (charged to the same budget; not the model's own calls)."""
+    choices: tuple[Choice, ...] = ()
+    """The incremental decision's questions, in order, each with what decided it (empty
+    for other decisions)."""
     diff: str
     """What the turn deleted or replaced in the working context, against the transcript."""
     prompts: tuple[Prompt, ...]
@@ -316,6 +320,7 @@ def _usage(run: RunReport | None) -> dict[str, Any]:
             "attempts": (),
             "tool_calls": (),
             "prefetch_calls": (),
+            "choices": (),
             "diff": "",
             "prompts": (),
         }
@@ -339,6 +344,7 @@ def _usage(run: RunReport | None) -> dict[str, Any]:
         ),
         "tool_calls": run.tool_steps,
         "prefetch_calls": run.prefetch_steps,
+        "choices": run.choices,
         "diff": run.diff,
         "prompts": tuple(_prompt(p) for p in run.calls),
     }

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from picocontext import PreparedPrompt, RunBudget, RunReport, Snapshot, ToolStep
 from picocontext.distill import DigestSnapshot
 from picocontext.manifest import Manifest
+from picocontext.report import Choice
 from picocontext_diagnostics import Policy, StepReport
 from picocontext_playground.sections import Section, SectionSize
 from picocontext_playground.settings import ComparisonSettings, engine_label
@@ -268,6 +269,28 @@ def prefetch_text(steps: Sequence[ToolStep]) -> str:
     return f"prefetched {_verb_counts(steps)}" if steps else "prefetched 0"
 
 
+def choices_text(choices: Sequence[Choice]) -> str:
+    """``judged 13: 4 asked the model, 9 did not`` -- how many of the incremental decision's
+    questions needed a model call."""
+    asked = sum(1 for c in choices if c.asked)
+    return f"judged {len(choices)}: {asked} asked the model, {len(choices) - asked} did not"
+
+
+def choice_line(choice: Choice) -> str:
+    """One question of the incremental decision as a user reads it: the new record, the
+    earlier one it was judged against, what was decided and the runtime's reason (the
+    decision's model output only says ``(no call)`` for a pair kept or settled without one)."""
+    about = f" about {', '.join(choice.options)}" if choice.options else ""
+    if choice.chosen is not None:
+        decided = f"replaces {choice.chosen}"
+    elif not choice.valid:
+        decided = "invalid reply, nothing applied"
+    else:
+        decided = "replaces nothing"
+    call = "" if choice.asked else " (no call)"
+    return f"{','.join(choice.records)}{about}: {decided}{call} · {choice.detail}"
+
+
 def _verb_counts(steps: Sequence[ToolStep]) -> str:
     """``5: open ×3, close ×1, look ×1`` -- how many calls, then each verb in order of first
     use."""
@@ -282,6 +305,8 @@ __all__ = [
     "ComparisonResult",
     "PolicyOutcome",
     "StepView",
+    "choice_line",
+    "choices_text",
     "policy_label",
     "prefetch_text",
     "tool_calls_text",

@@ -16,7 +16,13 @@ from PySide6.QtWidgets import QPlainTextEdit, QTextBrowser, QWidget
 from picocontext import Record, RunReport, Snapshot
 from picocontext_playground.comparison import clip_result, no_decision_text
 from picocontext_playground.qtenv import monospace_font
-from picocontext_playground.results import StepView, prefetch_text, tool_calls_text
+from picocontext_playground.results import (
+    StepView,
+    choice_line,
+    choices_text,
+    prefetch_text,
+    tool_calls_text,
+)
 from picocontext_playground.textreport import record_header
 from picocontext_playground.widgets import GREEN, MUTED, RED
 
@@ -209,6 +215,10 @@ class AttemptsView(QTextBrowser):
             out.append(_pre(attempt.model_text or "(no text; tool call only)"))
             out.append("<p style='margin: 2px 0 0 0;'>Arguments:</p>")
             out.append(_pre(attempt.arguments or "(none)"))
+        if run.choices:
+            # why each pair was decided: the model output above says only "(no call)"
+            out.append(f"<p style='margin: 2px 0 0 0;'>Why ({choices_text(run.choices)}):</p>")
+            out.append(_pre("\n".join(choice_line(c) for c in run.choices)))
         return out
 
     @staticmethod

@@ -21,6 +21,8 @@ from picocontext_playground.results import (
     ComparisonResult,
     PolicyOutcome,
     StepView,
+    choice_line,
+    choices_text,
     prefetch_text,
     tool_calls_text,
 )
@@ -120,6 +122,8 @@ def _own_lines(run: RunReport) -> list[str]:
             "ARGUMENTS",
             attempt.arguments if attempt.arguments else "(none)",
         ]
+    if run.choices:
+        lines += [f"WHY ({choices_text(run.choices)})", *(choice_line(c) for c in run.choices)]
     return lines
 
 

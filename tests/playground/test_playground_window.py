@@ -316,6 +316,69 @@ def test_long_answers_are_excerpted_on_the_card_and_shown_in_full_in_decisions(
         assert step.run is not None and step.run.answer in text
 
 
+def test_decisions_say_why_each_pair_was_kept_or_replaced_in_the_window_and_reports(
+    qt_app: QApplication,
+) -> None:
+    """The incremental decision's model output says only "(no call)" for a pair the runtime
+    settled; the Decisions tab, the text report and the JSON report carry each pair's reason."""
+    import json
+
+    from picocontext.report import Choice
+    from picocontext_playground.jsonreport import render_json
+    from picocontext_playground.text_views import AttemptsView
+
+    result = run_comparison(
+        ComparisonSettings(task=Task.RETENTION, policies=("append-only", "editable")),
+        scripted_model(),
+        PrintEvents(lambda _l: None),
+    )
+    judged = (
+        Choice(
+            records=("n3",),
+            options=("n1",),
+            handles=("n1",),
+            reply="It costs 35 EUR now.",
+            chosen="n1",
+            detail="asked 'What does the lamp cost?' of n1: the answer repeats 35; replaces n1",
+        ),
+        Choice(
+            records=("n3",),
+            options=("n2",),
+            handles=("n2",),
+            asked=False,
+            detail="asked 'What does the lamp cost?' of n2: n3 leaves unsaid 'Cord: 2 m'",
+        ),
+    )
+    editable = result.outcomes[1]
+    first = editable.steps[0]
+    assert first.run is not None
+    step = first.model_copy(update={"run": first.run.model_copy(update={"choices": judged})})
+    steps = (step, *editable.steps[1:])
+    result = result.model_copy(
+        update={"outcomes": (result.outcomes[0], editable.model_copy(update={"steps": steps}))}
+    )
+    lines = [
+        "n3 about n1: replaces n1 · asked 'What does the lamp cost?' of n1: the answer repeats "
+        "35; replaces n1",
+        "n3 about n2: replaces nothing (no call) · asked 'What does the lamp cost?' of n2: n3 "
+        "leaves unsaid 'Cord: 2 m'",
+    ]
+    view = AttemptsView()
+    view.show_steps(steps)
+    shown = view.toPlainText()
+    assert "Why (judged 2: 1 asked the model, 1 did not):" in shown
+    assert all(line in shown for line in lines)
+    report = render_report(result)
+    assert "WHY (judged 2: 1 asked the model, 1 did not)\n" + "\n".join(lines) in report
+    doc = json.loads(render_json(result))
+    carried = doc["policies"][1]["steps"][0]["choices"]
+    assert [(c["records"], c["chosen"], c["asked"]) for c in carried] == [
+        (["n3"], "n1", True),
+        (["n3"], None, False),
+    ]
+    assert doc["policies"][0]["steps"][0]["choices"] == []
+
+
 def test_save_report_writes_the_shown_result(
     qtbot: QtBot, window: MainWindow, tmp_path: Path
 ) -> None:
