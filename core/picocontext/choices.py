@@ -118,6 +118,10 @@ class ChoiceRules:
     # unsaid (:func:`lines_left_out`): the pair is kept without the answer call (off: the
     # answer decides alone, as before the rule).
     guard_lines: bool = True
+    # The question judge: an earlier unit that says nothing beyond a unit already restated
+    # and names what its question asks takes that question too (``shared_question``'s
+    # ``within``; off: only units alike but for their values share one).
+    reuse_within: bool = True
     # The question judge: a pair whose question and values only one side has match a pair
     # already answered by those values takes that answer's verdict, without a call
     # (:func:`value_change`; off: every pair is asked, as before the rule).
@@ -478,15 +482,31 @@ def _line_key(line: str) -> str | None:
     return " ".join(found.group(1).lower().split()) if found else None
 
 
+SHARED_ALIKE = "alike but for its values"
+SHARED_WITHIN = "which says all it says"
+
+
 def shared_question(
-    earlier: str, known: Mapping[tuple[str, str], str | None], members: bool = True
-) -> tuple[str, str] | None:
-    """A question already restated for another unit (``known``: by unit key and text) whose
-    text has ``earlier``'s shape (:func:`text_shape`) and that names no value, as ``(unit key,
-    question)``; ``None`` when there is none. Such a question is what ``earlier`` answers too:
-    the two texts differ only in values and the question names none of them, so the
-    restatement call is not made again. A question naming a value ("How many skylarks in
-    transect 3?") belongs to its own record and is never reused."""
+    earlier: str,
+    known: Mapping[tuple[str, str], str | None],
+    members: bool = True,
+    within: bool = False,
+) -> tuple[str, str, str] | None:
+    """A question already restated for another unit (``known``: by unit key and text) that
+    ``earlier`` answers too, as ``(unit key, question, why)``; ``None`` when there is none.
+
+    * :data:`SHARED_ALIKE`: the other text has ``earlier``'s shape (:func:`text_shape`) and
+      the question names no value. The two differ only in values the question does not name.
+      A question naming a value ("How many skylarks in transect 3?") belongs to its own
+      record and is never given away like this.
+    * :data:`SHARED_WITHIN` (with ``within``): ``earlier`` says nothing the other text does
+      not (every word and value of its statement lines is there) and shares a content word
+      with the question, which names no value ``earlier`` lacks. The assistant's report
+      ``{"heron": "KX-7302-B"}`` of a feed's ``FACT heron=KX-7302-B`` line answers the
+      question asked of that feed. A subset that shares no word with the question (the
+      coffee line of a list whose question asks about tea) keeps its own restatement.
+
+    Either way the restatement call is not made again."""
     shape = text_shape(earlier, members)
     if not shape:
         return None
@@ -494,7 +514,16 @@ def shared_question(
         if question is None or any(_is_value(w) for w in value_words(question)):
             continue
         if text_shape(text, members) == shape:
-            return key, question
+            return key, question, SHARED_ALIKE
+    if not within:
+        return None
+    said = value_words("\n".join(statement_lines(earlier, members)))
+    for (key, text), question in known.items():
+        if question is None or not said <= value_words(text):
+            continue
+        named = value_words(question)
+        if asks_about(earlier, question) and {w for w in named if _is_value(w)} <= said:
+            return key, question, SHARED_WITHIN
     return None
 
 

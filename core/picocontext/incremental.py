@@ -87,8 +87,9 @@ class DecisionMemory:
     pending: dict[str, Unit] = field(default_factory=dict)
     # The question each earlier unit answers (question judge), by (unit key, unit text).
     questions: dict[tuple[str, str], str | None] = field(default_factory=dict)
-    # The unit whose question a unit alike but for its values took, by the same key.
-    alike: dict[tuple[str, str], str] = field(default_factory=dict)
+    # The unit whose question another unit took, and why (``shared_question``), by the same
+    # key.
+    alike: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     # The reply and verdict of each pair decided by its values, by its question and the
     # values only one side had (:func:`value_change`), with the pair it was asked of.
     answers: dict[ValueChange, tuple[str, str, AnswerVerdict]] = field(default_factory=dict)
@@ -437,13 +438,15 @@ class IncrementalDecision:
             key = (option.unit.key, earlier)
             if key not in self.memory.questions:
                 shared = (
-                    shared_question(earlier, self.memory.questions, members)
+                    shared_question(
+                        earlier, self.memory.questions, members, self.rules.reuse_within
+                    )
                     if self.rules.reuse_questions
                     else None
                 )
                 if shared is not None:
                     self.memory.questions[key] = shared[1]
-                    self.memory.alike[key] = shared[0]
+                    self.memory.alike[key] = (shared[0], shared[2])
                 else:
                     reply, *spent = self.aside(
                         snapshot,
@@ -453,7 +456,7 @@ class IncrementalDecision:
                     tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
                     self.memory.questions[key] = read_question(reply)
             source = self.memory.alike.get(key)
-            alike = f" (restated for {source}, alike but for its values)" if source else ""
+            alike = f" (restated for {source[0]}, {source[1]})" if source else ""
             asked = self.memory.questions[key]
             if asked is None:
                 why = f"no question came back for {option.unit.key}; kept"

@@ -34,6 +34,8 @@ from picocontext.choices import (
     BARE_WORDS_KEY,
     CHOICE_OUTPUT_TOKENS,
     MAX_CHOICES_PER_STEP,
+    SHARED_ALIKE,
+    SHARED_WITHIN,
     ChoiceRules,
     adds_nothing,
     asks_about,
@@ -993,13 +995,39 @@ def test_a_record_alike_but_for_its_values_shares_the_question_already_restated(
     assert text_shape('{"facts": {"heron": "KX-1"}}') == text_shape('{"facts": {"heron": "KX-2"}}')
     question = "What is the temperature in the north zone?"
     known: dict[tuple[str, str], str | None] = {("n1", north): question}
-    assert shared_question(warmer, known) == ("n1", question)
+    assert shared_question(warmer, known) == ("n1", question, SHARED_ALIKE)
     assert shared_question(south, known) is None
     assert shared_question("", known) is None
     assert shared_question(warmer, {("n1", north): None}) is None  # no question came back
     # a question naming a value belongs to its own record, whatever the shapes say
     counted = {("n1", "Transect 3: 4 skylarks counted."): "How many skylarks in transect 3?"}
     assert shared_question("Transect 4: 3 skylarks counted.", counted) is None
+
+
+def test_a_record_saying_nothing_beyond_one_restated_takes_its_question() -> None:
+    question = 'What is the value of the "heron" key in the current notebook?'
+    feed = "FACT heron=KX-7302-B\n" + "\n".join(f"Sweep 1, frame {t}: idle." for t in range(4))
+    known: dict[tuple[str, str], str | None] = {("step-1-data", feed): question}
+    report = '{"facts": {"heron": "KX-7302-B"}}'
+    assert shared_question(report, known) is None  # not alike: another shape
+    assert shared_question(report, known, within=True) == ("step-1-data", question, SHARED_WITHIN)
+    # something the feed does not say, and the report restates its own question
+    assert shared_question('{"facts": {"heron": "KX-7318-D"}}', known, within=True) is None
+    assert shared_question('{"heron": "KX-7302-B", "dunlin": "R5"}', known, within=True) is None
+    # a subset that shares no word with the question keeps its own restatement
+    prices = {("p", "Tea: 3.20\nCoffee: 2.80"): "What does tea cost?"}
+    assert shared_question("Coffee: 2.80", prices, within=True) is None
+    assert shared_question("Tea: 3.20", prices, within=True) == (
+        "p",
+        "What does tea cost?",
+        SHARED_WITHIN,
+    )
+    # a question naming a value the subset does not say is not its question
+    shop = {("s", "Tea: 3.20 at shop 7\nCoffee: 2.80"): "What does tea cost at shop 7?"}
+    assert shared_question("Tea: 3.20", shop, within=True) is None
+    assert shared_question("Tea 3.20 at shop 7", shop, within=True) is not None
+    assert EditableConfig().choice_rules().reuse_within
+    assert not EditableConfig(reuse_within=False).choice_rules().reuse_within
 
 
 def test_the_judge_restates_a_shape_once_and_says_whose_question_it_took() -> None:

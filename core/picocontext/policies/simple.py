@@ -132,6 +132,11 @@ class EditableConfig(BaseModel):
     # pair is kept without the answer call (off: the answer decides alone; docs/policies.md
     # "Ninth round").
     guard_lines: bool = True
+    # The question judge: an earlier record that says nothing beyond one already restated
+    # (the assistant's report of a feed's fact) and names what its question asks takes that
+    # question without a restatement call (off: only records alike but for their values
+    # share one; docs/policies.md "Tenth round").
+    reuse_within: bool = True
     # The question judge: a pair with the same question and the same values only one record
     # has as a pair already answered by those values takes that verdict without a call (the
     # same change seen again in the assistant's own reports; off: every pair is asked;
@@ -160,6 +165,7 @@ class EditableConfig(BaseModel):
             json_members=self.json_members,
             reuse_questions=self.reuse_questions,
             guard_lines=self.guard_lines,
+            reuse_within=self.reuse_within,
             reuse_answers=self.reuse_answers,
             shorten_over=self.shorten_over,
         )

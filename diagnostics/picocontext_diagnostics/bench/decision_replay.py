@@ -51,13 +51,15 @@ MAX_BYTES = 50_000_000
 # Decision settings newer than some recorded runs, with the value those runs behaved by: a
 # run recorded before ``ask_settled`` existed asked every settled pair too, and read a JSON
 # record as its text; one recorded before ``reuse_questions`` and ``guard_lines`` restated
-# every record and let every answer decide alone; one recorded before ``reuse_answers``
-# asked every pair its values had decided already.
+# every record and let every answer decide alone; one recorded before ``reuse_within`` and
+# ``reuse_answers`` restated a record saying nothing beyond another and asked every pair its
+# values had decided already.
 ASKED_BEFORE: dict[str, Any] = {
     "ask_settled": True,
     "json_members": False,
     "reuse_questions": False,
     "guard_lines": False,
+    "reuse_within": False,
     "reuse_answers": False,
 }
 
