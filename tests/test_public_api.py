@@ -24,6 +24,7 @@ PUBLIC_API: dict[str, frozenset[str]] = {
             "ChatMessage",
             "ChatModel",
             "check_output_file",
+            "Choice",
             "common_prefix",
             "ContextError",
             "ContextSession",

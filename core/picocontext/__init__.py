@@ -62,7 +62,15 @@ from picocontext.files import (
 )
 from picocontext.persistence import ContextStore, InMemoryStore, SQLiteStore
 from picocontext.records import Record, Role, Scope, Snapshot, ToolCall
-from picocontext.report import EditAttempt, Outcome, RunMode, RunReport, ToolStep, diff_snapshots
+from picocontext.report import (
+    Choice,
+    EditAttempt,
+    Outcome,
+    RunMode,
+    RunReport,
+    ToolStep,
+    diff_snapshots,
+)
 from picocontext.session import ContextSession
 from picocontext.strictjson import strict_loads
 from picocontext.working import WorkingContext, validate_snapshot
@@ -79,6 +87,7 @@ __all__ = [
     "Cancelled",
     "ChatMessage",
     "ChatModel",
+    "Choice",
     "ContextError",
     "ContextSession",
     "ContextStore",

@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from picocontext import PreparedPrompt, RunBudget, RunReport, ToolStep
-from picocontext.report import Choice
+from picocontext import Choice, PreparedPrompt, RunBudget, RunReport, ToolStep
 from picocontext_diagnostics.verdict import Verdict, VerdictRow
 from picocontext_playground.results import ComparisonResult, PolicyOutcome, StepView
 from picocontext_playground.runverdict import headline, result_verdict

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from picocontext import PreparedPrompt, RunBudget, RunReport, Snapshot, ToolStep
+from picocontext import Choice, PreparedPrompt, RunBudget, RunReport, Snapshot, ToolStep
 from picocontext.distill import DigestSnapshot
 from picocontext.manifest import Manifest
-from picocontext.report import Choice
 from picocontext_diagnostics import Policy, StepReport
 from picocontext_playground.sections import Section, SectionSize
 from picocontext_playground.settings import ComparisonSettings, engine_label

@@ -323,7 +323,7 @@ def test_decisions_say_why_each_pair_was_kept_or_replaced_in_the_window_and_repo
     settled; the Decisions tab, the text report and the JSON report carry each pair's reason."""
     import json
 
-    from picocontext.report import Choice
+    from picocontext import Choice
     from picocontext_playground.jsonreport import render_json
     from picocontext_playground.text_views import AttemptsView
 
