@@ -269,10 +269,14 @@ def prefetch_text(steps: Sequence[ToolStep]) -> str:
 
 
 def choices_text(choices: Sequence[Choice]) -> str:
-    """``judged 13: 4 asked the model, 9 did not`` -- how many of the incremental decision's
-    questions needed a model call."""
+    """``judged 13 pairs: 4 by the model's answer, 9 without one`` -- how many of the
+    incremental decision's questions needed an answer call (a restatement of the earlier
+    record's question may still have been asked for the others)."""
     asked = sum(1 for c in choices if c.asked)
-    return f"judged {len(choices)}: {asked} asked the model, {len(choices) - asked} did not"
+    return (
+        f"judged {len(choices)} pairs: {asked} by the model's answer, "
+        f"{len(choices) - asked} without one"
+    )
 
 
 def choice_line(choice: Choice) -> str:

@@ -366,10 +366,13 @@ def test_decisions_say_why_each_pair_was_kept_or_replaced_in_the_window_and_repo
     view = AttemptsView()
     view.show_steps(steps)
     shown = view.toPlainText()
-    assert "Why (judged 2: 1 asked the model, 1 did not):" in shown
+    assert "Why (judged 2 pairs: 1 by the model's answer, 1 without one):" in shown
     assert all(line in shown for line in lines)
     report = render_report(result)
-    assert "WHY (judged 2: 1 asked the model, 1 did not)\n" + "\n".join(lines) in report
+    assert (
+        "WHY (judged 2 pairs: 1 by the model's answer, 1 without one)\n" + "\n".join(lines)
+        in report
+    )
     doc = json.loads(render_json(result))
     carried = doc["policies"][1]["steps"][0]["choices"]
     assert [(c["records"], c["chosen"], c["asked"]) for c in carried] == [
