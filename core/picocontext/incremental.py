@@ -513,7 +513,13 @@ class IncrementalDecision:
                 again, verdict, *spent = self.recheck(snapshot, asked, older, (new.key, newer))
                 tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
                 answer = f"{answer} / over {new.key} alone: {again}"
-            if decided_by_values(verdict):
+            if (
+                decided_by_values(verdict)
+                and not verdict.rechecked
+                and (verdict.stale or not self.rules.recheck)
+            ):
+                # Only a verdict the recheck could not have changed: whether it is asked
+                # depends on the new record's words, which another pair need not share.
                 where = f"{new.key} over {option.unit.key}"
                 self.memory.answers.setdefault(change, (answer, where, verdict))
             outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"

@@ -1123,11 +1123,10 @@ def test_a_change_of_values_already_answered_is_not_asked_again() -> None:
         task="Report the lamp price.",
     )
 
-    def judged(rules: ChoiceRules) -> tuple[ContextSession, RunReport, list[str]]:
-        backend = asker(
-            {"30 EUR": question},
-            {"35 EUR": "It costs 35 EUR now.", "30 EUR": "It costs 30 EUR."},
-        )
+    def judged(
+        rules: ChoiceRules, new_price: str = "It costs 35 EUR now."
+    ) -> tuple[ContextSession, RunReport, list[str]]:
+        backend = asker({"30 EUR": question}, {"35 EUR": new_price, "30 EUR": "It costs 30 EUR."})
         session, report = run_with(snapshot, backend, rules)
         assert report.failure is None
         guidance = [p.input.guidance or "" for p in backend.prompts]
@@ -1147,6 +1146,11 @@ def test_a_change_of_values_already_answered_is_not_asked_again() -> None:
     # off, the model is asked the third answer too, and the outcome is the same
     session, report, answered = judged(dataclasses.replace(QUESTION_RULES, reuse_answers=False))
     assert session.context.ids == ["task", "n3"] and len(answered) == 3
+    # an answer the recheck over the new record alone decided is not given to another pair:
+    # whether the recheck is asked depends on the new record's words
+    rechecking = dataclasses.replace(QUESTION_RULES, recheck=True)
+    session, report, answered = judged(rechecking, new_price="It costs 30 EUR.")
+    assert session.context.ids == ["task", "n1", "n2", "n3"] and len(answered) == 3
     assert EditableConfig().choice_rules().reuse_answers
     assert not EditableConfig(reuse_answers=False).choice_rules().reuse_answers
 
