@@ -1030,6 +1030,38 @@ def test_a_record_saying_nothing_beyond_one_restated_takes_its_question() -> Non
     assert not EditableConfig(reuse_within=False).choice_rules().reuse_within
 
 
+_WORDS = st.sampled_from(["tea", "lamp", "shop", "price", "heron", "now", "fact", "cord"])
+_VALUES = st.sampled_from(["30", "35", "12.5", "kx-7302-b", "r5:green/17", "20:00", "7"])
+
+
+@given(
+    st.lists(st.one_of(_WORDS, _VALUES), min_size=1, max_size=6),
+    st.lists(st.one_of(_WORDS, _VALUES), min_size=1, max_size=6),
+    st.lists(st.one_of(_WORDS, _VALUES), max_size=6),
+    st.lists(_WORDS, max_size=3),
+    st.lists(_WORDS, max_size=3),
+    st.lists(_WORDS, max_size=3),
+)
+def test_a_verdict_decided_by_values_is_the_same_for_every_pair_with_that_change(
+    earlier: list[str],
+    later: list[str],
+    answer: list[str],
+    older_words: list[str],
+    newer_words: list[str],
+    asked: list[str],
+) -> None:
+    """What reuse_answers rests on: a verdict the answer's values decided depends only on the
+    question and the values only one side has, whatever plain words the records add."""
+    question = "What is " + " ".join(asked) + "?"
+    first = (" ".join(earlier), " ".join(later))
+    second = (" ".join(earlier + older_words), " ".join(later + newer_words))
+    assert value_change(question, *first) == value_change(question, *second)
+    reply = " ".join(answer)
+    verdict = judge_answer(reply, question, *first)
+    if decided_by_values(verdict):
+        assert judge_answer(reply, question, *second) == verdict
+
+
 def test_the_judge_restates_a_shape_once_and_says_whose_question_it_took() -> None:
     snapshot = notes(
         "North zone: 8.1 °C.",
