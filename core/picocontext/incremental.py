@@ -474,55 +474,42 @@ class IncrementalDecision:
             change = value_change(asked, older, newer)
             known = self.memory.answers.get(change) if self.rules.reuse_answers else None
             if known is not None:
+                # the verdict of a pair with the same change, without a call (no reply)
                 reply, where, verdict = known
-                outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
-                why = (
-                    f"asked {asked!r} of {option.unit.key}{alike}: the same values changed "
-                    f"in {where}, answered {_short(reply)!r} ({verdict.explain()}); {outcome} "
-                    "without asking"
+                answer = ""
+                reason = (
+                    f"the same values changed in {where}, answered {_short(reply)!r} "
+                    f"({verdict.explain()})"
                 )
-                prompt, prefill, generated = tokens
-                self.run.choices.append(
-                    Choice(
-                        records=new.ids,
-                        options=(option.unit.key,),
-                        handles=(option.handle,),
-                        chosen=option.unit.key if verdict.stale else None,
-                        asked=False,
-                        detail=why,
-                        prompt_tokens=prompt,
-                        prefill_tokens=prefill,
-                        generated_tokens=generated,
-                    )
+            else:
+                guidance = answer_question(
+                    asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
                 )
-                if verdict.stale:
-                    chosen.append(option.unit)
-                continue
-            guidance = answer_question(
-                asked, (option.unit.key, older), (new.key, newer), self.rules.newer_first
-            )
-            answer, *spent = self.aside(snapshot, guidance, ANSWER_OUTPUT_TOKENS)
-            tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-            verdict = judge_answer(answer, asked, older, newer)
-            if (
-                self.rules.recheck
-                and not verdict.stale
-                and verdict.old
-                and asks_about(newer, asked)
-            ):
-                again, verdict, *spent = self.recheck(snapshot, asked, older, (new.key, newer))
+                answer, *spent = self.aside(snapshot, guidance, ANSWER_OUTPUT_TOKENS)
                 tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
-                answer = f"{answer} / over {new.key} alone: {again}"
-            if (
-                decided_by_values(verdict)
-                and not verdict.rechecked
-                and (verdict.stale or not self.rules.recheck)
-            ):
-                # Only a verdict the recheck could not have changed: whether it is asked
-                # depends on the new record's words, which another pair need not share.
-                where = f"{new.key} over {option.unit.key}"
-                self.memory.answers.setdefault(change, (answer, where, verdict))
+                verdict = judge_answer(answer, asked, older, newer)
+                if (
+                    self.rules.recheck
+                    and not verdict.stale
+                    and verdict.old
+                    and asks_about(newer, asked)
+                ):
+                    again, verdict, *spent = self.recheck(snapshot, asked, older, (new.key, newer))
+                    tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
+                    answer = f"{answer} / over {new.key} alone: {again}"
+                if (
+                    decided_by_values(verdict)
+                    and not verdict.rechecked
+                    and (verdict.stale or not self.rules.recheck)
+                ):
+                    # Only a verdict the recheck could not have changed: whether it is asked
+                    # depends on the new record's words, which another pair need not share.
+                    where = f"{new.key} over {option.unit.key}"
+                    self.memory.answers.setdefault(change, (answer, where, verdict))
+                reason = verdict.explain()
             outcome = f"replaces {option.unit.key}" if verdict.stale else "keeps it"
+            if known is not None:
+                outcome += " without asking"
             self.run.choices.append(
                 Choice(
                     records=new.ids,
@@ -530,10 +517,8 @@ class IncrementalDecision:
                     handles=(option.handle,),
                     reply=answer,
                     chosen=option.unit.key if verdict.stale else None,
-                    detail=(
-                        f"asked {asked!r} of {option.unit.key}{alike}: {verdict.explain()}; "
-                        f"{outcome}"
-                    ),
+                    asked=known is None,
+                    detail=f"asked {asked!r} of {option.unit.key}{alike}: {reason}; {outcome}",
                     prompt_tokens=tokens[0],
                     prefill_tokens=tokens[1],
                     generated_tokens=tokens[2],
