@@ -89,7 +89,7 @@ class DecisionMemory:
     questions: dict[tuple[str, str], str | None] = field(default_factory=dict)
     # The unit whose question another unit took, and why (``shared_question``), by the same
     # key.
-    alike: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    shared_from: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     # The reply and verdict of each pair decided by its values, by its question and the
     # values only one side had (:func:`value_change`), with the pair it was asked of.
     answers: dict[ValueChange, tuple[str, str, AnswerVerdict]] = field(default_factory=dict)
@@ -446,7 +446,7 @@ class IncrementalDecision:
                 )
                 if shared is not None:
                     self.memory.questions[key] = shared[1]
-                    self.memory.alike[key] = (shared[0], shared[2])
+                    self.memory.shared_from[key] = (shared[0], shared[2])
                 else:
                     reply, *spent = self.aside(
                         snapshot,
@@ -455,8 +455,8 @@ class IncrementalDecision:
                     )
                     tokens = [a + b for a, b in zip(tokens, spent, strict=True)]
                     self.memory.questions[key] = read_question(reply)
-            source = self.memory.alike.get(key)
-            alike = f" (restated for {source[0]}, {source[1]})" if source else ""
+            source = self.memory.shared_from.get(key)
+            taken = f" (restated for {source[0]}, {source[1]})" if source else ""
             asked = self.memory.questions[key]
             if asked is None:
                 why = f"no question came back for {option.unit.key}; kept"
@@ -468,7 +468,7 @@ class IncrementalDecision:
             pair = (option.unit.key, earlier, older), (new.key, later, newer)
             settled = self.settled(asked, *pair)
             if settled is not None:
-                why = f"asked {asked!r} of {option.unit.key}{alike}: {settled}; kept without asking"
+                why = f"asked {asked!r} of {option.unit.key}{taken}: {settled}; kept without asking"
                 self.run.choices.append(kept_pair(new, option, why, tokens, asked=False))
                 continue
             change = value_change(asked, older, newer)
@@ -518,7 +518,7 @@ class IncrementalDecision:
                     reply=answer,
                     chosen=option.unit.key if verdict.stale else None,
                     asked=known is None,
-                    detail=f"asked {asked!r} of {option.unit.key}{alike}: {reason}; {outcome}",
+                    detail=f"asked {asked!r} of {option.unit.key}{taken}: {reason}; {outcome}",
                     prompt_tokens=tokens[0],
                     prefill_tokens=tokens[1],
                     generated_tokens=tokens[2],
